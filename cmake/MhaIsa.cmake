@@ -1,0 +1,34 @@
+# Which ISA kernels this build compiles, and the flags for each.
+#
+# Habit: one ISA per translation unit. Only the files passed to
+# mha_isa_sources() get ISA flags; everything else compiles for the baseline of
+# the target (x86-64 / armv8-a), so nothing that runs before CPU detection can
+# contain an instruction the CPU lacks.
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
+  set(MHA_ARCH_X86 ON)
+  set(MHA_ISAS scalar avx2 avx512)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
+  set(MHA_ARCH_ARM64 ON)
+  set(MHA_ISAS scalar neon)
+else()
+  set(MHA_ISAS scalar)
+endif()
+
+set(MHA_ISA_FLAGS_scalar "")
+set(MHA_ISA_FLAGS_avx2 -mavx2 -mfma)
+set(MHA_ISA_FLAGS_avx512 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma)
+set(MHA_ISA_FLAGS_neon "")  # NEON is part of the armv8-a baseline
+
+# mha_isa_sources(<target> <isa> <file>...): add the files to <target>, compiled
+# with that ISA's flags, with MHA_ISA_<isa>=1 defined. Files for ISAs this build
+# does not target are ignored, so callers can list every ISA unconditionally.
+function(mha_isa_sources target isa)
+  if(NOT isa IN_LIST MHA_ISAS)
+    return()
+  endif()
+  target_sources(${target} PRIVATE ${ARGN})
+  string(TOUPPER ${isa} ISA)
+  set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES
+    COMPILE_OPTIONS "${MHA_ISA_FLAGS_${isa}}"
+    COMPILE_DEFINITIONS "MHA_ISA_${ISA}=1")
+endfunction()

@@ -1,0 +1,114 @@
+/* mha: fast multi-head attention for CPUs. Public C ABI.
+ *
+ * Stability: the names, values and struct layouts below are a contract.
+ * Functions may be added, and fields may be appended to structs only where
+ * the zero value means "off". All sizes are element counts, all matrices are
+ * row-major float32, and every function is safe to call from many threads.
+ *
+ * Errors: every function that can fail returns an mha_status; on failure
+ * nothing is written to the outputs, and mha_last_error() returns a message
+ * (thread-local, valid until the next failing call on the same thread). */
+#ifndef MHA_MHA_H
+#define MHA_MHA_H
+
+#include <stddef.h>
+
+#if defined(MHA_STATIC_DEFINE)
+#define MHA_API
+#elif defined(_WIN32)
+#ifdef MHA_BUILDING
+#define MHA_API __declspec(dllexport)
+#else
+#define MHA_API __declspec(dllimport)
+#endif
+#else
+#define MHA_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  MHA_OK = 0,
+  MHA_INVALID_ARGUMENT = 1,
+  MHA_UNSUPPORTED = 2,
+  MHA_OUT_OF_MEMORY = 3,
+  MHA_INTERNAL = 4
+} mha_status;
+
+/* Message for the last failed call on this thread ("" if none). */
+MHA_API const char* mha_last_error(void);
+
+/* ---- ISA dispatch and threads ---------------------------------------- */
+
+/* The ISA the kernels run on: "avx512", "avx2", "neon" or "scalar". It is
+ * chosen once, at first use: the best the CPU and OS support, unless the
+ * environment variable MHA_ISA names one. If MHA_ISA names an ISA that is
+ * unknown or unsupported here, this returns "invalid" and every computing
+ * call fails with MHA_UNSUPPORTED and a message saying why. */
+MHA_API const char* mha_isa_name(void);
+/* 1 if this build has kernels for `isa` and this CPU/OS can run them. */
+MHA_API int mha_isa_supported(const char* isa);
+/* Forces an ISA from now on, for every thread; NULL or "" restores the
+ * automatic choice (ignoring MHA_ISA). Calls already running finish on the
+ * ISA they started with. MHA_UNSUPPORTED if the CPU lacks it. */
+MHA_API mha_status mha_set_isa(const char* isa);
+
+/* Upper bound on the threads a call uses: 0 (the default) means "as many
+ * as the caller's oneTBB task_arena allows"; MHA_NUM_THREADS sets the initial
+ * value. The effective count is never above the caller's arena concurrency.
+ * At 1 the library runs on the calling thread and starts no threads. Results
+ * are bit-identical for every thread count. */
+MHA_API void mha_set_num_threads(size_t n);
+/* The thread count a call made now on this thread would use. */
+MHA_API size_t mha_get_num_threads(void);
+
+/* ---- Multi-head attention -------------------------------------------- */
+
+typedef struct {
+  size_t embed_dim;    /* E; E % num_heads == 0 */
+  size_t num_heads;    /* H */
+  size_t kdim, vdim;   /* feature sizes of key and value inputs; 0 means E */
+  size_t num_kv_heads; /* 0 means H; smaller values (dividing H) give GQA/MQA */
+} mha_config;
+
+typedef struct {           /* PyTorch nn.MultiheadAttention layout: [out_features, in_features] */
+  const float* q_weight;   /* [E, E] */
+  const float* k_weight;   /* [kv_heads*head_dim, kdim] */
+  const float* v_weight;   /* [kv_heads*head_dim, vdim] */
+  const float* out_weight; /* [E, E] */
+  const float *q_bias, *k_bias, *v_bias, *out_bias; /* each may be NULL (no bias) */
+} mha_weights;
+
+typedef struct {
+  int causal;                       /* query i sees key j iff j <= i + (kv_len - q_len) */
+  const unsigned char* key_padding; /* NULL or [batch, kv_len]; nonzero = key ignored */
+  const float* additive;            /* NULL, or added to the scaled scores: [q_len, kv_len],
+                                       or [batch*H, q_len, kv_len] if additive_per_head */
+  int additive_per_head;
+} mha_mask;
+
+typedef struct mha_attention mha_attention; /* opaque; packs the weights at create */
+
+MHA_API mha_status mha_attention_create(const mha_config* config, const mha_weights* weights,
+                                        mha_attention** out);
+MHA_API void mha_attention_destroy(mha_attention* attn);
+
+/* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
+ * batch_first=True), except that a query row whose keys are all masked gets
+ * zero weights and a zero attention output for that head (PyTorch: NaN). */
+MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch, size_t q_len,
+                                         size_t kv_len, const float* query, /* [batch, q_len, E] */
+                                         const float* key,     /* [batch, kv_len, kdim] */
+                                         const float* value,   /* [batch, kv_len, vdim] */
+                                         const mha_mask* mask, /* NULL = no mask */
+                                         float* out,           /* [batch, q_len, E]     */
+                                         float* attn_weights,  /* NULL, or [batch, H, q_len, kv_len]
+                                             ([batch, q_len, kv_len] when average_weights) */
+                                         int average_weights);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MHA_MHA_H */

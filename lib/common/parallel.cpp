@@ -1,0 +1,98 @@
+#include "common/parallel.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mha/isa.hpp>
+
+namespace mha::detail {
+namespace {
+
+std::size_t initial_limit() noexcept {
+  const char* env = std::getenv("MHA_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  unsigned long v = std::strtoul(env, &end, 10);
+  return (end != nullptr && *end == '\0') ? static_cast<std::size_t>(v) : 0;
+}
+
+std::atomic<std::size_t>& user_limit() noexcept {
+  static std::atomic<std::size_t> limit{initial_limit()};
+  return limit;
+}
+
+// One arena per distinct thread cap, created on first use and kept for the
+// life of the process: creating an arena per call costs tens of microseconds,
+// more than a whole small attention call.
+constexpr std::size_t kMaxArenas = 256;
+tbb::task_arena& arena_for(std::size_t threads) {
+  static std::array<std::atomic<tbb::task_arena*>, kMaxArenas> arenas{};
+  auto& slot = arenas[threads];
+  tbb::task_arena* arena = slot.load(std::memory_order_acquire);
+  if (arena == nullptr) {
+    auto fresh = std::make_unique<tbb::task_arena>(static_cast<int>(threads));
+    if (slot.compare_exchange_strong(arena, fresh.get(), std::memory_order_acq_rel)) {
+      arena = fresh.release();
+    }
+  }
+  return *arena;
+}
+
+}  // namespace
+
+std::size_t effective_threads() noexcept {
+  const std::size_t limit = user_limit().load(std::memory_order_relaxed);
+  if (limit == 1) return 1;  // never touch TBB at 1 (see parallel.hpp)
+  const auto arena = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  return limit == 0 ? arena : std::min(limit, arena);
+}
+
+void parallel_for(std::size_t tasks, std::size_t max_threads,
+                  const std::function<void(std::size_t)>& body) {
+  std::size_t threads = std::min(effective_threads(), tasks);
+  if (max_threads != 0) threads = std::min(threads, max_threads);
+  if (threads <= 1) {
+    for (std::size_t i = 0; i < tasks; ++i) body(i);
+    return;
+  }
+  auto run = [&] {
+    tbb::this_task_arena::isolate([&] {
+      tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks, 1),
+                        [&](const tbb::blocked_range<std::size_t>& r) {
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) body(i);
+                        });
+    });
+  };
+  const auto here = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+  if (threads < here && threads < kMaxArenas) {
+    arena_for(threads).execute(run);
+  } else {
+    run();
+  }
+}
+
+}  // namespace mha::detail
+
+namespace mha {
+void set_num_threads(std::size_t n) noexcept {
+  detail::user_limit().store(n, std::memory_order_relaxed);
+}
+std::size_t num_threads() noexcept {
+  return detail::effective_threads();
+}
+}  // namespace mha
+
+extern "C" {
+MHA_API void mha_set_num_threads(size_t n) {
+  mha::set_num_threads(n);
+}
+MHA_API size_t mha_get_num_threads(void) {
+  return mha::num_threads();
+}
+}

@@ -1,0 +1,59 @@
+// Internal SGEMM driver API, row-major. The public entry points (mha_sgemm,
+// mha::sgemm) validate arguments and call these; the attention code calls
+// them directly with the kernel set it was created on.
+#pragma once
+
+#include <cstddef>
+
+#include "gemm/kernels.hpp"
+
+namespace mha::detail {
+
+enum class Trans : char { N = 'N', T = 'T' };
+
+// op(B) [k x n] packed for a given GemmKernels: strips of nr columns, strip s
+// at data + s*strip_stride, each laid out [k][nr] (columns past n are zero).
+// Because every strip is k-contiguous, a row range (k0..k1) and an nr-aligned
+// column range are views into the same buffer, with no repacking.
+struct PackedBView {
+  const float* data = nullptr;
+  std::size_t k = 0, n = 0;
+  std::size_t nr = 0;
+  std::size_t strip_stride = 0;  // floats between strips, >= k*nr
+
+  PackedBView rows(std::size_t k0, std::size_t k1) const {
+    return {data + k0 * nr, k1 - k0, n, nr, strip_stride};
+  }
+  // n0 must be a multiple of nr.
+  PackedBView cols(std::size_t n0, std::size_t n1) const {
+    return {data + (n0 / nr) * strip_stride, k, n1 - n0, nr, strip_stride};
+  }
+};
+
+// Floats needed to pack a k x n op(B) for these kernels (strip_stride = k*nr).
+std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n);
+// Packs op(B) into dst (packed_b_floats(g,k,n) floats, 64-byte aligned);
+// single-threaded. Returns the view of the result.
+PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n, const float* b,
+                   std::size_t ldb, float* dst);
+
+// C[m x n] = alpha * op(A)·B + beta * C (+ bias[j] on every row, if bias is
+// non-null), single-threaded, no allocation in steady state (packs A into
+// this thread's ScratchSlot::kGemmA). beta == 0: C is not read (NaN ignored).
+void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
+                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
+                 const float* bias = nullptr);
+
+// The same, threaded over M x N blocks with detail::parallel_for (never over
+// K, so results do not depend on the thread count).
+void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
+                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
+                 const float* bias = nullptr);
+
+// Full SGEMM, threaded: packs what pays to pack, uses the small/no-pack and
+// GEMV paths where they are faster. Arguments are assumed validated.
+void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
+           float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+           float beta, float* c, std::size_t ldc);
+
+}  // namespace mha::detail

@@ -1,0 +1,19 @@
+// Per-ISA copy kernel behind split/merge heads.
+#pragma once
+
+#include <cstddef>
+
+namespace mha::detail {
+
+struct ReshapeKernels {
+  // dst[r*dst_ld + j] = src[r*src_ld + j] for r < rows, j < cols.
+  void (*copy_rows)(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
+                    std::size_t rows, std::size_t cols);
+};
+
+extern const ReshapeKernels reshape_kernels_scalar;
+extern const ReshapeKernels reshape_kernels_avx2;
+extern const ReshapeKernels reshape_kernels_avx512;
+extern const ReshapeKernels reshape_kernels_neon;
+
+}  // namespace mha::detail

@@ -1,0 +1,49 @@
+#include <mha/mha.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <mha/isa.hpp>
+#include <string>
+
+#include "dispatch/dispatch.hpp"
+
+TEST_CASE("the ISA forced through MHA_ISA is the one in use", "[dispatch]") {
+  const char* forced = std::getenv("MHA_ISA");
+  REQUIRE(forced != nullptr);
+  CHECK(std::string(mha_isa_name()) == forced);
+  CHECK(mha::isa_name(mha::current_isa()) == forced);
+  CHECK(mha_isa_supported(forced) == 1);
+}
+
+TEST_CASE("scalar is always supported and every supported ISA has full tables", "[dispatch]") {
+  CHECK(mha::isa_supported(mha::Isa::scalar));
+  for (mha::Isa isa : mha::supported_isas()) {
+    INFO(mha::isa_name(isa));
+    const auto* set = mha::detail::kernels_for(isa);
+    REQUIRE(set != nullptr);
+    CHECK(set->isa == isa);
+    CHECK(set->gemm != nullptr);
+    CHECK(set->softmax != nullptr);
+    CHECK(set->reshape != nullptr);
+  }
+}
+
+TEST_CASE("set_isa switches and restores, and rejects what cannot run", "[dispatch]") {
+  const mha::Isa before = mha::current_isa();
+  {
+    mha::ScopedIsa scoped(mha::Isa::scalar);
+    CHECK(std::string(mha_isa_name()) == "scalar");
+  }
+  CHECK(mha::current_isa() == before);
+  CHECK(mha_set_isa("sse9") == MHA_UNSUPPORTED);
+  CHECK(std::string(mha_last_error()).find("sse9") != std::string::npos);
+#if defined(__x86_64__)
+  CHECK(mha_isa_supported("neon") == 0);
+  CHECK(mha_set_isa("neon") == MHA_UNSUPPORTED);
+#else
+  CHECK(mha_isa_supported("avx2") == 0);
+  CHECK(mha_set_isa("avx2") == MHA_UNSUPPORTED);
+#endif
+  CHECK(mha::current_isa() == before);
+  CHECK(mha_isa_supported(nullptr) == 0);
+}

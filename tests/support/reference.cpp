@@ -1,0 +1,21 @@
+#include "support/reference.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace mha::test {
+
+std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+bool threads_allowed() {
+  const char* v = std::getenv("MHA_TEST_SINGLE_THREAD");
+  return v == nullptr || std::strcmp(v, "1") != 0;
+}
+
+}  // namespace mha::test

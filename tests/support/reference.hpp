@@ -1,0 +1,19 @@
+// Double-precision references and test utilities shared by the suites.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace mha::test {
+
+// Deterministic random data: the seed is fixed per test so failures replay.
+std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo = -1.f,
+                                 float hi = 1.f);
+
+// False when the suite runs where a second thread must not be started
+// (qemu-user on aarch64); concurrency tests then skip with a WARN.
+bool threads_allowed();
+
+}  // namespace mha::test
