@@ -13,6 +13,20 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo, fl
   return v;
 }
 
+double case_scale() {
+  static const double scale = [] {
+    const char* v = std::getenv("MHA_TEST_SCALE");
+    double s = v ? std::strtod(v, nullptr) : 1.0;
+    return s > 0 ? s : 1.0;
+  }();
+  return scale;
+}
+
+std::size_t scaled(std::size_t n, std::size_t floor) {
+  const auto s = static_cast<std::size_t>(static_cast<double>(n) * case_scale());
+  return s < floor ? floor : s;
+}
+
 bool threads_allowed() {
   const char* v = std::getenv("MHA_TEST_SINGLE_THREAD");
   return v == nullptr || std::strcmp(v, "1") != 0;

@@ -12,6 +12,13 @@ namespace mha::test {
 std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo = -1.f,
                                  float hi = 1.f);
 
+// Multiplier for randomized case counts, from MHA_TEST_SCALE (default 1).
+// CI lowers it where each case is slow (sanitizers, qemu-aarch64); a suite
+// always runs at least its fixed edge cases, so a small scale still tests.
+double case_scale();
+// n scaled by case_scale(), at least `floor`.
+std::size_t scaled(std::size_t n, std::size_t floor = 1);
+
 // False when the suite runs where a second thread must not be started
 // (qemu-user on aarch64); concurrency tests then skip with a WARN.
 bool threads_allowed();
