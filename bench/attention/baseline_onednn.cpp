@@ -2,7 +2,6 @@
 // primitive per shape, created before timing; memory objects wrap the caller's
 // pointers at run time (cheap: no allocation, no reorder).
 #include <oneapi/dnnl/dnnl.hpp>
-
 #include <unordered_map>
 
 #include "composed.hpp"
@@ -13,13 +12,21 @@ namespace {
 using dt = dnnl::memory::data_type;
 using dims = dnnl::memory::dims;
 
-dnnl::memory::dim D(std::size_t x) { return static_cast<dnnl::memory::dim>(x); }
+dnnl::memory::dim D(std::size_t x) {
+  return static_cast<dnnl::memory::dim>(x);
+}
 
 class OnednnBackend final : public GemmBackend {
  public:
   OnednnBackend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
-  std::size_t add(const GemmDesc& g) override {
+  std::size_t add(const GemmDesc& desc) override {
+    // Dense batch strides even for batch 1: a zero stride makes oneDNN see an
+    // unusual layout and fall back to its reference (loop) implementation.
+    GemmDesc g = desc;
+    if (g.stride_a == 0) g.stride_a = g.m * g.lda;
+    if (g.stride_b == 0) g.stride_b = (g.trans_b ? g.n : g.k) * g.ldb;
+    if (g.stride_c == 0) g.stride_c = g.m * g.ldc;
     Entry e;
     const dnnl::memory::desc src({D(g.batch), D(g.m), D(g.k)}, dt::f32,
                                  dims{D(g.stride_a), D(g.lda), 1});
@@ -51,7 +58,8 @@ class OnednnBackend final : public GemmBackend {
         {DNNL_ARG_SRC, dnnl::memory(e.src, engine_, const_cast<float*>(a))},
         {DNNL_ARG_WEIGHTS, dnnl::memory(e.wei, engine_, const_cast<float*>(b))},
         {DNNL_ARG_DST, dnnl::memory(e.dst, engine_, c)}};
-    if (e.has_bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias, engine_, const_cast<float*>(bias)));
+    if (e.has_bias)
+      args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias, engine_, const_cast<float*>(bias)));
     e.prim.execute(stream_, args);
     stream_.wait();
   }
@@ -70,6 +78,8 @@ class OnednnBackend final : public GemmBackend {
 
 }  // namespace
 
-std::unique_ptr<GemmBackend> make_onednn_backend() { return std::make_unique<OnednnBackend>(); }
+std::unique_ptr<GemmBackend> make_onednn_backend() {
+  return std::make_unique<OnednnBackend>();
+}
 
 }  // namespace mha::bench

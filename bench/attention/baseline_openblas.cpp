@@ -29,8 +29,8 @@ class OpenblasBackend final : public GemmBackend {
         beta = 1.0f;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans, I(g.m),
-                  I(g.n), I(g.k), 1.0f, a + i * g.stride_a, I(g.lda), b + i * g.stride_b,
-                  I(g.ldb), beta, ci, I(g.ldc));
+                  I(g.n), I(g.k), 1.0f, a + i * g.stride_a, I(g.lda), b + i * g.stride_b, I(g.ldb),
+                  beta, ci, I(g.ldc));
     }
   }
 
@@ -40,6 +40,8 @@ class OpenblasBackend final : public GemmBackend {
 
 }  // namespace
 
-std::unique_ptr<GemmBackend> make_openblas_backend() { return std::make_unique<OpenblasBackend>(); }
+std::unique_ptr<GemmBackend> make_openblas_backend() {
+  return std::make_unique<OpenblasBackend>();
+}
 
 }  // namespace mha::bench

@@ -71,12 +71,12 @@ void bench_mha(benchmark::State& state, const AttentionConfig& c, int threads) {
   mha_attention* attn = nullptr;
   check(mha_attention_create(&cfg, &w, &attn));
   std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)> guard(attn,
-                                                                        mha_attention_destroy);
+                                                                         mha_attention_destroy);
   if (c.decode) {
     mha_kv_cache* cache = nullptr;
     check(mha_kv_cache_create(attn, c.batch, c.kv_len, &cache));
     std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)> cguard(cache,
-                                                                         mha_kv_cache_destroy);
+                                                                          mha_kv_cache_destroy);
     const std::size_t prefix = c.kv_len - 1;
     const std::vector<float> history = random_floats(c.batch * prefix * c.embed_dim, 4);
     std::vector<float> history_out(history.size());

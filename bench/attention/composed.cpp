@@ -25,7 +25,10 @@ struct ComposedAttention::Arena {
 ComposedAttention::ComposedAttention(const AttentionConfig& c, std::unique_ptr<GemmBackend> gemm,
                                      std::vector<float> weights, std::vector<float> biases,
                                      int threads)
-    : c_(c), gemm_(std::move(gemm)), w_(std::move(weights)), bias_(std::move(biases)),
+    : c_(c),
+      gemm_(std::move(gemm)),
+      w_(std::move(weights)),
+      bias_(std::move(biases)),
       arena_(std::make_unique<Arena>(threads)) {
   const std::size_t E = c.embed_dim, H = c.heads, d = c.head_dim(), B = c.batch;
   const std::size_t sq = c.q_len, skv = c.kv_len, BH = B * H;
@@ -103,8 +106,7 @@ void ComposedAttention::forward(const float* x, float* out) {
     tbb::parallel_for(std::size_t{0}, B * H, [&](std::size_t bh) {
       const std::size_t b = bh / H, h = bh % H;
       for (std::size_t i = 0; i < sq; ++i) {
-        std::memcpy(&merged_[(b * sq + i) * E + h * d], &oh_[(bh * sq + i) * d],
-                    d * sizeof(float));
+        std::memcpy(&merged_[(b * sq + i) * E + h * d], &oh_[(bh * sq + i) * d], d * sizeof(float));
       }
     });
   });

@@ -39,8 +39,7 @@ class GemmBackend {
   virtual ~GemmBackend() = default;
   // Registers a GEMM shape before timing (oneDNN creates its primitive here).
   virtual std::size_t add(const GemmDesc& d) = 0;
-  virtual void run(std::size_t id, const float* a, const float* b, float* c,
-                   const float* bias) = 0;
+  virtual void run(std::size_t id, const float* a, const float* b, float* c, const float* bias) = 0;
 };
 
 std::unique_ptr<GemmBackend> make_onednn_backend();

@@ -31,7 +31,9 @@ constexpr std::size_t kMinChunk = 512;
 // threads cost more in wake-up than they save.
 constexpr double kFlopsPerThread = 6e6;
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
+std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
 
 // Everything one task needs, resolved once per call.
 struct Ctx {
@@ -94,9 +96,9 @@ struct Ctx {
   // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, m the running row
   // max and l the running row sum. Rows that see no key keep m = -inf, l = 0,
   // o = 0. `sc` is a q_block x key_tile scratch tile.
-  void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1,
-                     std::size_t kbeg, std::size_t kend, float* o, std::size_t ldo, float* m,
-                     float* l, float* sc) const {
+  void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
+                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
+                     float* sc) const {
     const std::size_t rows = q1 - q0, d = s.head_dim, bk = plan.key_tile;
     for (std::size_t r = 0; r < rows; ++r) {
       m[r] = kNegInf;
@@ -229,11 +231,10 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
     p.chunks = ceil_div(kv_len, p.chunk_len);
     tasks *= p.chunks;
   }
-  const double flops =
-      4.0 * static_cast<double>(batch * s.num_heads * q_len) * static_cast<double>(kv_len * s.head_dim);
+  const double flops = 4.0 * static_cast<double>(batch * s.num_heads * q_len) *
+                       static_cast<double>(kv_len * s.head_dim);
   p.max_threads = std::min(tasks, static_cast<std::size_t>(1 + flops / kFlopsPerThread));
-  p.workspace_floats =
-      p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
+  p.workspace_floats = p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
   if (weights) {
     p.task_floats = average ? round_up(p.q_block * kv_len, 16) : 0;
   } else {

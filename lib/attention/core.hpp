@@ -57,7 +57,7 @@ struct CorePlan {
   std::size_t chunks = 1;     // split-KV chunks (1 = no split)
   std::size_t chunk_len = 0;  // keys per chunk (multiple of key_tile)
   std::size_t max_threads = 1;
-  bool materialize = false;        // caller asked for the weights
+  bool materialize = false;          // caller asked for the weights
   std::size_t workspace_floats = 0;  // from the calling thread (split partials)
   std::size_t task_floats = 0;       // per task
 };

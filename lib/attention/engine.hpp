@@ -14,8 +14,8 @@ namespace mha::detail {
 
 // mha_config with every default resolved (kdim/vdim/num_kv_heads != 0).
 struct AttentionShape {
-  std::size_t embed_dim = 0;     // E
-  std::size_t num_heads = 0;     // H
+  std::size_t embed_dim = 0;  // E
+  std::size_t num_heads = 0;  // H
   std::size_t kdim = 0, vdim = 0;
   std::size_t num_kv_heads = 0;  // divides H
   std::size_t head_dim = 0;      // E / H

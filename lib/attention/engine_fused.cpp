@@ -95,7 +95,9 @@ struct Projected {
   std::size_t ldq, ldkv;
 };
 
-std::size_t in_cols(const AttentionEngine::Impl& m) { return m.q_cols + m.k_cols + m.v_cols; }
+std::size_t in_cols(const AttentionEngine::Impl& m) {
+  return m.q_cols + m.k_cols + m.v_cols;
+}
 
 std::size_t projection_floats(const AttentionEngine::Impl& m, const AttentionShape& s, bool fused,
                               std::size_t q_rows, std::size_t kv_rows) {
@@ -139,17 +141,16 @@ void AttentionEngine::forward(const ForwardArgs& a) const {
   //   projections | packed K and V | merged heads [q_rows x E] | core
   const std::size_t proj_floats = projection_floats(m, s, fused, q_rows, kv_rows);
   const KvPacking packing = kv_packing(g, s, a.batch, a.kv_len);
-  const CorePlan plan = plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr,
-                                  a.average_weights);
+  const CorePlan plan =
+      plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr, a.average_weights);
   const std::size_t merged_floats = round_up(q_rows * E, 16);
-  float* ws = thread_scratch(ScratchSlot::kAttention, proj_floats + packing.floats +
-                                                          merged_floats + plan.workspace_floats);
+  float* ws = thread_scratch(ScratchSlot::kAttention,
+                             proj_floats + packing.floats + merged_floats + plan.workspace_floats);
   float* packed_kv = ws + proj_floats;
   float* merged = packed_kv + packing.floats;
   float* core_ws = merged + merged_floats;
 
-  const Projected p =
-      project(g, m, s, fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
+  const Projected p = project(g, m, s, fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
   // K and V packed once per (batch, kv head) into the GEMM's B layout and
   // shared by every query head of the group (GQA without copies).
   const KvCacheView kv = pack_kv(g, s, packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
@@ -202,8 +203,8 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
   const std::size_t proj_floats = projection_floats(m, s, fused, rows, rows);
   const CorePlan plan = plan_core(g, s, B, n_new, kv_len, false, false);
   const std::size_t merged_floats = round_up(rows * E, 16);
-  float* ws = thread_scratch(ScratchSlot::kAttention,
-                             proj_floats + merged_floats + plan.workspace_floats);
+  float* ws =
+      thread_scratch(ScratchSlot::kAttention, proj_floats + merged_floats + plan.workspace_floats);
   float* merged = ws + proj_floats;
   const Projected p = project(g, m, s, fused, rows, rows, query, key, value, ws);
 
@@ -230,8 +231,8 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
   }
   cache.length_ = kv_len;
 
-  const KvCacheView kv{kbase, vbase, kv_len, kvh, d, nr, pk.k_stride, pk.v_stride,
-                       pk.v_strip_stride};
+  const KvCacheView kv{kbase,       vbase,       kv_len,           kvh, d, nr,
+                       pk.k_stride, pk.v_stride, pk.v_strip_stride};
   mha_mask causal{};
   causal.causal = 1;
   const CoreInputs in{p.q, p.ldq, B, n_new, kv, &causal, merged, E};

@@ -28,7 +28,9 @@ MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, 
   });
 }
 
-MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache) { delete cache; }
+MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache) {
+  delete cache;
+}
 
 MHA_API size_t mha_kv_cache_length(const mha_kv_cache* cache) {
   return cache ? cache->cache->length() : 0;

@@ -22,6 +22,8 @@ inline AlignedFloats alloc_floats(std::size_t n) {
   return AlignedFloats(static_cast<float*>(p));
 }
 
-inline std::size_t round_up(std::size_t x, std::size_t m) { return (x + m - 1) / m * m; }
+inline std::size_t round_up(std::size_t x, std::size_t m) {
+  return (x + m - 1) / m * m;
+}
 
 }  // namespace mha::detail

@@ -78,8 +78,8 @@ TEST_CASE("kv cache: stepping equals one causal forward", "[kv_cache]") {
   // Includes GQA/MQA, lengths that cross key tiles (256) and split-KV
   // chunks (>= 1024 keys), and head sizes that are not multiples of the
   // vector width.
-  const std::vector<Case> cases = {{8, 2, 2, 1, 5},      {12, 3, 1, 2, 17},  {64, 4, 2, 2, 70},
-                                   {48, 4, 4, 1, 300},   {32, 2, 1, 1, 1100}, {96, 6, 3, 3, 33}};
+  const std::vector<Case> cases = {{8, 2, 2, 1, 5},    {12, 3, 1, 2, 17},   {64, 4, 2, 2, 70},
+                                   {48, 4, 4, 1, 300}, {32, 2, 1, 1, 1100}, {96, 6, 3, 3, 33}};
   std::uint64_t seed = 100;
   for (const Case& c : cases) {
     CAPTURE(c.E, c.H, c.kv_heads, c.B, c.L);
@@ -88,8 +88,8 @@ TEST_CASE("kv cache: stepping equals one causal forward", "[kv_cache]") {
     std::vector<float> full(x.size());
     mha_mask mask{};
     mask.causal = 1;
-    REQUIRE(mha_attention_forward(m.attn.get(), c.B, c.L, c.L, x.data(), x.data(), x.data(),
-                                  &mask, full.data(), nullptr, 0) == MHA_OK);
+    REQUIRE(mha_attention_forward(m.attn.get(), c.B, c.L, c.L, x.data(), x.data(), x.data(), &mask,
+                                  full.data(), nullptr, 0) == MHA_OK);
 
     Cache cache = make_cache(m, c.B, c.L);
     // A chunked prefill of a third of the sequence, then chunks of 1..4.
@@ -189,8 +189,8 @@ TEST_CASE("kv cache: bad arguments are clear errors", "[kv_cache][errors]") {
                            out.data()) == MHA_INVALID_ARGUMENT);
   CHECK(mha_attention_step(m.attn.get(), cache.get(), 0, x.data(), x.data(), x.data(),
                            out.data()) == MHA_INVALID_ARGUMENT);
-  CHECK(mha_attention_step(m.attn.get(), cache.get(), 1, nullptr, x.data(), x.data(),
-                           out.data()) == MHA_INVALID_ARGUMENT);
+  CHECK(mha_attention_step(m.attn.get(), cache.get(), 1, nullptr, x.data(), x.data(), out.data()) ==
+        MHA_INVALID_ARGUMENT);
   CHECK(mha_attention_step(m.attn.get(), cache.get(), 1, x.data(), x.data(), x.data(), nullptr) ==
         MHA_INVALID_ARGUMENT);
   CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 7.0f; }));
