@@ -158,12 +158,16 @@ inline void Simd<xsimd::neon64>::transpose(V* r) noexcept {
 }
 #endif
 
-// The micro-kernel for exactly ROWS (<= MR) rows of an MR-row packed A
-// strip: short strips (the M edge, m == 1 decode steps) cost ROWS/MR of a
-// full one instead of a full one.
-template <class Arch, std::size_t MR, std::size_t NV, std::size_t ROWS>
-void ukernel_rows(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-                  std::size_t n, float alpha, float beta) {
+// The micro-kernel for exactly ROWS (<= MR) rows: short strips (the M edge,
+// m == 1 decode steps) cost ROWS/MR of a full one instead of a full one.
+// A is read at a[p*sa + i] (kRowStridedA == false: a packed strip with
+// sa = MR, or a column-major op(A)) or a[i*sa + p] (kRowStridedA: row-major
+// op(A), unpacked); row p of B at b + p*ldb (ldb = NR when packed). The
+// addressing never changes the arithmetic, so packed and unpacked calls give
+// the same bits.
+template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA>
+void ukernel_rows(std::size_t k, const float* a, std::size_t sa, const float* b, std::size_t ldb,
+                  float* c, std::size_t ldc, std::size_t n, float alpha, float beta) {
   using S = Simd<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
@@ -175,17 +179,25 @@ void ukernel_rows(std::size_t k, const float* a, const float* b, float* c, std::
     for (std::size_t j = 0; j < NV; ++j) acc[i][j] = S::splat(0.f);
   }
   for (std::size_t p = 0; p < k; ++p) {
+    if constexpr (kRowStridedA) {
+      // ROWS row streams of A at an arbitrary stride: fetch each row's
+      // next-but-three cache line ahead of use.
+      if (p % 16 == 0) {
+#pragma GCC unroll 32
+        for (std::size_t i = 0; i < ROWS; ++i) __builtin_prefetch(a + i * sa + p + 64);
+      }
+    }
     V bv[NV];
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < NV; ++j) bv[j] = S::load(b + j * W);
 #pragma GCC unroll 32
     for (std::size_t i = 0; i < ROWS; ++i) {
-      const V av = S::splat(a[i]);
+      const V av = S::splat(kRowStridedA ? a[i * sa + p] : a[i]);
 #pragma GCC unroll 8
       for (std::size_t j = 0; j < NV; ++j) acc[i][j] = S::fma(av, bv[j], acc[i][j]);
     }
-    a += MR;
-    b += NR;
+    if (!kRowStridedA) a += sa;
+    b += ldb;
   }
 
   const V va = S::splat(alpha);
@@ -227,24 +239,41 @@ void ukernel_rows(std::size_t k, const float* a, const float* b, float* c, std::
   }
 }
 
-template <class Arch, std::size_t MR, std::size_t NV, std::size_t... I>
-void ukernel_dispatch(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-                      std::size_t m, std::size_t n, float alpha, float beta,
-                      std::index_sequence<I...>) {
-  using Fn = void (*)(std::size_t, const float*, const float*, float*, std::size_t, std::size_t,
-                      float, float);
-  static constexpr Fn rows[] = {&ukernel_rows<Arch, MR, NV, I + 1>...};
-  rows[m - 1](k, a, b, c, ldc, n, alpha, beta);
+template <class Arch, std::size_t NV, bool kRowStridedA, std::size_t... I>
+void ukernel_any_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
+                      std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                      float alpha, float beta, std::index_sequence<I...>) {
+  using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
+                      std::size_t, std::size_t, float, float);
+  static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA>...};
+  rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta);
 }
 
+// GemmKernels::ukernel: packed A and B.
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
              std::size_t m, std::size_t n, float alpha, float beta) {
+  constexpr std::size_t NR = NV * Simd<Arch>::width;
   if (m == MR) {
-    ukernel_rows<Arch, MR, NV, MR>(k, a, b, c, ldc, n, alpha, beta);
+    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta);
   } else {
-    ukernel_dispatch<Arch, MR, NV>(k, a, b, c, ldc, m, n, alpha, beta,
-                                   std::make_index_sequence<MR - 1>{});
+    ukernel_any_rows<Arch, NV, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta,
+                                      std::make_index_sequence<MR>{});
+  }
+}
+
+// GemmKernels::ukernel_unpacked: op(A)(i, p) at a[i*rsa + p*csa] with
+// rsa == 1 or csa == 1, B rows at b + p*ldb.
+template <class Arch, std::size_t MR, std::size_t NV>
+void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
+                      const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
+                      std::size_t n, float alpha, float beta) {
+  if (csa == 1 && rsa != 1) {
+    ukernel_any_rows<Arch, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta,
+                                     std::make_index_sequence<MR>{});
+  } else {
+    ukernel_any_rows<Arch, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta,
+                                      std::make_index_sequence<MR>{});
   }
 }
 
@@ -273,8 +302,11 @@ template <class Arch, std::size_t MR>
 void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda, float* dst) {
   constexpr std::size_t W = Simd<Arch>::width;
   // Rows rounded up to whole vectors for the transposes; the extra rows
-  // (re-reading row 0) land in a stack column and are dropped.
+  // re-read row 0 and their lanes are overwritten (see below).
   constexpr std::size_t RV = (MR + W - 1) / W * W;
+  // One vector group when padded: transpose_block stores group by group, so
+  // with several groups a padded one would overwrite its neighbours' data.
+  static_assert(RV == MR || RV == W, "MR must be a multiple of W or less than W");
   for (std::size_t r0 = 0; r0 < m; r0 += MR) {
     const std::size_t mr = m - r0 < MR ? m - r0 : MR;
     if (trans) {
@@ -291,18 +323,11 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_
       for (std::size_t i = 0; i < RV; ++i) rows[i] = a + (r0 + (i < mr ? i : 0)) * lda;
       std::size_t p = 0;
       if (mr == MR && W > 1) {
-        if constexpr (RV == MR) {
-          for (; p + W <= k; p += W) transpose_block<Arch>(rows, RV, p, dst + p * MR, MR);
-        } else {
-          alignas(64) float cols[W * RV];
-          for (; p + W <= k; p += W) {
-            transpose_block<Arch>(rows, RV, p, cols, RV);
-            for (std::size_t r = 0; r < W; ++r) {
-#pragma GCC unroll 16
-              for (std::size_t i = 0; i < MR; ++i) dst[(p + r) * MR + i] = cols[r * RV + i];
-            }
-          }
-        }
+        // With RV > MR each column's store runs RV - MR floats into the next
+        // column's slot, which the next store overwrites; the strip's last
+        // column is left to the scalar loop so nothing is written past it.
+        const std::size_t end = RV == MR ? k : (k > 0 ? k - 1 : 0);
+        for (; p + W <= end; p += W) transpose_block<Arch>(rows, RV, p, dst + p * MR, MR);
       }
       for (; p < k; ++p) {
         float* d = dst + p * MR;
@@ -448,6 +473,7 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      kc,
                      nc,
                      &ukernel<Arch, MR, NV>,
+                     &ukernel_unpacked<Arch, MR, NV>,
                      &pack_a<Arch, MR>,
                      &pack_b<Arch, NV * Simd<Arch>::width>,
                      &gemv_n<Arch>,
