@@ -154,43 +154,50 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// gemm_serial_unpacked without packing A, and without packing B when it is
-// not transposed (its rows are then read in place; only a partial last strip
-// is copied, so the kernel can read NR floats per row). For problems too
-// small for packing to pay back. Same KC blocking and arithmetic, same bits.
-void gemm_serial_small(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                       std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+// gemm_serial_unpacked without packing, for op(B) = B (not transposed): A
+// and B are read in place by the unpacked-operand kernel; only a partial last
+// strip of B is copied (zero-padded) so the kernel can read nr_u floats per
+// row. Same KC blocking and arithmetic as the packed path, so the same bits.
+void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                       float alpha, const float* a, std::size_t lda, const float* b,
                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  const std::size_t mr = g.mr, nr = g.nr;
+  const std::size_t mr = g.mr_u, nr = g.nr_u;
   const std::size_t kc = std::min(k, g.kc);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
-  const std::size_t full = tb == Trans::N ? n / nr * nr : 0;  // columns read in place
-  float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * round_up(n - full, nr));
+  const std::size_t full = n / nr * nr;  // columns read in place
+  float* edge = thread_scratch(ScratchSlot::kGemmB, kc * nr);
   for (std::size_t p0 = 0; p0 < k; p0 += kc) {
     const std::size_t kb = std::min(kc, k - p0);
     const float beta_p = p0 == 0 ? beta : 1.f;
-    if (full < n) pack_b(g, tb, kb, n - full, b_at(tb, b, ldb, p0, full), ldb, bpack);
+    if (full < n) {
+      for (std::size_t p = 0; p < kb; ++p) {
+        const float* src = b + (p0 + p) * ldb + full;
+        for (std::size_t j = 0; j < nr; ++j) edge[p * nr + j] = full + j < n ? src[j] : 0.f;
+      }
+    }
     for (std::size_t i0 = 0; i0 < m; i0 += mr) {
       const float* ai = a_at(ta, a, lda, i0, p0);
       const std::size_t mm = std::min(mr, m - i0);
       float* ci = c + i0 * ldc;
       for (std::size_t j0 = 0; j0 < n; j0 += nr) {
         const bool in_place = j0 < full;
-        const float* bj = in_place ? b + p0 * ldb + j0 : bpack + (j0 - full) * kb;
-        g.ukernel_unpacked(kb, ai, rsa, csa, bj, in_place ? ldb : nr, ci + j0, ldc, mm,
-                           std::min(nr, n - j0), alpha, beta_p);
+        g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : edge,
+                           in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
+                           beta_p);
       }
     }
   }
 }
 
-// Problems so small that packing costs as much as the arithmetic (sq64,
-// 1 thread: 59 GFLOP/s packed, 120 unpacked). Larger skinny ones still pack:
-// P·V at head_dim 64 (n = 64) ran at 83-107 GFLOP/s unpacked against
-// 94-116 packed, since the kernel's 14 strided row streams of A fetch slower
-// than the packing transposes do.
-bool small_problem(std::size_t m, std::size_t n, std::size_t k) {
-  return static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
+// Where packing does not pay back, for op(B) = B: problems so small that
+// the copies cost as much as the arithmetic (sq64, 1 thread: 59 GFLOP/s
+// packed, 120 unpacked), and N within one unpacked strip, as in P·V at
+// head_dim 64, where each A element meets one B strip only and B's rows are
+// already the strip's layout.
+bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n, std::size_t k) {
+  if (tb != Trans::N) return false;
+  return n <= g.nr_u ||
+         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
 }
 
 }  // namespace
@@ -276,17 +283,29 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     return;
   }
 
-  const auto serial = small_problem(m, n, k) ? gemm_serial_small : gemm_serial_unpacked;
+  if (small_problem(g, tb, m, n, k)) {
+    if (threads <= 1) {
+      gemm_serial_small(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    const Grid grid = split_longer(g, m, n, threads);
+    parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+      const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+      gemm_serial_small(g, ta, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k, alpha,
+                        a_at(ta, a, lda, i0, 0), lda, b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
+    });
+    return;
+  }
   if (threads <= 1) {
-    serial(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_serial_unpacked(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const Grid grid = split_longer(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-    serial(g, ta, tb, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k, alpha,
-           a_at(ta, a, lda, i0, 0), lda, b_at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0,
-           ldc);
+    gemm_serial_unpacked(g, ta, tb, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k,
+                         alpha, a_at(ta, a, lda, i0, 0), lda, b_at(tb, b, ldb, 0, j0), ldb, beta,
+                         c + i0 * ldc + j0, ldc);
   });
 }
 

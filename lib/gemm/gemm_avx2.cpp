@@ -10,6 +10,6 @@
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_avx2 =
-    gemm_ukernel::make_kernels<xsimd::fma3<xsimd::avx2>, 6, 2>(168, 256, 768);
+    gemm_ukernel::make_kernels<xsimd::fma3<xsimd::avx2>, 6, 2, 6, 2>(168, 256, 768);
 
 }  // namespace mha::detail

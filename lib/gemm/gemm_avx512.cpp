@@ -13,6 +13,6 @@
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_avx512 =
-    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2>(336, 256, 768);
+    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 7, 4>(336, 256, 768);
 
 }  // namespace mha::detail

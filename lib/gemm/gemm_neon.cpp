@@ -9,6 +9,6 @@
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_neon =
-    gemm_ukernel::make_kernels<xsimd::neon64, 8, 3>(128, 256, 768);
+    gemm_ukernel::make_kernels<xsimd::neon64, 8, 3, 8, 3>(128, 256, 768);
 
 }  // namespace mha::detail

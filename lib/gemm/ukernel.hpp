@@ -464,18 +464,22 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
   }
 }
 
-// One ISA's table: an MR x (NV vectors) micro-kernel and its cache blocks.
-template <class Arch, std::size_t MR, std::size_t NV>
+// One ISA's table: an MR x (NV vectors) micro-kernel for packed operands,
+// an MRU x (NVU vectors) one for unpacked operands, and the cache blocks.
+template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size_t NVU>
 constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc) {
+  constexpr std::size_t W = Simd<Arch>::width;
   return GemmKernels{MR,
-                     NV * Simd<Arch>::width,
+                     NV * W,
                      mc,
                      kc,
                      nc,
                      &ukernel<Arch, MR, NV>,
-                     &ukernel_unpacked<Arch, MR, NV>,
+                     MRU,
+                     NVU * W,
+                     &ukernel_unpacked<Arch, MRU, NVU>,
                      &pack_a<Arch, MR>,
-                     &pack_b<Arch, NV * Simd<Arch>::width>,
+                     &pack_b<Arch, NV * W>,
                      &gemv_n<Arch>,
                      &gemv_t<Arch>};
 }
