@@ -64,6 +64,43 @@ MHA_API void mha_set_num_threads(size_t n);
 /* The thread count a call made now on this thread would use. */
 MHA_API size_t mha_get_num_threads(void);
 
+/* ---- SGEMM ----------------------------------------------------------- */
+
+/* C[m x n] = alpha * op(A) * op(B) + beta * C, row-major (like cblas_sgemm
+ * with CblasRowMajor). transa/transb: 'N' (op(X) = X) or 'T' (op(X) = X^T),
+ * either case. A is stored m x k ('N', lda >= max(1, k)) or k x m ('T',
+ * lda >= max(1, m)); B is k x n ('N', ldb >= max(1, n)) or n x k ('T',
+ * ldb >= max(1, k)); ldc >= max(1, n). Pointers may be NULL only for a matrix
+ * with no elements. BLAS conventions: m or n == 0 is a no-op; k == 0 or
+ * alpha == 0 gives C = beta * C without reading A or B; beta == 0 never reads
+ * C (NaN in C is overwritten). Threaded; bit-identical at any thread count. */
+MHA_API mha_status mha_sgemm(char transa, char transb, size_t m, size_t n, size_t k, float alpha,
+                             const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                             float* c, size_t ldc);
+
+/* op(B) packed once for many products with it (weights). The object records
+ * the ISA it was packed for and always multiplies with that ISA's kernels, so
+ * it stays valid (and its results unchanged) after mha_set_isa switches the
+ * ISA for other calls. Immutable after creation: safe to share across
+ * threads. */
+typedef struct mha_sgemm_packed_b mha_sgemm_packed_b;
+
+/* Packs op(B) [k x n] (transb, ldb as in mha_sgemm; k and n >= 1). */
+MHA_API mha_status mha_sgemm_pack_b(char transb, size_t k, size_t n, const float* b, size_t ldb,
+                                    mha_sgemm_packed_b** out);
+MHA_API void mha_sgemm_packed_b_destroy(mha_sgemm_packed_b* packed);
+/* k and n of a packed B (0 for NULL). */
+MHA_API size_t mha_sgemm_packed_b_k(const mha_sgemm_packed_b* packed);
+MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed);
+
+/* C[m x n] = alpha * op(A) * B + beta * C (+ bias[j] on every row when bias
+ * is not NULL; bias has n elements and is added once, after the product).
+ * For m >= 2 bit-identical to mha_sgemm with the same arguments on the same
+ * ISA (m == 1 takes mha_sgemm's unpacked GEMV path, which rounds differently). */
+MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a,
+                                    size_t lda, const mha_sgemm_packed_b* b, float beta, float* c,
+                                    size_t ldc, const float* bias);
+
 /* ---- Multi-head attention -------------------------------------------- */
 
 typedef struct {

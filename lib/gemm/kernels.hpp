@@ -21,6 +21,13 @@ struct GemmKernels {
   // laid out [k][nr], columns past n zero. strip_stride >= k*nr.
   void (*pack_b)(bool trans, std::size_t k, std::size_t n, const float* b, std::size_t ldb,
                  float* dst, std::size_t strip_stride);
+  // GEMV for m == 1 (a decode step), unpacked: c[j] = alpha * sum_p a[p] * op(B)(p, j)
+  // + beta * c[j] for j < n, with a contiguous [k], k >= 1, and op(B)(p, j) =
+  // b[p*ldb + j] (gemv_n) or b[j*ldb + p] (gemv_t). beta == 0: c not read.
+  void (*gemv_n)(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
+                 std::size_t ldb, float beta, float* c);
+  void (*gemv_t)(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
+                 std::size_t ldb, float beta, float* c);
 };
 
 extern const GemmKernels gemm_kernels_scalar;
