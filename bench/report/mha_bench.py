@@ -722,6 +722,17 @@ class Runner:
                           "args": args, "gbench": gbench})
 
 
+def threads_run(runs):
+    """Thread counts that appear in the benchmark names of the runs."""
+    seen = set()
+    for run in runs:
+        for b in run["gbench"].get("benchmarks", []):
+            parsed = parse_name(b.get("run_name", b.get("name", "")))
+            if parsed:
+                seen.add(parsed[3])
+    return sorted(seen)
+
+
 def write_record(runner, command, threads, out_dir):
     if not runner.runs:
         raise UserError("nothing ran" + (": " + "; ".join(runner.skipped)
@@ -731,7 +742,7 @@ def write_record(runner, command, threads, out_dir):
         "format_version": RECORD_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
-        "machine": machine_section(runner.runs, threads),
+        "machine": machine_section(runner.runs, threads_run(runner.runs) or threads),
         "skipped": runner.skipped,
         "runs": runner.runs,
     }
