@@ -337,12 +337,15 @@ def machine_lines(machine):
     caches = machine.get("caches") or {}
     peaks = machine.get("peak_gflops") or {}
     peak_text = "; ".join("{} {}".format(isa, ", ".join(
-        "{}t {:.0f}".format(t, v) for t, v in sorted(per.items(), key=lambda kv: int(kv[0]))))
+        "{}t {:.4g}".format(t, v) for t, v in sorted(per.items(), key=lambda kv: int(kv[0]))))
         for isa, per in sorted(peaks.items()))
+    cpu = "{} ({} logical CPUs, {} cores, {})".format(
+        machine.get("cpu_model"), machine.get("logical_cpus"), machine.get("physical_cores"),
+        machine.get("arch"))
+    if machine.get("emulator"):
+        cpu += "; binaries ran under '{}': timings mean nothing".format(machine["emulator"])
     return [
-        ("CPU", "{} ({} logical CPUs, {} cores, {})".format(
-            machine.get("cpu_model"), machine.get("logical_cpus"), machine.get("physical_cores"),
-            machine.get("arch"))),
+        ("CPU", cpu),
         ("caches", ", ".join("{} {}".format(k, v) for k, v in sorted(caches.items())) or "-"),
         ("ISA", "{} (available: {})".format(machine.get("isa_chosen"),
                                             ",".join(machine.get("isas_available") or []))),
@@ -742,7 +745,8 @@ def write_record(runner, command, threads, out_dir):
         "format_version": RECORD_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
-        "machine": machine_section(runner.runs, threads_run(runner.runs) or threads),
+        "machine": dict(machine_section(runner.runs, threads_run(runner.runs) or threads),
+                        emulator=runner.emulator),
         "skipped": runner.skipped,
         "runs": runner.runs,
     }
