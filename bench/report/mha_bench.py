@@ -168,7 +168,18 @@ def load_record(path):
             isinstance(r["gbench"].get("benchmarks", []), list) for r in runs):
         raise UserError("{}: malformed record: 'runs' must be a list of objects each holding "
                         "Google Benchmark JSON under 'gbench'".format(path))
-    record.setdefault("path", path)
+    for run in runs:
+        gbench = run["gbench"]
+        if not isinstance(gbench.get("context", {}), dict) or not all(
+                isinstance(b, dict) and isinstance(b.get("name"), str)
+                for b in gbench.get("benchmarks", [])):
+            raise UserError("{}: malformed record: a Google Benchmark 'context' is not an object "
+                            "or a benchmark entry has no 'name'".format(path))
+    machine = record["machine"]
+    for key in ("caches", "peak_gflops"):
+        if not isinstance(machine.get(key, {}), dict):
+            raise UserError("{}: malformed record: machine.{} is not an object".format(path, key))
+    record["path"] = path
     return record
 
 
@@ -987,6 +998,11 @@ def main(argv=None):
         return 130
     except OSError as e:
         eprint("mha_bench: error: {}".format(e))
+        return 2
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        # A record that passed load_record's checks but holds a field of the wrong
+        # type somewhere deeper: still one line, naming what was wrong.
+        eprint("mha_bench: error: malformed input ({}: {})".format(type(e).__name__, e))
         return 2
     return 0
 

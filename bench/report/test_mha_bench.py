@@ -181,6 +181,12 @@ class ErrorTest(unittest.TestCase):
     def test_runs_not_a_list(self):
         self.check_error(["report", fixture("record_bad_runs.json")], "malformed record")
 
+    def test_context_not_an_object(self):
+        self.check_error(["report", fixture("record_bad_context.json")], "'context' is not an object")
+
+    def test_field_of_the_wrong_type_deeper_in(self):
+        self.check_error(["report", fixture("record_bad_peak.json")], "malformed input")
+
     def test_records_with_no_common_config(self):
         self.check_error(["compare", fixture("record_a.json"), fixture("record_disjoint.json")],
                          "no configuration (impl mha) is common to all records")
