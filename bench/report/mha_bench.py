@@ -671,8 +671,8 @@ class Runner:
         return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
 
     def run(self, suite, regex, threads, isa=None, repetitions=1, min_time=0.5, extra=None):
-        """Runs the benchmarks of `suite` whose names match the POSIX regex `regex` (and the
-        Python regex `extra`, if given) with MHA_BENCH_THREADS=threads and MHA_ISA=isa."""
+        """Runs the benchmarks of `suite` whose names match the POSIX regex `regex` (and every
+        Python regex in `extra`) with MHA_BENCH_THREADS=threads and MHA_ISA=isa."""
         binary = self.binary(suite)
         env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
         if isa:
@@ -684,8 +684,9 @@ class Runner:
             self.skipped.append("{}: ISA not supported on this CPU".format(label))
             print("  skip {}: ISA not supported here".format(label), flush=True)
             return
+        extra = [e for e in (extra or []) if e]
         if extra:
-            names = [n for n in names if re.search(extra, n)]
+            names = [n for n in names if all(re.search(e, n) for e in extra)]
             regex = "^({})$".format("|".join(ere_escape(n) for n in names))
         if not names:
             self.skipped.append("{}: no benchmark matches /{}/".format(label, regex))
@@ -875,10 +876,15 @@ def cmd_run(args):
     t_re = "|".join(str(t) for t in threads)
     for suite in suites:
         prefixes = "|".join(SUITE_PREFIXES[suite])
+        baselines_ran = False
         for isa in isas:
             regex = r"^({})/.*/threads:({})(/|$)".format(prefixes, t_re)
+            # The baselines ignore MHA_ISA: run them with the first ISA that runs.
+            extra = [args.filter] + ([r"/mha/threads:"] if baselines_ran else [])
+            before = len(runner.runs)
             runner.run(suite, regex, threads, isa=isa, repetitions=args.repetitions,
-                       min_time=args.min_time, extra=args.filter or None)
+                       min_time=args.min_time, extra=extra)
+            baselines_ran = baselines_ran or len(runner.runs) > before
     finish(runner, "run", threads, out)
 
 

@@ -246,6 +246,19 @@ class RunTest(TempDirTest):
                                  "gemm/sq1024/onednn/threads:1/real_time"])
         self.assertEqual(record["skipped"], ["bench_gemm MHA_ISA=neon: ISA not supported on this CPU"])
 
+    def test_run_isa_sweep_runs_baselines_once(self):
+        build = self.fake_build(["gemm"])
+        out_dir = os.path.join(self.tmp, "out")
+        status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
+                                    "--isa", "neon,avx512,avx2", "--repetitions", "1",
+                                    "--filter", "sq1024", "--out", out_dir)
+        self.assertEqual(status, 0, err)
+        record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
+        impls = [[mha_bench.parse_name(b["name"])[2] for b in r["gbench"]["benchmarks"]]
+                 for r in record["runs"]]
+        self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha"]])
+        self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  0.65x", out)
+
     def test_run_with_nothing_runnable_is_an_error(self):
         build = self.fake_build(["gemm"])
         status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--isa", "neon",
