@@ -145,6 +145,38 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
                                              ([batch, q_len, kv_len] when average_weights) */
                                          int average_weights);
 
+/* ---- KV cache for incremental decoding ------------------------------- */
+
+/* Projected keys and values of every position decoded so far, for `batch`
+ * sequences of up to `max_len` positions each, stored in the layout the
+ * attention kernels read (a step never repacks the cache). All batch rows
+ * advance together. A cache belongs to the attention object it was created
+ * for and must not be used after that object is destroyed. Steps on one cache
+ * must not run concurrently; different caches may step concurrently on one
+ * mha_attention. */
+typedef struct mha_kv_cache mha_kv_cache;
+
+MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, size_t max_len,
+                                       mha_kv_cache** out);
+MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache);
+/* Positions held (the same for every batch row); 0 for NULL. */
+MHA_API size_t mha_kv_cache_length(const mha_kv_cache* cache);
+/* Drops positions >= len (len <= length), e.g. to reject speculative tokens;
+ * len = 0 empties the cache. */
+MHA_API mha_status mha_kv_cache_truncate(mha_kv_cache* cache, size_t len);
+
+/* One decoding step: projects n_new tokens per batch row, appends their keys
+ * and values to the cache, and attends the new queries causally over the
+ * whole cache (new token t sees positions <= length + t). The result equals
+ * mha_attention_forward over the whole sequence with a causal mask, for the
+ * rows of the new tokens. n_new > 1 is a chunked prefill.
+ *   query [batch, n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim],
+ *   out   [batch, n_new, E].
+ * Fails with MHA_INVALID_ARGUMENT, changing nothing, if length + n_new > max_len. */
+MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* cache, size_t n_new,
+                                      const float* query, const float* key, const float* value,
+                                      float* out);
+
 #ifdef __cplusplus
 }
 #endif

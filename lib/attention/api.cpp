@@ -12,10 +12,6 @@
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 
-struct mha_attention {
-  std::unique_ptr<mha::detail::AttentionEngine> engine;
-};
-
 namespace mha {
 namespace {
 

@@ -1,4 +1,5 @@
-// Per-ISA copy kernel behind split/merge heads.
+// Per-ISA copy kernel behind split/merge heads (reshape_kernels.hpp,
+// tables defined in reshape_<isa>.cpp). Single-threaded, never allocates.
 #pragma once
 
 #include <cstddef>

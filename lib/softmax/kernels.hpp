@@ -1,5 +1,7 @@
 // Per-ISA softmax / exp kernel table: the row primitives that the public
 // softmax and the fused (online-softmax) attention are built from.
+// Implemented once in softmax_kernels.hpp; tables softmax_kernels_<isa> are
+// defined in softmax_<isa>.cpp. None of them threads or allocates.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +12,9 @@ struct SoftmaxKernels {
   // y[i] = exp(x[i]); in place allowed. <= 2 ulp; -inf -> 0, underflow -> 0
   // (never denormal), overflow -> +inf, NaN -> NaN.
   void (*exp)(const float* x, float* y, std::size_t n);
-  // max of x[0..n), n >= 1 (-inf if every element is -inf).
+  // max of x[0..n), n >= 1 (-inf if every element is -inf). With a NaN in x
+  // the result is unspecified (NaN or the max of the others); exp_sum then
+  // still returns NaN, since the NaN element's exp is NaN.
   float (*reduce_max)(const float* x, std::size_t n);
   // x[i] = exp(x[i] - shift) in place; returns the sum of the new x.
   // shift is finite. Summation order is fixed by n alone.
@@ -18,7 +22,15 @@ struct SoftmaxKernels {
   // x[i] *= s.
   void (*scale)(float* x, std::size_t n, float s);
   // y[i] = x[i] * s + add[i] (add may be null: y[i] = x[i] * s). In place allowed.
+  // With add, computed as one fused multiply-add (rounded once).
   void (*scale_add)(const float* x, const float* add, float* y, std::size_t n, float s);
+  // y[i] = exp(x[i] * s - shift), x*s - shift as one fused multiply-add;
+  // returns the sum of y (order fixed by n). In place allowed. exp_sum is
+  // this with s = 1. Lets a caller skip a separate scaling pass over scores.
+  float (*scale_exp_sum)(const float* x, float* y, std::size_t n, float s, float shift);
+  // scale_add that also returns max(y[0..n)) (n >= 1; -inf if all are -inf;
+  // NaN as for reduce_max): scaling, masking and the row max in one pass.
+  float (*scale_add_max)(const float* x, const float* add, float* y, std::size_t n, float s);
 };
 
 extern const SoftmaxKernels softmax_kernels_scalar;

@@ -1,0 +1,9 @@
+// The avx512 reshape kernel table (compiled with this ISA's flags only).
+#include "reshape/reshape_kernels.hpp"
+
+namespace mha::detail {
+
+constinit const ReshapeKernels reshape_kernels_avx512 =
+    ReshapeImpl<XsimdLanes<xsimd::avx512f>>::table();
+
+}  // namespace mha::detail

@@ -1,0 +1,8 @@
+// The scalar reshape kernel table (compiled with this ISA's flags only).
+#include "reshape/reshape_kernels.hpp"
+
+namespace mha::detail {
+
+constinit const ReshapeKernels reshape_kernels_scalar = ReshapeImpl<ScalarLanes>::table();
+
+}  // namespace mha::detail

@@ -1,0 +1,198 @@
+// The softmax row kernels, written once against a lane policy (lanes.hpp) and
+// instantiated by one translation unit per ISA (softmax_<isa>.cpp).
+//
+// exp(x), for every ISA:
+//   n = round(x / ln2) (the "shifter" trick: k = fma(x, log2e, 1.5*2^23), whose
+//       low mantissa bits hold n as an integer), r = x - n*ln2 in two FMA steps
+//       (Cody-Waite), so |r| <= ln2/2 (+ rounding);
+//   exp(r) = 1 + r*(1 + r*q(r)), q of degree 4, Horner with FMA; the
+//       coefficients are a relative-error minimax fit (Lawson iterations, numpy)
+//       on [-0.3473, 0.3473], rounded to float: max relative error 4.1e-9
+//       (0.07 ulp) before evaluation rounding;
+//   2^n is applied by adding n to the exponent bits (integer add), never by a
+//       float multiply, so no denormal is ever produced or consumed;
+//   x < kExpLo (-126 ln2 rounded up) -> 0 (the true result is subnormal:
+//       flushed, as documented), x > kExpHi (largest float with exp(x) finite)
+//       or +inf -> +inf, NaN -> NaN, -inf -> 0.
+// Measured by bench/tools/exp_ulp.cpp (`mha_exp_ulp`) against float(exp(double))
+// for every float in [-87.3, 88.7]; see that tool for the figure per ISA.
+//
+// Sums are taken in an order fixed by n alone: 2 vector accumulators over the
+// 2-vector main loop, the odd vector into the first, the masked tail into the
+// second, then a fixed horizontal tree (lanes.hpp).
+#pragma once
+
+#include <cstddef>
+#include <limits>
+
+#include "softmax/kernels.hpp"
+#include "softmax/lanes.hpp"
+
+namespace mha::detail {
+namespace {
+
+constexpr float kLog2e = 1.44269502162933349609375f;
+constexpr float kLn2Hi = 0.693147182464599609375f;
+constexpr float kLn2Lo = -1.904654212125934e-09f;
+// 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits.
+constexpr float kShifter = 12582912.f;
+// Smallest float >= -126 ln2: from here up, n >= -126 and r >= 0 at n = -126,
+// so the result is a normal float.
+constexpr float kExpLo = -87.33654022216796875f;
+// Largest float whose correctly rounded exp is finite (ln FLT_MAX rounded down).
+constexpr float kExpHi = 88.72283172607421875f;
+// exp(r) = 1 + r*(1 + r*(c0 + c1 r + c2 r^2 + c3 r^3 + c4 r^4)).
+constexpr float kExpC0 = 0.4999999403953552f;
+constexpr float kExpC1 = 0.1666651964187622f;
+constexpr float kExpC2 = 0.041668400168418884f;
+constexpr float kExpC3 = 0.008368856273591518f;
+constexpr float kExpC4 = 0.0013814308913424611f;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+template <class L>
+struct SoftmaxImpl {
+  using V = typename L::V;
+  static constexpr std::size_t W = L::width;
+
+  static V exp_v(const V& x) {
+    const V k = L::fma(x, L::set1(kLog2e), L::set1(kShifter));
+    const V n = k - L::set1(kShifter);
+    V r = L::fma(n, L::set1(-kLn2Hi), x);
+    r = L::fma(n, L::set1(-kLn2Lo), r);
+    V q = L::fma(L::set1(kExpC4), r, L::set1(kExpC3));
+    q = L::fma(q, r, L::set1(kExpC2));
+    q = L::fma(q, r, L::set1(kExpC1));
+    q = L::fma(q, r, L::set1(kExpC0));
+    q = L::fma(q, r, L::set1(1.f));
+    const V p = L::fma(q, r, L::set1(1.f));
+    return L::exp_fixup(x, L::add_exponent(p, k), kExpLo, kExpHi);
+  }
+
+  // Loads the tail [0, m) of a row (m < W) into a full vector, padding with `pad`.
+  static V load_tail(const float* x, std::size_t m, float pad) {
+    alignas(64) float buf[W];
+    for (std::size_t j = 0; j < W; ++j) buf[j] = j < m ? x[j] : pad;
+    return L::load(buf);
+  }
+  static void store_tail(float* y, std::size_t m, const V& v) {
+    alignas(64) float buf[W];
+    L::store(buf, v);
+    for (std::size_t j = 0; j < m; ++j) y[j] = buf[j];
+  }
+
+  static void exp(const float* x, float* y, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + W <= n; i += W) L::store(y + i, exp_v(L::load(x + i)));
+    if (i < n) store_tail(y + i, n - i, exp_v(load_tail(x + i, n - i, 0.f)));
+  }
+
+  static float reduce_max(const float* x, std::size_t n) {
+    // Four accumulators: max has a 2-4 cycle latency and loads issue 2/cycle.
+    V m0 = L::set1(kNegInf), m1 = m0, m2 = m0, m3 = m0;
+    std::size_t i = 0;
+    for (; i + 4 * W <= n; i += 4 * W) {
+      m0 = L::max(m0, L::load(x + i));
+      m1 = L::max(m1, L::load(x + i + W));
+      m2 = L::max(m2, L::load(x + i + 2 * W));
+      m3 = L::max(m3, L::load(x + i + 3 * W));
+    }
+    for (; i + W <= n; i += W) m0 = L::max(m0, L::load(x + i));
+    if (i < n) m1 = L::max(m1, load_tail(x + i, n - i, kNegInf));
+    return L::hmax(L::max(L::max(m0, m1), L::max(m2, m3)));
+  }
+
+  // y = exp(x*s - shift) via one FMA; returns the sum of y.
+  static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
+    const V vs = L::set1(s), vshift = L::set1(-shift);
+    V s0 = L::set1(0.f), s1 = s0;
+    std::size_t i = 0;
+    for (; i + 2 * W <= n; i += 2 * W) {
+      const V e0 = exp_v(L::fma(L::load(x + i), vs, vshift));
+      const V e1 = exp_v(L::fma(L::load(x + i + W), vs, vshift));
+      L::store(y + i, e0);
+      L::store(y + i + W, e1);
+      s0 = s0 + e0;
+      s1 = s1 + e1;
+    }
+    if (i + W <= n) {
+      const V e = exp_v(L::fma(L::load(x + i), vs, vshift));
+      L::store(y + i, e);
+      s0 = s0 + e;
+      i += W;
+    }
+    if (i < n) {
+      const std::size_t m = n - i;
+      const V e = exp_v(L::fma(load_tail(x + i, m, 0.f), vs, vshift));
+      store_tail(y + i, m, e);
+      // The padded lanes' exp(-shift) must not enter the sum.
+      alignas(64) float buf[W];
+      L::store(buf, e);
+      for (std::size_t j = m; j < W; ++j) buf[j] = 0.f;
+      s1 = s1 + L::load(buf);
+    }
+    return L::hsum(s0 + s1);
+  }
+
+  static float exp_sum(float* x, std::size_t n, float shift) {
+    // fma(x, 1, -shift) is x - shift, rounded once.
+    return scale_exp_sum(x, x, n, 1.f, shift);
+  }
+
+  static void scale(float* x, std::size_t n, float s) {
+    const V vs = L::set1(s);
+    std::size_t i = 0;
+    for (; i + W <= n; i += W) L::store(x + i, L::load(x + i) * vs);
+    if (i < n) store_tail(x + i, n - i, load_tail(x + i, n - i, 0.f) * vs);
+  }
+
+  // y = fma(x, s, add) (add null: x*s); returns max(y) if `want_max`.
+  template <bool want_max>
+  static float scale_add_impl(const float* x, const float* add, float* y, std::size_t n, float s) {
+    const V vs = L::set1(s);
+    V m0 = L::set1(kNegInf), m1 = m0;
+    std::size_t i = 0;
+    auto one = [&](std::size_t at, V& m) {
+      const V z = add ? L::fma(L::load(x + at), vs, L::load(add + at)) : L::load(x + at) * vs;
+      L::store(y + at, z);
+      if constexpr (want_max) m = L::max(m, z);
+    };
+    for (; i + 2 * W <= n; i += 2 * W) {
+      one(i, m0);
+      one(i + W, m1);
+    }
+    if (i + W <= n) {
+      one(i, m0);
+      i += W;
+    }
+    if (i < n) {
+      const std::size_t m = n - i;
+      const V xv = load_tail(x + i, m, 0.f);
+      const V z = add ? L::fma(xv, vs, load_tail(add + i, m, 0.f)) : xv * vs;
+      store_tail(y + i, m, z);
+      if constexpr (want_max) {
+        alignas(64) float buf[W];
+        L::store(buf, z);
+        for (std::size_t j = m; j < W; ++j) buf[j] = kNegInf;
+        m1 = L::max(m1, L::load(buf));
+      }
+    }
+    if constexpr (want_max) return L::hmax(L::max(m0, m1));
+    return 0.f;
+  }
+
+  static void scale_add(const float* x, const float* add, float* y, std::size_t n, float s) {
+    scale_add_impl<false>(x, add, y, n, s);
+  }
+  static float scale_add_max(const float* x, const float* add, float* y, std::size_t n, float s) {
+    return scale_add_impl<true>(x, add, y, n, s);
+  }
+
+  static constexpr SoftmaxKernels table() {
+    return SoftmaxKernels{&exp,       &reduce_max,    &exp_sum,      &scale,
+                          &scale_add, &scale_exp_sum, &scale_add_max};
+  }
+};
+
+}  // namespace
+}  // namespace mha::detail
