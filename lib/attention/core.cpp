@@ -221,7 +221,10 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
   // Short query sets stay one block: splitting 80 rows as 64 + 16 would run
   // the second block's GEMMs at a quarter of the micro-kernel's rows.
-  p.q_block = q_len <= kQueryBlock + kQueryBlock / 2 ? q_len : kQueryBlock;
+  // Longer ones use blocks of whole micro-tiles (56 rows for AVX-512's 14-row
+  // tile rather than 64 = 4 x 14 + 8, whose last pass runs at 8/14).
+  p.q_block = q_len <= kQueryBlock + kQueryBlock / 2 ? q_len
+                                                     : std::max(g.mr, kQueryBlock / g.mr * g.mr);
   const std::size_t q_blocks = ceil_div(q_len, p.q_block);
   std::size_t tasks = batch * (weights && average ? 1 : s.num_heads) * q_blocks;
   p.chunk_len = round_up(kv_len, p.key_tile);
