@@ -27,9 +27,9 @@ const std::vector<AttentionConfig>& configs() {
       {"gpt2_causal_s1024", 768, 12, 1, 1024, 1024, true},
       {"gpt2large_causal_s1024", 1280, 20, 1, 1024, 1024, true},
       {"gpt3_hd128_b1_s256", 4096, 32, 1, 256, 256},
-      {"decode_kv128", 768, 12, 1, 1, 128, true, true},
-      {"decode_kv2048", 768, 12, 1, 1, 2048, true, true},
-      {"decode_kv8192", 768, 12, 1, 1, 8192, true, true},
+      {"decode_kv128", 768, 12, 1, 1, 128, false, true},
+      {"decode_kv2048", 768, 12, 1, 1, 2048, false, true},
+      {"decode_kv8192", 768, 12, 1, 1, 8192, false, true},
   };
   return list;
 }

@@ -17,7 +17,9 @@ struct AttentionConfig {
   std::string name;
   std::size_t embed_dim, heads, batch, q_len, kv_len;
   bool causal = false;
-  bool decode = false;  // one new token against a KV cache of kv_len - 1 positions
+  // One new token against a KV cache of kv_len - 1 positions (it sees every
+  // key, so `causal` stays false: the FLOP count has the full q·K term).
+  bool decode = false;
   std::size_t head_dim() const { return embed_dim / heads; }
   // 8·B·S·E² (four projections; for decode only the new token is projected)
   // + 4·B·Sq·Skv·E, with causal work counted as half of the S² term.
