@@ -51,7 +51,10 @@ void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
                  const float* bias = nullptr);
 
 // Full SGEMM, threaded: packs what pays to pack, uses the small/no-pack and
-// GEMV paths where they are faster. Arguments are assumed validated.
+// GEMV paths where they are faster. Arguments are assumed validated. Packs B
+// into ScratchSlot::kGemmB (gemm_serial and gemm_packed use only kGemmA, so a
+// caller may keep its own packed B in kGemmB while calling them). For m >= 2
+// it gives the same bits as pack_b + gemm_packed on the same kernels.
 void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
            float beta, float* c, std::size_t ldc);

@@ -16,17 +16,23 @@
 //   aligned, but the kernels use unaligned loads (same speed on aligned data
 //   on every target CPU) so views at any row offset work.
 // Micro-kernel: C[m x n] = alpha * A·B + beta * C for 1 <= m <= MR,
-//   1 <= n <= NR, k >= 1; it always computes the full MR x NR tile in
-//   registers (the padding is zero) and handles the edge in its store, through
-//   a small stack tile, so edge tiles cost one tile copy, not a scalar loop
-//   over k. beta == 0: C is never read (NaN/Inf in C do not propagate).
-//   Every element is alpha*acc + beta*c with acc an fma chain over p in
-//   order, whatever the tile position, so results do not depend on how the
-//   driver partitions M and N (threads).
+//   1 <= n <= NR, k >= 1. It is instantiated for every row count 1..MR, so a
+//   short strip (M edge, m == 1 decode) computes only its m rows; the N edge
+//   is computed full width in registers (B's padding is zero) and stored
+//   through a small stack tile, so edges cost one tile copy, never a scalar
+//   loop over k. beta == 0: C is never read (NaN/Inf in C do not propagate).
+//   Every element is alpha*acc + beta*c (the product first, then the sum),
+//   with acc an fma chain over p in order from 0, whatever the tile, its
+//   position or the operands' addressing, so results do not depend on how the
+//   driver partitions M and N (threads) nor on whether operands were packed.
+// Unpacked micro-kernel (small problems): the same on a tile of its own
+//   (MRU x NRU), reading A at any row/column stride and B rows at any stride
+//   in place; NRU floats must be readable in each B row.
 // Micro-kernels never allocate and never thread.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <xsimd/xsimd.hpp>
 
@@ -180,11 +186,19 @@ void ukernel_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
   }
   for (std::size_t p = 0; p < k; ++p) {
     if constexpr (kRowStridedA) {
-      // ROWS row streams of A at an arbitrary stride: fetch each row's
-      // next-but-three cache line ahead of use.
+      // ROWS row streams of A at an arbitrary stride: fetch each row 64
+      // floats ahead; near the end of k, the start of the rows below (the
+      // next strip, which the small path multiplies next). Addresses are
+      // computed as integers: they may lie past A, which a prefetch allows.
       if (p % 16 == 0) {
+        const std::size_t q = p + 64;
+        const std::size_t row_off = q < k ? q : (q - k) + ROWS * sa;
 #pragma GCC unroll 32
-        for (std::size_t i = 0; i < ROWS; ++i) __builtin_prefetch(a + i * sa + p + 64);
+        for (std::size_t i = 0; i < ROWS; ++i) {
+          const auto addr =
+              reinterpret_cast<std::uintptr_t>(a) + (i * sa + row_off) * sizeof(float);
+          __builtin_prefetch(reinterpret_cast<const void*>(addr));
+        }
       }
     }
     V bv[NV];
