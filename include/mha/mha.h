@@ -64,6 +64,43 @@ MHA_API void mha_set_num_threads(size_t n);
 /* The thread count a call made now on this thread would use. */
 MHA_API size_t mha_get_num_threads(void);
 
+/* ---- SGEMM ----------------------------------------------------------- */
+
+/* C[m x n] = alpha * op(A) * op(B) + beta * C, row-major (like cblas_sgemm
+ * with CblasRowMajor). transa/transb: 'N' (op(X) = X) or 'T' (op(X) = X^T),
+ * either case. A is stored m x k ('N', lda >= max(1, k)) or k x m ('T',
+ * lda >= max(1, m)); B is k x n ('N', ldb >= max(1, n)) or n x k ('T',
+ * ldb >= max(1, k)); ldc >= max(1, n). Pointers may be NULL only for a matrix
+ * with no elements. BLAS conventions: m or n == 0 is a no-op; k == 0 or
+ * alpha == 0 gives C = beta * C without reading A or B; beta == 0 never reads
+ * C (NaN in C is overwritten). Threaded; bit-identical at any thread count. */
+MHA_API mha_status mha_sgemm(char transa, char transb, size_t m, size_t n, size_t k, float alpha,
+                             const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                             float* c, size_t ldc);
+
+/* op(B) packed once for many products with it (weights). The object records
+ * the ISA it was packed for and always multiplies with that ISA's kernels, so
+ * it stays valid (and its results unchanged) after mha_set_isa switches the
+ * ISA for other calls. Immutable after creation: safe to share across
+ * threads. */
+typedef struct mha_sgemm_packed_b mha_sgemm_packed_b;
+
+/* Packs op(B) [k x n] (transb, ldb as in mha_sgemm; k and n >= 1). */
+MHA_API mha_status mha_sgemm_pack_b(char transb, size_t k, size_t n, const float* b, size_t ldb,
+                                    mha_sgemm_packed_b** out);
+MHA_API void mha_sgemm_packed_b_destroy(mha_sgemm_packed_b* packed);
+/* k and n of a packed B (0 for NULL). */
+MHA_API size_t mha_sgemm_packed_b_k(const mha_sgemm_packed_b* packed);
+MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed);
+
+/* C[m x n] = alpha * op(A) * B + beta * C (+ bias[j] on every row when bias
+ * is not NULL; bias has n elements and is added once, after the product).
+ * For m >= 2 bit-identical to mha_sgemm with the same arguments on the same
+ * ISA (m == 1 takes mha_sgemm's unpacked GEMV path, which rounds differently). */
+MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a,
+                                    size_t lda, const mha_sgemm_packed_b* b, float beta, float* c,
+                                    size_t ldc, const float* bias);
+
 /* ---- Softmax and head reshape ---------------------------------------- */
 
 /* Options of mha_softmax. A zero-initialised struct switches everything off
@@ -148,6 +185,38 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
                                          float* attn_weights,  /* NULL, or [batch, H, q_len, kv_len]
                                              ([batch, q_len, kv_len] when average_weights) */
                                          int average_weights);
+
+/* ---- KV cache for incremental decoding ------------------------------- */
+
+/* Projected keys and values of every position decoded so far, for `batch`
+ * sequences of up to `max_len` positions each, stored in the layout the
+ * attention kernels read (a step never repacks the cache). All batch rows
+ * advance together. A cache belongs to the attention object it was created
+ * for and must not be used after that object is destroyed. Steps on one cache
+ * must not run concurrently; different caches may step concurrently on one
+ * mha_attention. */
+typedef struct mha_kv_cache mha_kv_cache;
+
+MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, size_t max_len,
+                                       mha_kv_cache** out);
+MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache);
+/* Positions held (the same for every batch row); 0 for NULL. */
+MHA_API size_t mha_kv_cache_length(const mha_kv_cache* cache);
+/* Drops positions >= len (len <= length), e.g. to reject speculative tokens;
+ * len = 0 empties the cache. */
+MHA_API mha_status mha_kv_cache_truncate(mha_kv_cache* cache, size_t len);
+
+/* One decoding step: projects n_new tokens per batch row, appends their keys
+ * and values to the cache, and attends the new queries causally over the
+ * whole cache (new token t sees positions <= length + t). The result equals
+ * mha_attention_forward over the whole sequence with a causal mask, for the
+ * rows of the new tokens. n_new > 1 is a chunked prefill.
+ *   query [batch, n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim],
+ *   out   [batch, n_new, E].
+ * Fails with MHA_INVALID_ARGUMENT, changing nothing, if length + n_new > max_len. */
+MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* cache, size_t n_new,
+                                      const float* query, const float* key, const float* value,
+                                      float* out);
 
 #ifdef __cplusplus
 }

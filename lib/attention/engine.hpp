@@ -14,8 +14,8 @@ namespace mha::detail {
 
 // mha_config with every default resolved (kdim/vdim/num_kv_heads != 0).
 struct AttentionShape {
-  std::size_t embed_dim = 0;     // E
-  std::size_t num_heads = 0;     // H
+  std::size_t embed_dim = 0;  // E
+  std::size_t num_heads = 0;  // H
   std::size_t kdim = 0, vdim = 0;
   std::size_t num_kv_heads = 0;  // divides H
   std::size_t head_dim = 0;      // E / H
@@ -33,6 +33,36 @@ struct ForwardArgs {
   bool average_weights = false;
 };
 
+class AttentionEngine;
+
+// Projected K/V of every position decoded so far, for `batch` sequences of up
+// to `max_len` positions, stored in the packed layout the attention core
+// reads (so a decode step never repacks the cache). All batch rows have the
+// same length. One cache serves one sequence stream: steps on one cache must
+// not run concurrently; different caches may.
+class KvCache {
+ public:
+  KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const AttentionEngine& engine() const { return engine_; }
+  std::size_t batch() const { return batch_; }
+  std::size_t max_len() const { return max_len_; }
+  std::size_t length() const { return length_; }
+  // Drops positions >= len (len <= length()), e.g. to roll back rejected
+  // speculative tokens; truncate(0) empties the cache.
+  void truncate(std::size_t len);
+
+ private:
+  friend class AttentionEngine;
+  struct Storage;
+  const AttentionEngine& engine_;
+  std::size_t batch_, max_len_, length_ = 0;
+  std::unique_ptr<Storage> storage_;
+};
+
 class AttentionEngine {
  public:
   // Copies/packs the weights; the caller's arrays are not referenced later.
@@ -43,15 +73,37 @@ class AttentionEngine {
 
   // Thread-safe: any number of concurrent calls on one engine.
   void forward(const ForwardArgs& args) const;
+  // The calling thread's scratch that forward(args) uses (grown once, then
+  // reused): projections, packed K/V and merged heads, O(batch·len·E); never
+  // O(len²) unless weights are requested (they go to the caller's array).
+  std::size_t forward_workspace_floats(const ForwardArgs& args) const;
+
+  // Incremental decoding: projects n_new tokens per batch row (query [batch,
+  // n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim]), appends
+  // their K/V to the cache and attends them causally over the whole cache
+  // (new token t sees positions <= length + t). out: [batch, n_new, E].
+  // Requires cache.length() + n_new <= cache.max_len() and a cache created
+  // for this engine.
+  void step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
+            const float* value, float* out) const;
 
   const AttentionShape& shape() const { return shape_; }
   const KernelSet& kernels() const { return kernels_; }
 
+  struct Impl;  // packed weights (engine_fused.cpp)
+
  private:
-  struct Impl;
   const KernelSet& kernels_;
   AttentionShape shape_;
   std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace mha::detail
+
+// The C handles, defined once here for every C entry point.
+struct mha_attention {
+  std::unique_ptr<mha::detail::AttentionEngine> engine;
+};
+struct mha_kv_cache {
+  std::unique_ptr<mha::detail::KvCache> cache;
+};

@@ -13,6 +13,15 @@ struct GemmKernels {
   // a: packed A strip [k][mr]; b: packed B strip [k][nr]; beta == 0: C not read.
   void (*ukernel)(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
                   std::size_t m, std::size_t n, float alpha, float beta);
+  // The same for unpacked operands (the small-problem path), on its own
+  // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
+  // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb with
+  // nr_u floats readable there even when n < nr_u. Every element gets the
+  // same arithmetic as in ukernel, so the same bits.
+  std::size_t mr_u, nr_u;
+  void (*ukernel_unpacked)(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
+                           const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                           std::size_t m, std::size_t n, float alpha, float beta);
   // Packs op(A) [m x k] (m <= mr*strips) into strips of mr rows: strip s at
   // dst + s*k*mr, laid out [k][mr], rows past m zero.
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda,
@@ -21,6 +30,13 @@ struct GemmKernels {
   // laid out [k][nr], columns past n zero. strip_stride >= k*nr.
   void (*pack_b)(bool trans, std::size_t k, std::size_t n, const float* b, std::size_t ldb,
                  float* dst, std::size_t strip_stride);
+  // GEMV for m == 1 (a decode step), unpacked: c[j] = alpha * sum_p a[p] * op(B)(p, j)
+  // + beta * c[j] for j < n, with a contiguous [k], k >= 1, and op(B)(p, j) =
+  // b[p*ldb + j] (gemv_n) or b[j*ldb + p] (gemv_t). beta == 0: c not read.
+  void (*gemv_n)(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
+                 std::size_t ldb, float beta, float* c);
+  void (*gemv_t)(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
+                 std::size_t ldb, float beta, float* c);
 };
 
 extern const GemmKernels gemm_kernels_scalar;

@@ -1,0 +1,69 @@
+// Baselines for bench_attention: multi-head attention composed the way a
+// competent engineer composes it from a BLAS — projection GEMMs, head-split
+// copies, per-head batched Q·Kᵀ, a plain max-subtracted softmax (masking by
+// adding -inf to the full score matrix), per-head batched P·V, a head-merge
+// copy and the output GEMM. The GEMM backend (oneDNN or OpenBLAS) is the only
+// thing that differs.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mha::bench {
+
+struct AttentionConfig {
+  std::string name;
+  std::size_t embed_dim, heads, batch, q_len, kv_len;
+  bool causal = false;
+  bool decode = false;  // one new token against a KV cache of kv_len - 1 positions
+  std::size_t head_dim() const { return embed_dim / heads; }
+  // 8·B·S·E² (four projections; for decode only the new token is projected)
+  // + 4·B·Sq·Skv·E, with causal work counted as half of the S² term.
+  double flops() const;
+};
+
+// Row-major GEMM with optional batch: for each i < batch,
+// C_i[m x n] = op(A_i)·op(B_i) (+ bias[n]); op(B) = Bᵀ when trans_b.
+struct GemmDesc {
+  std::size_t batch = 1, m, n, k;
+  std::size_t lda, ldb, ldc;
+  std::size_t stride_a = 0, stride_b = 0, stride_c = 0;  // per batch item
+  bool trans_b = false;
+  bool bias = false;
+};
+
+class GemmBackend {
+ public:
+  virtual ~GemmBackend() = default;
+  // Registers a GEMM shape before timing (oneDNN creates its primitive here).
+  virtual std::size_t add(const GemmDesc& d) = 0;
+  virtual void run(std::size_t id, const float* a, const float* b, float* c, const float* bias) = 0;
+};
+
+std::unique_ptr<GemmBackend> make_onednn_backend();
+std::unique_ptr<GemmBackend> make_openblas_backend();
+
+class ComposedAttention {
+ public:
+  // Weights in PyTorch's [out, in] layout: wq, wk, wv, wo each [E, E].
+  // weights: wq, wk, wv, wo concatenated; biases: bq, bk, bv, bo. The
+  // non-GEMM loops (copies, softmax) run on `threads` TBB threads.
+  ComposedAttention(const AttentionConfig& c, std::unique_ptr<GemmBackend> gemm,
+                    std::vector<float> weights, std::vector<float> biases, int threads);
+  ~ComposedAttention();
+  // x: [B, Sq, E] (self-attention input; for decode the new token), out: [B, Sq, E].
+  void forward(const float* x, float* out);
+
+ private:
+  AttentionConfig c_;
+  std::unique_ptr<GemmBackend> gemm_;
+  std::vector<float> w_, bias_;
+  std::vector<float> q_, k_, v_, qh_, kh_, vh_, scores_, oh_, merged_;
+  std::size_t g_q_, g_kv_, g_scores_, g_pv_, g_out_;
+  struct Arena;
+  std::unique_ptr<Arena> arena_;
+};
+
+}  // namespace mha::bench

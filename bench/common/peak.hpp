@@ -1,0 +1,25 @@
+// Per-ISA FMA throughput loops, one translation unit each (peak_<isa>.cpp, built
+// with that ISA's flags by mha_isa_sources). Each runs `iterations` steps of
+// independent multiply-add chains on one thread and returns the fp32 flops it
+// performed; `sink` receives a value depending on every chain, so the compiler
+// cannot drop any of them.
+#pragma once
+
+#include <cstdint>
+
+namespace mha::bench::detail {
+
+namespace scalar {
+double fma_loop(std::uint64_t iterations, float* sink);
+}
+namespace avx2 {
+double fma_loop(std::uint64_t iterations, float* sink);
+}
+namespace avx512 {
+double fma_loop(std::uint64_t iterations, float* sink);
+}
+namespace neon {
+double fma_loop(std::uint64_t iterations, float* sink);
+}
+
+}  // namespace mha::bench::detail

@@ -1,0 +1,1036 @@
+#!/usr/bin/python3
+"""Run the mha benchmarks and turn their output into records, tables, plots and reports.
+
+Subcommands (see bench/results/README.md for the full story):
+  headline --build DIR [--out DIR]   ~2 minute headline selection, table + record + plots
+  run --build DIR [--suite S] [--threads 1,2] [--isa avx2,avx512] [--repetitions N] [--out DIR]
+  report RECORD.json [--out DIR]     table + plots + report.md from a record
+  compare A.json B.json [...]        side-by-side times and ratios of configs common to all
+  smoke --build DIR                  tiny end-to-end run (CI): one config per suite, plots
+
+A record is a JSON file holding the Google Benchmark JSON of every binary run
+plus a "machine" section (CPU, cores, caches, ISAs, library version, compiler,
+measured peaks), so records from different machines can be compared.
+
+Benchmark names follow <suite>/<config>/<impl>/threads:<t> (bench/common/bench_common.hpp).
+Only python3's standard library and matplotlib (Agg backend) are used. Every
+user error ends in one line on stderr and exit status 2, never a traceback.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+
+RECORD_FORMAT = "mha-bench-record"
+RECORD_VERSION = 1
+SUITE_BINARY = {"gemm": "bench_gemm", "softmax": "bench_softmax", "attention": "bench_attention"}
+# bench_softmax also carries the reshape suite.
+SUITE_PREFIXES = {"gemm": ["gemm"], "softmax": ["softmax", "reshape"], "attention": ["attention"]}
+SUITE_ORDER = ["gemm", "softmax", "reshape", "attention"]
+BASELINES = ("onednn", "openblas")  # "best baseline" is the faster of these
+REFERENCES = ("plain", "memcpy")  # used for the ratio only where no baseline ran
+NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:(?P<threads>\d+)"
+                     r"(?P<rest>/.*)?$")
+TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+SKIP_EXIT = 77  # bench binaries: MHA_ISA names an ISA this CPU cannot run
+
+
+class UserError(Exception):
+    """An error the user can fix; reported as one line, exit status 2."""
+
+
+def eprint(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- machine
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu_model():
+    info = read_text("/proc/cpuinfo") or ""
+    fields = {}
+    for line in info.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        if fields.get(key):
+            return fields[key]
+    if "CPU part" in fields:  # aarch64 without a model name
+        return "{} (implementer {}, part {})".format(platform.machine(),
+                                                     fields.get("CPU implementer", "?"),
+                                                     fields["CPU part"])
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def physical_cores():
+    info = read_text("/proc/cpuinfo") or ""
+    cores = set()
+    phys = core = None
+    for line in info.splitlines() + [""]:
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "physical id":
+            phys = value.strip()
+        elif key == "core id":
+            core = value.strip()
+        elif not line.strip():
+            if core is not None:
+                cores.add((phys, core))
+            phys = core = None
+    return len(cores) or None
+
+
+def cache_sizes():
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    caches = {}
+    try:
+        entries = sorted(e for e in os.listdir(base) if e.startswith("index"))
+    except OSError:
+        return caches
+    for entry in entries:
+        level = read_text(os.path.join(base, entry, "level"))
+        kind = read_text(os.path.join(base, entry, "type")) or ""
+        size = read_text(os.path.join(base, entry, "size"))
+        if not level or not size:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        caches["L" + level + suffix] = size
+    return caches
+
+
+def machine_section(runs, threads):
+    """The record's machine section, from this host and the runs' context keys."""
+    contexts = [r["gbench"].get("context", {}) for r in runs if r.get("gbench")]
+    first = contexts[0] if contexts else {}
+    available = [s for s in first.get("mha_isas_available", "").split(",") if s]
+    unforced = [c.get("mha_isa") for r, c in zip(runs, contexts) if "MHA_ISA" not in r["env"]]
+    peaks = {}
+    for c in contexts:
+        isa = c.get("mha_isa", "?")
+        for key, value in c.items():
+            m = re.fullmatch(r"peak_gflops_(\d+)t", key)
+            if m:
+                peaks.setdefault(isa, {})[m.group(1)] = float(value)
+    triad = [float(c["triad_gbps_1t"]) for c in contexts if "triad_gbps_1t" in c]
+    return {
+        "cpu_model": cpu_model(),
+        "arch": platform.machine(),
+        "logical_cpus": os.cpu_count(),
+        "physical_cores": physical_cores(),
+        "caches": cache_sizes(),
+        "os": platform.platform(),
+        "isa_chosen": (unforced[0] if unforced else (available[0] if available else None)),
+        "isas_available": available,
+        "isas_run": sorted({c.get("mha_isa") for c in contexts if c.get("mha_isa")}),
+        "mha_version": first.get("mha_version"),
+        "mha_git_rev": first.get("mha_git_rev"),
+        "compiler": first.get("compiler"),
+        "threads": threads,
+        "peak_gflops": peaks,
+        "triad_gbps_1t": max(triad) if triad else None,
+        "gbench_cpu": {k: first.get(k) for k in ("num_cpus", "mhz_per_cpu", "library_build_type")
+                       if k in first},
+    }
+
+
+# ---------------------------------------------------------------- records
+
+
+def load_record(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except OSError as e:
+        raise UserError("{}: cannot read: {}".format(path, e.strerror or e))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError("{}: not valid JSON ({})".format(path, e))
+    if not isinstance(record, dict) or not isinstance(record.get("machine"), dict):
+        raise UserError("{}: not an mha benchmark record (no 'machine' section); records are "
+                        "written by 'mha_bench.py run' or 'headline'".format(path))
+    runs = record.get("runs")
+    if not isinstance(runs, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("gbench"), dict) and
+            isinstance(r["gbench"].get("benchmarks", []), list) for r in runs):
+        raise UserError("{}: malformed record: 'runs' must be a list of objects each holding "
+                        "Google Benchmark JSON under 'gbench'".format(path))
+    for run in runs:
+        gbench = run["gbench"]
+        if not isinstance(gbench.get("context", {}), dict) or not all(
+                isinstance(b, dict) and isinstance(b.get("name"), str)
+                for b in gbench.get("benchmarks", [])):
+            raise UserError("{}: malformed record: a Google Benchmark 'context' is not an object "
+                            "or a benchmark entry has no 'name'".format(path))
+    machine = record["machine"]
+    for key in ("caches", "peak_gflops"):
+        if not isinstance(machine.get(key, {}), dict):
+            raise UserError("{}: malformed record: machine.{} is not an object".format(path, key))
+    record["path"] = path
+    return record
+
+
+def parse_name(name):
+    m = NAME_RE.match(name)
+    if not m:
+        return None
+    return m.group("suite"), m.group("config"), m.group("impl"), int(m.group("threads"))
+
+
+def to_float(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def results(record):
+    """One row per (suite, config, impl, threads, isa): the median over repetitions.
+
+    Malformed benchmark entries raise UserError naming the record."""
+    rows = {}
+    order = []
+    path = record.get("path", "record")
+    for run in record["runs"]:
+        context = run["gbench"].get("context", {})
+        isa = context.get("mha_isa") or run.get("isa") or "?"
+        groups = {}
+        for b in run["gbench"].get("benchmarks", []):
+            if not isinstance(b, dict) or "name" not in b:
+                raise UserError("{}: malformed benchmark entry (no 'name')".format(path))
+            run_name = b.get("run_name", b["name"])
+            groups.setdefault(run_name, []).append(b)
+        for run_name, entries in groups.items():
+            parsed = parse_name(run_name)
+            if parsed is None:
+                continue
+            errors = [e for e in entries if e.get("error_occurred")]
+            medians = [e for e in entries
+                       if e.get("run_type") == "aggregate" and e.get("aggregate_name") == "median"]
+            iterations = [e for e in entries if e.get("run_type", "iteration") == "iteration"]
+            if medians:
+                chosen = medians[0]
+            elif iterations:
+                chosen = sorted(iterations, key=lambda e: to_float(e.get("real_time")) or 0.0)[
+                    (len(iterations) - 1) // 2]
+            else:
+                continue
+            cv = [e for e in entries
+                  if e.get("run_type") == "aggregate" and e.get("aggregate_name") == "cv"]
+            unit = TIME_UNIT_MS.get(chosen.get("time_unit", "ns"))
+            real_time = to_float(chosen.get("real_time"))
+            if unit is None or (real_time is None and not errors):
+                raise UserError("{}: malformed benchmark entry '{}' (real_time/time_unit)".format(
+                    path, chosen["name"]))
+            suite, config, impl, threads = parsed
+            key = (suite, config, impl, threads, isa)
+            row = {
+                "suite": suite, "config": config, "impl": impl, "threads": threads, "isa": isa,
+                "ms": None if errors else real_time * unit,
+                "gflops": to_float(chosen.get("GFLOPS")),
+                "peak_pct": to_float(chosen.get("peak_pct")),
+                "gbps": to_float(chosen.get("GBps")),
+                "cv_pct": (to_float(cv[0].get("real_time")) * 100.0
+                           if cv and to_float(cv[0].get("real_time")) is not None else None),
+                "error": errors[0].get("error_message", "error") if errors else None,
+            }
+            if key not in rows:
+                order.append(key)
+            rows[key] = row
+    return [rows[k] for k in order]
+
+
+def suite_rank(suite):
+    return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
+
+
+def primary_isa(record, rows):
+    isas = []
+    for r in rows:
+        if r["isa"] not in isas:
+            isas.append(r["isa"])
+    chosen = record["machine"].get("isa_chosen")
+    if chosen in isas:
+        return chosen
+    return isas[0] if isas else chosen
+
+
+def best_baseline(rows, row):
+    """Fastest onednn/openblas row for row's config and threads (same ISA run preferred),
+    or a plain/memcpy reference where no baseline ran."""
+    for pool in (BASELINES, REFERENCES):
+        candidates = [r for r in rows
+                      if r["impl"] in pool and r["ms"] is not None and
+                      (r["suite"], r["config"], r["threads"]) ==
+                      (row["suite"], row["config"], row["threads"])]
+        same_isa = [r for r in candidates if r["isa"] == row["isa"]]
+        candidates = same_isa or candidates
+        if candidates:
+            return min(candidates, key=lambda r: r["ms"])
+    return None
+
+
+# ---------------------------------------------------------------- tables
+
+
+def fmt(value, spec, empty="-"):
+    return empty if value is None else format(value, spec)
+
+
+def render_table(headers, body, aligns):
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *body)] if body else [
+        len(h) for h in headers]
+    lines = []
+    for cells in [headers] + body:
+        parts = [str(c).ljust(w) if a == "<" else str(c).rjust(w)
+                 for c, w, a in zip(cells, widths, aligns)]
+        lines.append("  ".join(parts).rstrip())
+        if cells is headers:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(headers, body, aligns):
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join("---:" if a == ">" else ":---" for a in aligns) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in cells) + " |" for cells in body]
+    return "\n".join(lines)
+
+
+HEADLINE_HEADERS = ["configuration", "thr", "isa", "ms", "GFLOP/s", "%peak", "GB/s",
+                    "best baseline", "ratio"]
+HEADLINE_ALIGNS = ["<", ">", "<", ">", ">", ">", ">", "<", ">"]
+RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best baseline = the "
+              "faster of oneDNN and OpenBLAS for the same configuration and threads; %peak is "
+              "against the measured FMA peak of the ISA at that thread count.")
+
+
+def headline_body(rows):
+    """Rows of the compact table: every mha result (or, for configs with no mha result,
+    nothing: baselines appear through the ratio)."""
+    ours = [r for r in rows if r["impl"] == "mha"]
+    first_seen = {}
+    for i, r in enumerate(ours):
+        first_seen.setdefault((r["suite"], r["config"]), i)
+    lead_isa = ours[0]["isa"] if ours else None
+    ours.sort(key=lambda r: (suite_rank(r["suite"]), first_seen[(r["suite"], r["config"])],
+                             r["threads"], r["isa"] != lead_isa, r["isa"]))
+    body = []
+    for r in ours:
+        base = best_baseline(rows, r)
+        if r["ms"] is None:
+            body.append([r["suite"] + "/" + r["config"], r["threads"], r["isa"], "-", "-", "-",
+                         "-", "error: " + (r["error"] or "?"), "-"])
+            continue
+        body.append([
+            r["suite"] + "/" + r["config"], r["threads"], r["isa"], fmt(r["ms"], ".3f"),
+            fmt(r["gflops"], ".1f"), fmt(r["peak_pct"], ".1f"), fmt(r["gbps"], ".1f"),
+            "{} {:.3f} ms".format(base["impl"], base["ms"]) if base else "-",
+            "{:.2f}x".format(base["ms"] / r["ms"]) if base and r["ms"] > 0 else "-",
+        ])
+    return body
+
+
+def machine_lines(machine):
+    caches = machine.get("caches") or {}
+    peaks = machine.get("peak_gflops") or {}
+    peak_text = "; ".join("{} {}".format(isa, ", ".join(
+        "{}t {:.4g}".format(t, v) for t, v in sorted(per.items(), key=lambda kv: int(kv[0]))))
+        for isa, per in sorted(peaks.items()))
+    cpu = "{} ({} logical CPUs, {} cores, {})".format(
+        machine.get("cpu_model"), machine.get("logical_cpus"), machine.get("physical_cores"),
+        machine.get("arch"))
+    if machine.get("emulator"):
+        cpu += "; binaries ran under '{}': timings mean nothing".format(machine["emulator"])
+    return [
+        ("CPU", cpu),
+        ("caches", ", ".join("{} {}".format(k, v) for k, v in sorted(caches.items())) or "-"),
+        ("ISA", "{} (available: {})".format(machine.get("isa_chosen"),
+                                            ",".join(machine.get("isas_available") or []))),
+        ("mha", "{} (git {}), {}".format(machine.get("mha_version"), machine.get("mha_git_rev"),
+                                         machine.get("compiler"))),
+        ("threads", ",".join(str(t) for t in machine.get("threads") or [])),
+        ("peak GFLOP/s", peak_text or "-"),
+        ("triad GB/s (1t)", fmt(machine.get("triad_gbps_1t"), ".1f")),
+    ]
+
+
+def headline_text(record, rows):
+    lines = ["{:<16} {}".format(k + ":", v) for k, v in machine_lines(record["machine"])]
+    body = headline_body(rows)
+    if not body:
+        lines.append("(no mha results in this record)")
+    else:
+        lines += ["", render_table(HEADLINE_HEADERS, body, HEADLINE_ALIGNS), "", RATIO_NOTE]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- plots
+
+
+def pyplot():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def short_cpu(machine):
+    model = machine.get("cpu_model") or "unknown CPU"
+    model = re.sub(r"\((R|TM|tm)\)|CPU|Processor|\s+@.*$", "", model)
+    return re.sub(r"\s+", " ", model).strip()
+
+
+def plot_metric(rows):
+    return ("gflops", "GFLOP/s") if any(r["gflops"] for r in rows) else ("gbps", "GB/s")
+
+
+def bar_chart(plt, path, title, ylabel, groups, series, values, ref_line=None):
+    """Grouped bars: values[(group, series)]; missing pairs are left empty."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series)) * 0.45 + 3),
+                                    4.5))
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ys = [values.get((grp, s), 0.0) or 0.0 for grp in groups]
+        ax.bar(xs, ys, width, label=s)
+    if ref_line is not None:
+        ax.axhline(ref_line, color="black", linewidth=0.8, linestyle="--")
+    positive = [v for v in values.values() if v]
+    if positive and max(positive) > 30 * min(positive):
+        # Shapes from GEMV to sq1024 span two orders of magnitude: a linear
+        # axis would flatten the small ones to nothing.
+        ax.set_yscale("log")
+        ylabel += " (log scale)"
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_plots(record, rows, out_dir):
+    """PNG plots for a record; returns [(file name, caption)]."""
+    plt = pyplot()
+    if plt is None:
+        eprint("mha_bench: plots skipped: matplotlib is not installed "
+               "(apt-get install python3-matplotlib)")
+        return []
+    machine = record["machine"]
+    cpu = short_cpu(machine)
+    isa = primary_isa(record, rows)
+    made = []
+    suites = sorted({r["suite"] for r in rows}, key=suite_rank)
+    for suite in suites:
+        srows = [r for r in rows if r["suite"] == suite and r["ms"] is not None and
+                 (r["isa"] == isa or r["impl"] != "mha")]
+        if not srows:
+            continue
+        metric, unit = plot_metric(srows)
+        groups, series, values = [], [], {}
+        for r in srows:
+            if r[metric] is None:
+                continue
+            g = "{} {}t".format(r["config"], r["threads"])
+            if g not in groups:
+                groups.append(g)
+            if r["impl"] not in series:
+                series.append(r["impl"])
+            values.setdefault((g, r["impl"]), r[metric])
+        if not groups:
+            continue
+        series.sort(key=lambda s: (s != "mha", s))
+        name = "{}_{}.png".format(metric, suite)
+        bar_chart(plt, os.path.join(out_dir, name),
+                  "{}: {} per shape, mha ({}) vs baselines\n{}".format(suite, unit, isa, cpu),
+                  unit, groups, series, values)
+        made.append((name, "{} {} per shape: mha vs baselines".format(suite, unit)))
+
+    ours = [r for r in rows if r["impl"] == "mha" and r["isa"] == isa and r["ms"] is not None]
+    thread_counts = sorted({r["threads"] for r in ours})
+    if len(thread_counts) > 1:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        configs = []
+        for r in ours:
+            if (r["suite"], r["config"]) not in configs:
+                configs.append((r["suite"], r["config"]))
+        plotted = 0
+        for suite, config in configs:
+            by_t = {r["threads"]: r["ms"] for r in ours
+                    if (r["suite"], r["config"]) == (suite, config)}
+            if 1 not in by_t or len(by_t) < 2:
+                continue
+            ts = sorted(by_t)
+            ax.plot(ts, [by_t[1] / by_t[t] for t in ts], marker="o",
+                    label="{}/{}".format(suite, config))
+            plotted += 1
+        peaks = machine.get("peak_gflops", {}).get(isa, {})
+        if "1" in peaks and all(str(t) in peaks for t in thread_counts):
+            ax.plot(thread_counts, [peaks[str(t)] / peaks["1"] for t in thread_counts], "k--",
+                    label="measured FMA peak ratio")
+        ax.plot(thread_counts, thread_counts, ":", color="grey", label="linear")
+        if plotted:
+            ax.set_xticks(thread_counts)
+            ax.set_xlabel("threads")
+            ax.set_ylabel("speedup over 1 thread (x)")
+            ax.set_title("mha thread scaling ({})\n{}".format(isa, cpu), fontsize=10)
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(os.path.join(out_dir, "thread_scaling.png"), dpi=90)
+            made.append(("thread_scaling.png", "mha speedup over 1 thread"))
+        plt.close(fig)
+
+    isas = sorted({r["isa"] for r in rows if r["impl"] == "mha" and r["ms"] is not None})
+    if "avx2" in isas and "avx512" in isas:
+        pairs = {}
+        for r in rows:
+            if r["impl"] == "mha" and r["ms"] is not None and r["isa"] in ("avx2", "avx512"):
+                pairs.setdefault((r["suite"], r["config"], r["threads"]), {})[r["isa"]] = r
+        both = [(k, v) for k, v in pairs.items() if len(v) == 2]
+        if both:
+            metric, unit = plot_metric([r for _, v in both for r in v.values()])
+            groups = ["{}/{} {}t".format(*k) for k, _ in both]
+            values = {}
+            for g, (_, v) in zip(groups, both):
+                for isa_name, r in v.items():
+                    values[(g, isa_name)] = r[metric] if r[metric] is not None else 0.0
+            bar_chart(plt, os.path.join(out_dir, "isa_avx2_vs_avx512.png"),
+                      "mha {}: AVX2 vs AVX-512\n{}".format(unit, cpu), unit, groups,
+                      ["avx2", "avx512"], values)
+            made.append(("isa_avx2_vs_avx512.png", "mha AVX2 vs AVX-512"))
+    return made
+
+
+# ---------------------------------------------------------------- report
+
+
+def write_report(record, out_dir, require_plots=False):
+    rows = results(record)
+    if not rows:
+        raise UserError("{}: the record holds no benchmark results named "
+                        "<suite>/<config>/<impl>/threads:<t>".format(record.get("path", "record")))
+    os.makedirs(out_dir, exist_ok=True)
+    text = headline_text(record, rows)
+    with open(os.path.join(out_dir, "table.txt"), "w", encoding="utf-8") as f:
+        f.write(text)
+    plots = write_plots(record, rows, out_dir)
+    if require_plots and not plots:
+        raise UserError("no plots were written (is python3-matplotlib installed?)")
+    md = ["# mha benchmark report", "",
+          "Record: `{}`, written {} by `{}`.".format(
+              os.path.basename(record.get("path", "record.json")), record.get("created", "?"),
+              record.get("command", "?")), ""]
+    md += ["| machine | |", "|:---|:---|"]
+    md += ["| {} | {} |".format(k, v) for k, v in machine_lines(record["machine"])]
+    body = headline_body(rows)
+    if body:
+        md += ["", "## Results", "", markdown_table(HEADLINE_HEADERS, body, HEADLINE_ALIGNS), "",
+               RATIO_NOTE]
+    skipped = record.get("skipped") or []
+    if skipped:
+        md += ["", "Not run: " + "; ".join(skipped)]
+    for name, caption in plots:
+        md += ["", "## " + caption, "", "![{}]({})".format(caption, name)]
+    with open(os.path.join(out_dir, "report.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md) + "\n")
+    return text, plots
+
+
+# ---------------------------------------------------------------- compare
+
+
+def record_label(record):
+    rows = results(record)
+    return "{} / {} / {}".format(short_cpu(record["machine"]), primary_isa(record, rows),
+                                 os.path.basename(record.get("path", "?")))
+
+
+def compare(records, impls):
+    """(text, labels, keys, times) for configs common to all records, each at its primary ISA."""
+    labels = [record_label(r) for r in records]
+    per_record = []
+    for record in records:
+        rows = results(record)
+        isa = primary_isa(record, rows)
+        per_record.append({(r["suite"], r["config"], r["impl"], r["threads"]): r["ms"]
+                           for r in rows if r["isa"] == isa and r["impl"] in impls and
+                           r["ms"] is not None})
+    common = [k for k in per_record[0] if all(k in m for m in per_record[1:])]
+    if not common:
+        sizes = ", ".join("{} has {}".format(os.path.basename(r.get("path", "?")), len(m))
+                          for r, m in zip(records, per_record))
+        raise UserError("no configuration (impl {}) is common to all records ({})".format(
+            ",".join(impls), sizes))
+    common.sort(key=lambda k: suite_rank(k[0]))
+    headers = ["configuration", "impl", "thr"] + ["ms [{}]".format(chr(ord("A") + i))
+                                                  for i in range(len(records))]
+    headers += ["A/{}".format(chr(ord("A") + i)) for i in range(1, len(records))]
+    body = []
+    for k in common:
+        times = [m[k] for m in per_record]
+        body.append([k[0] + "/" + k[1], k[2], k[3]] + ["{:.3f}".format(t) for t in times] +
+                    ["{:.2f}x".format(times[0] / t) if t > 0 else "-" for t in times[1:]])
+    aligns = ["<", "<", ">"] + [">"] * (2 * len(records) - 1)
+    lines = ["{}: {}".format(chr(ord("A") + i), label) for i, label in enumerate(labels)]
+    lines += ["", render_table(headers, body, aligns), "",
+              "A/X = time in A / time in X (>1: X is faster than A)."]
+    times = {k: [m[k] for m in per_record] for k in common}
+    return "\n".join(lines) + "\n", labels, common, times
+
+
+def compare_plot(out_dir, labels, keys, times):
+    plt = pyplot()
+    if plt is None:
+        eprint("mha_bench: plot skipped: matplotlib is not installed "
+               "(apt-get install python3-matplotlib)")
+        return None
+    groups = ["{}/{} {} {}t".format(*k) for k in keys]
+    series = ["{}: {}".format(chr(ord("A") + i), labels[i]) for i in range(1, len(labels))]
+    values = {}
+    for g, k in zip(groups, keys):
+        for i in range(1, len(labels)):
+            values[(g, series[i - 1])] = times[k][0] / times[k][i]
+    name = "compare_ratio.png"
+    bar_chart(plt, os.path.join(out_dir, name),
+              "speed relative to A = {} (>1: faster than A)".format(labels[0]),
+              "time A / time X (x)", groups, series, values, ref_line=1.0)
+    return name
+
+
+# ---------------------------------------------------------------- running
+
+
+def bench_command(binary, emulator):
+    return (shlex.split(emulator) if emulator else []) + [binary]
+
+
+def list_benchmarks(cmd, env, regex):
+    proc = subprocess.run(cmd + ["--benchmark_list_tests=true", "--benchmark_filter=" + regex],
+                          env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode == SKIP_EXIT:
+        return None
+    if proc.returncode != 0:
+        raise UserError("{} --benchmark_list_tests failed (exit {}): {}".format(
+            cmd[-1], proc.returncode, last_line(proc.stderr)))
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def progress_time(line):
+    """'<name> 123456 ns 120000 ns 100' (console reporter) -> '0.123 ms'."""
+    parts = line.split()
+    if len(parts) >= 3 and parts[2] in TIME_UNIT_MS and to_float(parts[1]) is not None:
+        return "{:.3f} ms".format(to_float(parts[1]) * TIME_UNIT_MS[parts[2]])
+    return " ".join(parts[1:3])
+
+
+def ere_escape(text):
+    """Escapes text for Google Benchmark's filter, a POSIX extended regex (no lookahead, no \\d)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
+
+
+def last_line(text):
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no output)"
+
+
+class Runner:
+    """Runs bench binaries with a progress line per benchmark, collecting their JSON."""
+
+    def __init__(self, build, out_dir, emulator=None, timeout=600):
+        self.bench_dir = os.path.join(build, "bench")
+        self.out_dir = out_dir
+        self.emulator = emulator
+        self.timeout = timeout
+        self.runs = []
+        self.skipped = []
+        self.step = 0
+
+    def binary(self, suite):
+        path = os.path.join(self.bench_dir, SUITE_BINARY[suite])
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+    def run(self, suite, regex, threads, isa=None, repetitions=1, min_time=0.5, extra=None):
+        """Runs the benchmarks of `suite` whose names match the POSIX regex `regex` (and every
+        Python regex in `extra`) with MHA_BENCH_THREADS=threads and MHA_ISA=isa."""
+        binary = self.binary(suite)
+        env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
+        if isa:
+            env["MHA_ISA"] = isa
+        cmd = bench_command(binary, self.emulator)
+        names = list_benchmarks(cmd, env, regex)
+        label = "{}{}".format(SUITE_BINARY[suite], " MHA_ISA=" + isa if isa else "")
+        if names is None:
+            self.skipped.append("{}: ISA not supported on this CPU".format(label))
+            print("  skip {}: ISA not supported here".format(label), flush=True)
+            return
+        extra = [e for e in (extra or []) if e]
+        if extra:
+            names = [n for n in names if all(re.search(e, n) for e in extra)]
+            regex = "^({})$".format("|".join(ere_escape(n) for n in names))
+        if not names:
+            self.skipped.append("{}: no benchmark matches /{}/".format(label, regex))
+            print("  skip {}: no benchmark matches /{}/".format(label, regex), flush=True)
+            return
+        self.step += 1
+        out_json = os.path.join(self.out_dir, "gbench-{:02d}-{}{}.json".format(
+            self.step, suite, "-" + isa if isa else ""))
+        args = ["--benchmark_filter=" + regex, "--benchmark_out=" + out_json,
+                "--benchmark_out_format=json", "--benchmark_min_time={}".format(min_time),
+                "--benchmark_repetitions={}".format(repetitions), "--benchmark_color=false",
+                "--benchmark_counters_tabular=false"]
+        if repetitions > 1:
+            args.append("--benchmark_display_aggregates_only=true")
+        print("{} ({} benchmarks)".format(label, len(names)), flush=True)
+        proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        done = 0
+        wanted = set(names)
+        try:
+            for line in proc.stdout:
+                first = line.split(" ", 1)[0]
+                if repetitions > 1:
+                    if not first.endswith("_median"):
+                        continue
+                    first = first[:-len("_median")]
+                if first in wanted:
+                    done += 1
+                    print("  [{}/{}] {}  {}".format(done, len(names), first,
+                                                    progress_time(line)), flush=True)
+            stderr = proc.stderr.read()
+            proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise UserError("{} timed out after {} s".format(label, self.timeout))
+        if proc.returncode != 0:
+            raise UserError("{} failed (exit {}): {}".format(label, proc.returncode,
+                                                            last_line(stderr)))
+        try:
+            with open(out_json, encoding="utf-8") as f:
+                gbench = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError("{}: no usable JSON output ({})".format(label, e))
+        os.remove(out_json)
+        self.runs.append({"binary": SUITE_BINARY[suite], "suite": suite,
+                          "env": {k: env[k] for k in ("MHA_ISA", "MHA_BENCH_THREADS")
+                                  if k in env},
+                          "args": args, "gbench": gbench})
+
+
+def threads_run(runs):
+    """Thread counts that appear in the benchmark names of the runs."""
+    seen = set()
+    for run in runs:
+        for b in run["gbench"].get("benchmarks", []):
+            parsed = parse_name(b.get("run_name", b.get("name", "")))
+            if parsed:
+                seen.add(parsed[3])
+    return sorted(seen)
+
+
+def write_record(runner, command, threads, out_dir):
+    if not runner.runs:
+        raise UserError("nothing ran" + (": " + "; ".join(runner.skipped)
+                                         if runner.skipped else ""))
+    record = {
+        "format": RECORD_FORMAT,
+        "format_version": RECORD_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": command,
+        "machine": dict(machine_section(runner.runs, threads_run(runner.runs) or threads),
+                        emulator=runner.emulator),
+        "skipped": runner.skipped,
+        "runs": runner.runs,
+    }
+    path = os.path.join(out_dir, "record.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+    record["path"] = path
+    return record
+
+
+def parse_threads(text):
+    try:
+        threads = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        threads = []
+    if not threads or any(t < 1 for t in threads):
+        raise UserError("--threads: expected a comma-separated list of positive counts, "
+                        "got '{}'".format(text))
+    return sorted(set(threads))
+
+
+def existing_suites(runner, suites, required):
+    present, missing = [], []
+    for s in suites:
+        (present if runner.binary(s) else missing).append(s)
+    for s in missing:
+        msg = "{} not found in {}".format(SUITE_BINARY[s], runner.bench_dir)
+        if required:
+            raise UserError(msg + " (build it: cmake --build BUILD --target {})".format(
+                SUITE_BINARY[s]))
+        print("missing: " + msg, flush=True)
+        runner.skipped.append(msg)
+    if not present:
+        raise UserError("no bench binaries in {} (build with -DMHA_BUILD_BENCH=ON: bench_gemm, "
+                        "bench_softmax, bench_attention)".format(runner.bench_dir))
+    return present
+
+
+def finish(runner, command, threads, out_dir, require_plots=False):
+    record = write_record(runner, command, threads, out_dir)
+    text, plots = write_report(record, out_dir, require_plots)
+    print()
+    print(text, end="")
+    print("\nrecord: {}\nreport: {}{}".format(
+        record["path"], os.path.join(out_dir, "report.md"),
+        "".join("\nplot:   " + os.path.join(out_dir, p) for p, _ in plots)))
+    return record
+
+
+def first_config(names, suite_prefix, prefer):
+    """The config, among listed names of one suite, matching the first preferred pattern."""
+    configs = []
+    for n in names:
+        parsed = parse_name(n)
+        if parsed and parsed[0] == suite_prefix and parsed[1] not in configs:
+            configs.append(parsed[1])
+    for pattern in prefer:
+        for c in configs:
+            if re.fullmatch(pattern, c):
+                return c
+    return configs[0] if configs else None
+
+
+def cmd_headline(args):
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    runner = Runner(args.build, out, args.emulator)
+    suites = existing_suites(runner, ["gemm", "softmax", "attention"], required=False)
+    reps, min_time = args.repetitions, args.min_time
+    print("headline benchmark: repetitions {}, min_time {} s, output in {}".format(
+        reps, min_time, out), flush=True)
+    if "gemm" in suites:
+        runner.run("gemm", r"^gemm/(sq1024|proj_m512_n2304_k768_nt|gemv_n2304)/[^/]+/threads:1(/|$)",
+                   [1], repetitions=reps, min_time=min_time)
+    if "softmax" in suites:
+        cmd = bench_command(runner.binary("softmax"), args.emulator)
+        names = list_benchmarks(cmd, dict(os.environ, MHA_BENCH_THREADS="1"), "^softmax/") or []
+        config = first_config(names, "softmax", [r".*1024.*", r".*512.*"])
+        if config:
+            runner.run("softmax", r"^softmax/{}/[^/]+/threads:1(/|$)".format(ere_escape(config)),
+                       [1], repetitions=reps, min_time=min_time)
+    if "attention" in suites:
+        one = "bert_b1_s128|bert_b1_s512|gpt2_causal_s1024|tiny[^/]*|decode_kv2048"
+        two = "bert_b1_s128|tiny[^/]*|decode_kv2048"  # cheap enough to add 2 threads
+        runner.run("attention", r"^attention/(({})/[^/]+/threads:1|({})/[^/]+/threads:2)(/|$)"
+                   .format(one, two), [1, 2], repetitions=reps, min_time=min_time)
+    # AVX2 next to AVX-512 for two shapes, when both run here (mha only; the
+    # baselines do not follow MHA_ISA).
+    available = []
+    if runner.runs:
+        ctx = runner.runs[0]["gbench"].get("context", {})
+        available = ctx.get("mha_isas_available", "").split(",")
+        if "avx2" in available and ctx.get("mha_isa") != "avx2":
+            if "gemm" in suites:
+                runner.run("gemm", r"^gemm/sq1024/mha/threads:1(/|$)", [1], isa="avx2",
+                           repetitions=reps, min_time=min_time)
+            if "attention" in suites:
+                runner.run("attention", r"^attention/bert_b1_s128/mha/threads:1(/|$)", [1],
+                           isa="avx2", repetitions=reps, min_time=min_time)
+    finish(runner, "headline", [1, 2], out)
+
+
+def cmd_run(args):
+    threads = parse_threads(args.threads)
+    try:
+        re.compile(args.filter)
+    except re.error as e:
+        raise UserError("--filter: not a valid regex: {}".format(e))
+    suites = list(SUITE_BINARY) if args.suite == "all" else [args.suite]
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    runner = Runner(args.build, out, args.emulator, timeout=args.timeout)
+    suites = existing_suites(runner, suites, required=args.suite != "all")
+    isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
+    t_re = "|".join(str(t) for t in threads)
+    for suite in suites:
+        prefixes = "|".join(SUITE_PREFIXES[suite])
+        baselines_ran = False
+        for isa in isas:
+            regex = r"^({})/.*/threads:({})(/|$)".format(prefixes, t_re)
+            # The baselines ignore MHA_ISA: run them with the first ISA that runs.
+            extra = [args.filter] + ([r"/mha/threads:"] if baselines_ran else [])
+            before = len(runner.runs)
+            runner.run(suite, regex, threads, isa=isa, repetitions=args.repetitions,
+                       min_time=args.min_time, extra=extra)
+            baselines_ran = baselines_ran or len(runner.runs) > before
+    finish(runner, "run", threads, out)
+
+
+def cmd_smoke(args):
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    runner = Runner(args.build, out, args.emulator)
+    suites = existing_suites(runner, ["gemm", "softmax", "attention"], required=False)
+    for suite in suites:
+        cmd = bench_command(runner.binary(suite), args.emulator)
+        names = list_benchmarks(cmd, dict(os.environ, MHA_BENCH_THREADS="1"), ".") or []
+        for prefix in SUITE_PREFIXES[suite]:
+            config = first_config(names, prefix, [])
+            if config:
+                runner.run(suite, r"^{}/{}/[^/]+/threads:1(/|$)".format(prefix, ere_escape(config)),
+                           [1], repetitions=1, min_time=0.01)
+    record = finish(runner, "smoke", [1], out, require_plots=True)
+    # Round trip: the written record must load and report again.
+    write_report(load_record(record["path"]), out, require_plots=True)
+    print("smoke: OK")
+
+
+def cmd_report(args):
+    record = load_record(args.record)
+    out = args.out or os.path.dirname(os.path.abspath(args.record))
+    text, plots = write_report(record, out)
+    print(text, end="")
+    print("\nreport: {}{}".format(os.path.join(out, "report.md"),
+                                   "".join("\nplot:   " + os.path.join(out, p)
+                                           for p, _ in plots)))
+
+
+def cmd_compare(args):
+    if len(args.records) < 2:
+        raise UserError("compare needs at least two records")
+    records = [load_record(p) for p in args.records]
+    impls = [i.strip() for i in args.impl.split(",") if i.strip()]
+    text, labels, keys, times = compare(records, impls)
+    print(text, end="")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "compare.txt"), "w", encoding="utf-8") as f:
+            f.write(text)
+        plot = compare_plot(args.out, labels, keys, times)
+        if plot:
+            print("plot: " + os.path.join(args.out, plot))
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(message)
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a positive integer, got '{}'".format(text))
+    return value
+
+
+def main(argv=None):
+    parser = Parser(prog="mha_bench.py", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    def add_build(p):
+        p.add_argument("--build", required=True, help="CMake build dir (binaries in DIR/bench)")
+        p.add_argument("--emulator", default=os.environ.get("MHA_BENCH_EMULATOR"),
+                       help="command prefix for cross-built binaries, e.g. "
+                            "'qemu-aarch64 -L /usr/aarch64-linux-gnu' (timing then means nothing)")
+
+    p = sub.add_parser("headline", help="~2 minute headline benchmark")
+    add_build(p)
+    p.add_argument("--out", default="mha-bench-headline", help="output directory")
+    # Median of 5 short repetitions: on a shared machine a single long run
+    # absorbs every disturbance, a median of short ones mostly dodges them.
+    p.add_argument("--repetitions", type=positive_int, default=5)
+    p.add_argument("--min-time", type=float, default=0.1, help="seconds per repetition")
+    p.set_defaults(fn=cmd_headline)
+
+    p = sub.add_parser("run", help="full suite with options")
+    add_build(p)
+    p.add_argument("--suite", choices=["gemm", "softmax", "attention", "all"], default="all")
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--isa", default="", help="MHA_ISA sweep, e.g. avx2,avx512 (default: auto)")
+    p.add_argument("--repetitions", type=positive_int, default=3)
+    p.add_argument("--min-time", type=float, default=0.5, help="seconds per repetition")
+    p.add_argument("--filter", default="", help="extra (Python) regex the names must match")
+    p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per binary run")
+    p.add_argument("--out", default="mha-bench-run", help="output directory")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("report", help="table, plots and report.md from a record")
+    p.add_argument("record")
+    p.add_argument("--out", help="output directory (default: the record's)")
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("compare", help="side-by-side ratios of two or more records")
+    p.add_argument("records", nargs="+")
+    p.add_argument("--impl", default="mha", help="implementations to compare (default mha)")
+    p.add_argument("--out", help="directory for compare.txt and compare_ratio.png")
+    p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("smoke", help="tiny end-to-end run for CI")
+    add_build(p)
+    p.add_argument("--out", default="mha-bench-smoke", help="output directory")
+    p.set_defaults(fn=cmd_smoke)
+
+    try:
+        args = parser.parse_args(argv)
+        args.fn(args)
+    except UserError as e:
+        eprint("mha_bench: error: {}".format(e))
+        return 2
+    except KeyboardInterrupt:
+        eprint("mha_bench: interrupted")
+        return 130
+    except OSError as e:
+        eprint("mha_bench: error: {}".format(e))
+        return 2
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        # A record that passed load_record's checks but holds a field of the wrong
+        # type somewhere deeper: still one line, naming what was wrong.
+        eprint("mha_bench: error: malformed input ({}: {})".format(type(e).__name__, e))
+        return 2
+    return 0
+
+
+def reexec_for_matplotlib():
+    """Debian's python3-matplotlib lives in /usr/bin/python3's site-packages; when this
+    runs under another python3 found first on PATH (pyenv, a venv) that lacks it, run
+    under Debian's instead, so `python3 mha_bench.py` still draws the plots."""
+    import importlib.util
+    system = "/usr/bin/python3"
+    if importlib.util.find_spec("matplotlib") is not None or os.environ.get("MHA_BENCH_REEXEC"):
+        return
+    if not os.path.exists(system) or os.path.realpath(sys.executable) == os.path.realpath(system):
+        return
+    probe = subprocess.run([system, "-c", "import matplotlib"], capture_output=True)
+    if probe.returncode == 0:
+        os.environ["MHA_BENCH_REEXEC"] = "1"
+        os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+if __name__ == "__main__":
+    reexec_for_matplotlib()
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""Tests of mha_bench.py on small fixture records and a fake bench binary.
+
+Run: python3 -m unittest test_mha_bench (from bench/report), or ctest -R report/."""
+import contextlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+TOOL = os.path.join(HERE, "mha_bench.py")
+sys.path.insert(0, HERE)
+import mha_bench  # noqa: E402
+
+try:
+    import matplotlib  # noqa: F401
+    HAVE_MPL = True
+except ImportError:
+    HAVE_MPL = False
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def run_main(*argv):
+    """mha_bench.main in-process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = mha_bench.main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+def run_tool(*argv):
+    """The tool as a user runs it, in its own interpreter (so a traceback would show)."""
+    return subprocess.run([sys.executable, TOOL] + list(argv), capture_output=True, text=True,
+                          timeout=300)
+
+
+class TempDirTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mha_bench_test_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def fake_build(self, suites):
+        """A build dir whose bench/bench_<suite> are the fake binary."""
+        build = os.path.join(self.tmp, "build")
+        os.makedirs(os.path.join(build, "bench"))
+        for suite in suites:
+            path = os.path.join(build, "bench", "bench_" + suite)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("#!{}\n".format(sys.executable) + read(fixture("fake_bench.py")))
+            os.chmod(path, 0o755)
+        return build
+
+
+class ResultsTest(unittest.TestCase):
+    def setUp(self):
+        self.record = mha_bench.load_record(fixture("record_a.json"))
+        self.rows = {(r["suite"], r["config"], r["impl"], r["threads"], r["isa"]): r
+                     for r in mha_bench.results(self.record)}
+
+    def test_median_of_repetitions_is_used(self):
+        # The fixture's repetitions are 1.02x, 0.99x and 1.00x of 16 ms; its median aggregate 16.
+        row = self.rows[("gemm", "sq1024", "mha", 1, "avx512")]
+        self.assertAlmostEqual(row["ms"], 16.0)
+        self.assertAlmostEqual(row["cv_pct"], 1.5)
+
+    def test_single_iteration_entries_are_read(self):
+        row = self.rows[("attention", "bert_b1_s128", "mha", 1, "avx512")]
+        self.assertAlmostEqual(row["ms"], 30.0)
+        self.assertAlmostEqual(row["gflops"], 96.0)
+
+    def test_isa_comes_from_each_run_context(self):
+        self.assertIn(("gemm", "sq1024", "mha", 1, "avx2"), self.rows)
+
+    def test_error_runs_are_kept_with_their_message(self):
+        row = self.rows[("gemm", "sq64", "mha", 1, "avx512")]
+        self.assertIsNone(row["ms"])
+        self.assertEqual(row["error"], "mha::sgemm failed")
+
+    def test_names_outside_the_contract_are_ignored(self):
+        self.assertFalse(any(k[0] == "not_a_contract_name" for k in self.rows))
+
+    def test_parse_name(self):
+        self.assertEqual(mha_bench.parse_name("attention/bert_b1_s128/onednn/threads:16/real_time"),
+                         ("attention", "bert_b1_s128", "onednn", 16))
+        self.assertEqual(mha_bench.parse_name("softmax/rows/1024/mha/threads:2"),
+                         ("softmax", "rows/1024", "mha", 2))
+        self.assertIsNone(mha_bench.parse_name("BM_foo/1024"))
+
+    def test_best_baseline_is_the_faster_of_onednn_and_openblas(self):
+        rows = mha_bench.results(self.record)
+        ours = self.rows[("gemm", "sq1024", "mha", 1, "avx512")]
+        self.assertEqual(mha_bench.best_baseline(rows, ours)["impl"], "onednn")
+        ours2 = self.rows[("gemm", "sq1024", "mha", 2, "avx512")]
+        self.assertEqual(mha_bench.best_baseline(rows, ours2)["impl"], "openblas")
+        decode = self.rows[("attention", "decode_kv2048", "mha", 1, "avx512")]
+        self.assertEqual(mha_bench.best_baseline(rows, decode)["impl"], "memcpy")
+
+    def test_ere_escape(self):
+        self.assertEqual(mha_bench.ere_escape("a.b(c)/threads:1"), r"a\.b\(c\)/threads:1")
+
+
+class ReportTest(TempDirTest):
+    def test_table_text(self):
+        status, out, err = run_main("report", fixture("record_a.json"), "--out", self.tmp)
+        self.assertEqual(status, 0, err)
+        expected = read(fixture("record_a.table.txt"))
+        self.assertEqual(read(os.path.join(self.tmp, "table.txt")), expected)
+        self.assertTrue(out.startswith(expected))
+
+    def test_report_markdown_embeds_the_plots(self):
+        status, _, err = run_main("report", fixture("record_a.json"), "--out", self.tmp)
+        self.assertEqual(status, 0, err)
+        md = read(os.path.join(self.tmp, "report.md"))
+        self.assertIn("| gemm/sq1024 | 1 | avx512 | 16.000 | 134.2 | 74.6 |", md)
+        if HAVE_MPL:
+            for png in ("gflops_gemm.png", "gflops_attention.png", "thread_scaling.png",
+                        "isa_avx2_vs_avx512.png"):
+                self.assertIn("]({})".format(png), md)
+                with open(os.path.join(self.tmp, png), "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_single_thread_single_isa_record_has_no_scaling_or_isa_plot(self):
+        status, _, err = run_main("report", fixture("record_disjoint.json"), "--out", self.tmp)
+        self.assertEqual(status, 0, err)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "thread_scaling.png")))
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "isa_avx2_vs_avx512.png")))
+
+
+class CompareTest(TempDirTest):
+    def test_compare_table(self):
+        status, out, err = run_main("compare", fixture("record_a.json"), fixture("record_b.json"),
+                                    "--out", self.tmp)
+        self.assertEqual(status, 0, err)
+        self.assertEqual(out.split("plot: ")[0], read(fixture("compare_ab.txt")))
+        self.assertEqual(read(os.path.join(self.tmp, "compare.txt")),
+                         read(fixture("compare_ab.txt")))
+        if HAVE_MPL:
+            self.assertTrue(os.path.isfile(os.path.join(self.tmp, "compare_ratio.png")))
+
+    def test_compare_baselines_too(self):
+        status, out, err = run_main("compare", fixture("record_a.json"), fixture("record_b.json"),
+                                    "--impl", "openblas")
+        self.assertEqual(status, 0, err)
+        self.assertIn("gemm/sq1024    openblas    1  20.000  44.000  0.45x", out)
+
+
+class ErrorTest(unittest.TestCase):
+    """Every user error: one line on stderr, exit status 2, no traceback."""
+
+    def check_error(self, argv, message):
+        proc = run_tool(*argv)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertNotIn("Traceback", proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, proc.stderr)
+        self.assertTrue(lines[0].startswith("mha_bench: error: "), lines[0])
+        self.assertIn(message, lines[0])
+
+    def test_truncated_json(self):
+        self.check_error(["report", fixture("record_truncated.json")], "not valid JSON")
+
+    def test_google_benchmark_json_without_machine_section(self):
+        self.check_error(["compare", fixture("record_a.json"), fixture("gbench_only.json")],
+                         "no 'machine' section")
+
+    def test_runs_not_a_list(self):
+        self.check_error(["report", fixture("record_bad_runs.json")], "malformed record")
+
+    def test_context_not_an_object(self):
+        self.check_error(["report", fixture("record_bad_context.json")], "'context' is not an object")
+
+    def test_field_of_the_wrong_type_deeper_in(self):
+        self.check_error(["report", fixture("record_bad_peak.json")], "malformed input")
+
+    def test_records_with_no_common_config(self):
+        self.check_error(["compare", fixture("record_a.json"), fixture("record_disjoint.json")],
+                         "no configuration (impl mha) is common to all records")
+
+    def test_compare_needs_two_records(self):
+        self.check_error(["compare", fixture("record_a.json")], "at least two records")
+
+    def test_missing_file(self):
+        self.check_error(["report", fixture("no_such_record.json")], "cannot read")
+
+    def test_missing_binary(self):
+        self.check_error(["run", "--build", FIXTURES, "--suite", "gemm"], "bench_gemm not found")
+
+    def test_bad_threads(self):
+        self.check_error(["run", "--build", FIXTURES, "--threads", "1,x"], "--threads")
+
+    def test_unknown_subcommand(self):
+        self.check_error(["frobnicate"], "invalid choice")
+
+
+class RunTest(TempDirTest):
+    def test_headline_runs_what_exists_and_reports(self):
+        build = self.fake_build(["gemm", "attention"])
+        out_dir = os.path.join(self.tmp, "out")
+        status, out, err = run_main("headline", "--build", build, "--out", out_dir)
+        self.assertEqual(status, 0, err)
+        self.assertIn("missing: bench_softmax not found", out)
+        self.assertIn("[9/9] gemm/gemv_n2304/onednn/threads:1/real_time  0.055 ms", out)
+        record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
+        machine = record["machine"]
+        self.assertEqual(machine["isa_chosen"], "avx512")
+        self.assertEqual(machine["isas_run"], ["avx2", "avx512"])
+        self.assertEqual(machine["mha_git_rev"], "abc1234")
+        self.assertEqual(machine["peak_gflops"]["avx512"], {"1": 200.0, "2": 400.0})
+        self.assertTrue(machine["caches"] or not os.path.isdir("/sys/devices/system/cpu"))
+        # gemm and attention at the chosen ISA, then the AVX2 comparison runs.
+        self.assertEqual([(r["binary"], r["env"].get("MHA_ISA")) for r in record["runs"]],
+                         [("bench_gemm", None), ("bench_attention", None),
+                          ("bench_gemm", "avx2"), ("bench_attention", "avx2")])
+        table = read(os.path.join(out_dir, "table.txt"))
+        self.assertIn("gemm/sq1024                      1  avx2    17.000", table)
+        self.assertIn("attention/bert_b1_s128           2  avx512  11.111", table)
+        self.assertNotIn("gpt2", table)  # not in the fake binary: simply absent
+
+    def test_run_isa_sweep_skips_isas_the_cpu_lacks(self):
+        build = self.fake_build(["gemm"])
+        out_dir = os.path.join(self.tmp, "out")
+        status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
+                                    "--isa", "avx2,neon", "--repetitions", "1",
+                                    "--filter", "sq1024", "--out", out_dir)
+        self.assertEqual(status, 0, err)
+        self.assertIn("skip bench_gemm MHA_ISA=neon", out)
+        record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
+        names = [b["name"] for b in record["runs"][0]["gbench"]["benchmarks"]]
+        self.assertEqual(names, ["gemm/sq1024/mha/threads:1/real_time",
+                                 "gemm/sq1024/openblas/threads:1/real_time",
+                                 "gemm/sq1024/onednn/threads:1/real_time"])
+        self.assertEqual(record["skipped"], ["bench_gemm MHA_ISA=neon: ISA not supported on this CPU"])
+
+    def test_run_isa_sweep_runs_baselines_once(self):
+        build = self.fake_build(["gemm"])
+        out_dir = os.path.join(self.tmp, "out")
+        status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
+                                    "--isa", "neon,avx512,avx2", "--repetitions", "1",
+                                    "--filter", "sq1024", "--out", out_dir)
+        self.assertEqual(status, 0, err)
+        record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
+        impls = [[mha_bench.parse_name(b["name"])[2] for b in r["gbench"]["benchmarks"]]
+                 for r in record["runs"]]
+        self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha"]])
+        self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  0.65x", out)
+
+    def test_run_with_nothing_runnable_is_an_error(self):
+        build = self.fake_build(["gemm"])
+        status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--isa", "neon",
+                                  "--out", os.path.join(self.tmp, "out"))
+        self.assertEqual(status, 2)
+        self.assertIn("nothing ran", err)
+
+    @unittest.skipUnless(HAVE_MPL, "matplotlib not installed")
+    def test_smoke_picks_one_config_per_suite(self):
+        build = self.fake_build(["gemm", "softmax", "attention"])
+        out_dir = os.path.join(self.tmp, "out")
+        status, out, err = run_main("smoke", "--build", build, "--out", out_dir)
+        self.assertEqual(status, 0, err)
+        self.assertIn("smoke: OK", out)
+        record = json.loads(read(os.path.join(out_dir, "record.json")))
+        configs = sorted({mha_bench.parse_name(b["name"])[:2] for r in record["runs"]
+                          for b in r["gbench"]["benchmarks"]})
+        self.assertEqual(configs, [("attention", "tiny_e256_h4_b1_s32"), ("gemm", "sq1024"),
+                                   ("reshape", "split_s128"), ("softmax", "rows1024")])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,40 @@
+// C++ SGEMM API: the C functions of mha.h ("SGEMM" section) with exceptions
+// (mha::Error) and an RAII packed B. Same semantics, same validation.
+#pragma once
+
+#include <mha/mha.h>
+
+#include <cstddef>
+#include <mha/error.hpp>
+
+namespace mha {
+
+// C[m x n] = alpha * op(A) * op(B) + beta * C, row-major; see mha_sgemm.
+MHA_API void sgemm(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
+                   float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+                   float beta, float* c, std::size_t ldc);
+
+// op(B) [k x n] packed once (see mha_sgemm_pack_b). Move-only.
+class MHA_API PackedB {
+ public:
+  PackedB(char transb, std::size_t k, std::size_t n, const float* b, std::size_t ldb);
+  PackedB(PackedB&& other) noexcept;
+  PackedB& operator=(PackedB&& other) noexcept;
+  PackedB(const PackedB&) = delete;
+  PackedB& operator=(const PackedB&) = delete;
+  ~PackedB();
+
+  std::size_t k() const noexcept;
+  std::size_t n() const noexcept;
+  const mha_sgemm_packed_b* get() const noexcept { return packed_; }
+
+ private:
+  mha_sgemm_packed_b* packed_;
+};
+
+// C[m x n] = alpha * op(A) * B + beta * C (+ bias[j]); see mha_sgemm_packed.
+MHA_API void sgemm(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
+                   const PackedB& b, float beta, float* c, std::size_t ldc,
+                   const float* bias = nullptr);
+
+}  // namespace mha

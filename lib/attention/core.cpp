@@ -1,0 +1,345 @@
+#include "attention/core.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#include "common/aligned.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+#include "softmax/kernels.hpp"
+
+namespace mha::detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Keys per online-softmax step. The S tile (q_block x key_tile floats) and
+// the K and V tiles (2 x key_tile x head_dim) stay in L2 (64 + 128 KiB at
+// head_dim 64), and the P·V GEMM gets k = key_tile, long enough to amortize
+// its C-tile loads and stores.
+constexpr std::size_t kKeyTile = 256;
+// Query rows per task: the K/V tiles are reused across these rows.
+constexpr std::size_t kQueryBlock = 64;
+// Split-KV: when (batch x heads x query blocks) gives fewer tasks than this,
+// KV is split into chunks of at least kMinChunk keys. A fixed constant, not the
+// thread count, so the result does not depend on the machine's threads.
+constexpr std::size_t kSplitTargetTasks = 64;
+constexpr std::size_t kMinChunk = 512;
+// Minimum work per thread (~100k cycles at ~60 flop/cycle): below it, extra
+// threads cost more in wake-up than they save.
+constexpr double kFlopsPerThread = 6e6;
+
+std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
+
+// Everything one task needs, resolved once per call.
+struct Ctx {
+  const GemmKernels& g;
+  const SoftmaxKernels& sm;
+  const AttentionShape& s;
+  const CorePlan& plan;
+  const CoreInputs& in;
+  std::size_t kv_len;
+  float scale;
+  bool causal;
+  std::ptrdiff_t causal_offset;  // query i sees key j iff j <= i + offset
+  const unsigned char* padding;  // [batch, kv_len] or null
+  const float* additive;         // or null
+  bool additive_per_head;
+
+  std::size_t group() const { return s.num_heads / s.num_kv_heads; }
+  const float* q_rows(std::size_t b, std::size_t h, std::size_t q0) const {
+    return in.q + (b * in.q_len + q0) * in.ldq + h * s.head_dim;
+  }
+  const float* additive_row(std::size_t b, std::size_t h, std::size_t i) const {
+    const std::size_t plane = additive_per_head ? (b * s.num_heads + h) : 0;
+    return additive + (plane * in.q_len + i) * kv_len;
+  }
+  // One past the last key that query row i may see (causal), clamped to kv_len.
+  std::size_t visible_end(std::size_t i) const {
+    if (!causal) return kv_len;
+    const std::ptrdiff_t last = static_cast<std::ptrdiff_t>(i) + causal_offset;
+    if (last < 0) return 0;
+    return std::min(kv_len, static_cast<std::size_t>(last) + 1);
+  }
+  bool tile_all_padded(std::size_t b, std::size_t k0, std::size_t k1) const {
+    if (padding == nullptr) return false;
+    const unsigned char* p = padding + b * kv_len;
+    return std::all_of(p + k0, p + k1, [](unsigned char x) { return x != 0; });
+  }
+
+  // S rows (scores of rows q0.. for keys k0..k0+n, ld ldsc) get scale, the
+  // additive mask and -inf for causal/padding-masked keys.
+  void mask_scores(std::size_t b, std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0,
+                   std::size_t n, float* sc, std::size_t ldsc) const {
+    const unsigned char* pad = padding ? padding + b * kv_len + k0 : nullptr;
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = sc + r * ldsc;
+      if (additive) sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, scale);
+      if (pad) {
+        for (std::size_t j = 0; j < n; ++j) {
+          if (pad[j]) row[j] = kNegInf;
+        }
+      }
+      const std::size_t end = visible_end(q0 + r);
+      if (end < k0 + n) std::fill(row + (end > k0 ? end - k0 : 0), row + n, kNegInf);
+    }
+  }
+  // Scores are produced with the scale folded into the GEMM unless an
+  // additive mask needs them unscaled first (scale·qk + mask, as PyTorch).
+  float gemm_alpha() const { return additive ? 1.0f : scale; }
+
+  // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head h:
+  // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, m the running row
+  // max and l the running row sum. Rows that see no key keep m = -inf, l = 0,
+  // o = 0. `sc` is a q_block x key_tile scratch tile.
+  void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
+                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
+                     float* sc) const {
+    const std::size_t rows = q1 - q0, d = s.head_dim, bk = plan.key_tile;
+    for (std::size_t r = 0; r < rows; ++r) {
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+      std::fill_n(o + r * ldo, d, 0.0f);
+    }
+    // Keys past the last row's causal limit are masked for every row: stop.
+    kend = std::min(kend, visible_end(q1 - 1));
+    const std::size_t gh = h / group();
+    const PackedBView keys = in.kv.keys(b, gh), values = in.kv.values(b, gh);
+    const float* qa = q_rows(b, h, q0);
+    for (std::size_t k0 = kbeg; k0 < kend; k0 += bk) {
+      const std::size_t k1 = std::min(k0 + bk, kend), n = k1 - k0;
+      if (tile_all_padded(b, k0, k1)) continue;
+      gemm_serial(g, Trans::N, rows, qa, in.ldq, keys.cols(k0, k1), gemm_alpha(), 0.0f, sc, bk);
+      mask_scores(b, h, q0, rows, k0, n, sc, bk);
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* row = sc + r * bk;
+        const float m_new = std::max(m[r], sm.reduce_max(row, n));
+        if (m_new == kNegInf) {  // nothing visible yet: P = 0
+          std::fill_n(row, n, 0.0f);
+          continue;
+        }
+        if (m_new != m[r] && m[r] != kNegInf) {
+          const float f = std::exp(m[r] - m_new);
+          l[r] *= f;
+          sm.scale(o + r * ldo, d, f);
+        }
+        m[r] = m_new;
+        l[r] += sm.exp_sum(row, n, m_new);
+      }
+      gemm_serial(g, Trans::N, rows, sc, bk, values.rows(k0, k1), 1.0f, 1.0f, o, ldo);
+    }
+  }
+
+  // o rows /= l; rows that saw no key become zero (the masked-row rule).
+  void normalize(std::size_t rows, float* o, std::size_t ldo, const float* l) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = o + r * ldo;
+      if (l[r] > 0.0f) {
+        sm.scale(row, s.head_dim, 1.0f / l[r]);
+      } else {
+        std::fill_n(row, s.head_dim, 0.0f);
+      }
+    }
+  }
+
+  // Weights requested: the rows of P are the caller's output, so they are
+  // computed whole (scores, mask, softmax) and then multiplied by V. No
+  // second pass over K, and nothing beyond the rows asked for.
+  void attend_materialized(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, float* p,
+                           std::size_t ldp, float* o, std::size_t ldo) const {
+    const std::size_t rows = q1 - q0;
+    const std::size_t gh = h / group();
+    gemm_serial(g, Trans::N, rows, q_rows(b, h, q0), in.ldq, in.kv.keys(b, gh), gemm_alpha(), 0.0f,
+                p, ldp);
+    mask_scores(b, h, q0, rows, 0, kv_len, p, ldp);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = p + r * ldp;
+      const float mx = sm.reduce_max(row, kv_len);
+      if (mx == kNegInf) {
+        std::fill_n(row, kv_len, 0.0f);
+      } else {
+        sm.scale(row, kv_len, 1.0f / sm.exp_sum(row, kv_len, mx));
+      }
+    }
+    gemm_serial(g, Trans::N, rows, p, ldp, in.kv.values(b, gh), 1.0f, 0.0f, o, ldo);
+  }
+
+  float* out_rows(std::size_t b, std::size_t h, std::size_t q0) const {
+    return in.out + (b * in.q_len + q0) * in.ldo + h * s.head_dim;
+  }
+};
+
+// Split-KV partial results per (batch, head, chunk): O [q_len x d], m, l.
+struct Partials {
+  float* base;
+  std::size_t q_len, d, chunks, heads;
+  std::size_t block() const { return q_len * (d + 2); }
+  float* o(std::size_t b, std::size_t h, std::size_t c) const {
+    return base + ((b * heads + h) * chunks + c) * block();
+  }
+  float* m(std::size_t b, std::size_t h, std::size_t c) const { return o(b, h, c) + q_len * d; }
+  float* l(std::size_t b, std::size_t h, std::size_t c) const { return m(b, h, c) + q_len; }
+};
+
+}  // namespace
+
+KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
+                     std::size_t capacity) {
+  KvPacking p;
+  p.k_stride = round_up(packed_b_floats(g, s.head_dim, capacity), 16);
+  p.v_stride = round_up(packed_b_floats(g, capacity, s.head_dim), 16);
+  p.v_strip_stride = capacity * g.nr;
+  p.floats = batch * s.num_kv_heads * (p.k_stride + p.v_stride);
+  return p;
+}
+
+KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
+                    std::size_t batch, std::size_t kv_len, const float* k, const float* v,
+                    std::size_t ld, float* dst) {
+  const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
+  float* kdst = dst;
+  float* vdst = dst + batch * kvh * p.k_stride;
+  const double bytes = 8.0 * static_cast<double>(batch * kv_len * kvh * d);
+  const auto threads = static_cast<std::size_t>(1 + bytes / 4e6);
+  parallel_for(batch * kvh, threads, [&](std::size_t t) {
+    const std::size_t b = t / kvh, gh = t % kvh;
+    const std::size_t src = b * kv_len * ld + gh * d;
+    pack_b(g, Trans::T, d, kv_len, k + src, ld, kdst + t * p.k_stride);
+    pack_b(g, Trans::N, kv_len, d, v + src, ld, vdst + t * p.v_stride);
+  });
+  return {kdst, vdst, kv_len, kvh, d, g.nr, p.k_stride, p.v_stride, p.v_strip_stride};
+}
+
+CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
+                   std::size_t q_len, std::size_t kv_len, bool weights, bool average) {
+  CorePlan p;
+  p.materialize = weights;
+  p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
+  // Short query sets stay one block: splitting 80 rows as 64 + 16 would run
+  // the second block's GEMMs at a quarter of the micro-kernel's rows.
+  p.q_block = q_len <= kQueryBlock + kQueryBlock / 2 ? q_len : kQueryBlock;
+  const std::size_t q_blocks = ceil_div(q_len, p.q_block);
+  std::size_t tasks = batch * (weights && average ? 1 : s.num_heads) * q_blocks;
+  p.chunk_len = round_up(kv_len, p.key_tile);
+  if (!weights && tasks < kSplitTargetTasks && kv_len >= 2 * kMinChunk) {
+    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), kv_len / kMinChunk);
+    p.chunk_len = round_up(ceil_div(kv_len, want), p.key_tile);
+    p.chunks = ceil_div(kv_len, p.chunk_len);
+    tasks *= p.chunks;
+  }
+  const double flops = 4.0 * static_cast<double>(batch * s.num_heads * q_len) *
+                       static_cast<double>(kv_len * s.head_dim);
+  p.max_threads = std::min(tasks, static_cast<std::size_t>(1 + flops / kFlopsPerThread));
+  p.workspace_floats = p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
+  if (weights) {
+    p.task_floats = average ? round_up(p.q_block * kv_len, 16) : 0;
+  } else {
+    p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16);
+  }
+  return p;
+}
+
+void run_core(const KernelSet& kernels, const AttentionShape& s, const CorePlan& plan,
+              const CoreInputs& in, float* weights, bool average, float* workspace) {
+  const mha_mask* mask = in.mask;
+  const std::size_t kv_len = in.kv.len;
+  const Ctx c{*kernels.gemm,
+              *kernels.softmax,
+              s,
+              plan,
+              in,
+              kv_len,
+              static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim))),
+              mask && mask->causal,
+              static_cast<std::ptrdiff_t>(kv_len) - static_cast<std::ptrdiff_t>(in.q_len),
+              mask ? mask->key_padding : nullptr,
+              mask ? mask->additive : nullptr,
+              mask && mask->additive_per_head};
+  const std::size_t H = s.num_heads, d = s.head_dim, bq = plan.q_block;
+  const std::size_t q_blocks = ceil_div(in.q_len, bq);
+
+  if (plan.materialize) {
+    if (!average) {
+      parallel_for(in.batch * H * q_blocks, plan.max_threads, [&](std::size_t t) {
+        const std::size_t qb = t % q_blocks, bh = t / q_blocks, b = bh / H, h = bh % H;
+        const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
+        float* p = weights + ((b * H + h) * in.q_len + q0) * kv_len;
+        c.attend_materialized(b, h, q0, q1, p, kv_len, c.out_rows(b, h, q0), in.ldo);
+      });
+      return;
+    }
+    // Averaged weights: one task owns all heads of its rows, so the sum over
+    // heads runs in a fixed order (h = 0, 1, ...) with no cross-task races.
+    parallel_for(in.batch * q_blocks, plan.max_threads, [&](std::size_t t) {
+      const std::size_t b = t / q_blocks, q0 = (t % q_blocks) * bq;
+      const std::size_t q1 = std::min(in.q_len, q0 + bq), rows = q1 - q0;
+      float* p = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
+      float* acc = weights + (b * in.q_len + q0) * kv_len;
+      for (std::size_t h = 0; h < H; ++h) {
+        c.attend_materialized(b, h, q0, q1, h == 0 ? acc : p, kv_len, c.out_rows(b, h, q0), in.ldo);
+        if (h == 0) continue;
+        for (std::size_t r = 0; r < rows; ++r) {
+          c.sm.scale_add(p + r * kv_len, acc + r * kv_len, acc + r * kv_len, kv_len, 1.0f);
+        }
+      }
+      for (std::size_t r = 0; r < rows; ++r) {
+        c.sm.scale(acc + r * kv_len, kv_len, 1.0f / static_cast<float>(H));
+      }
+    });
+    return;
+  }
+
+  const std::size_t chunks = plan.chunks;
+  const Partials parts{workspace, in.q_len, d, chunks, H};
+  parallel_for(in.batch * H * q_blocks * chunks, plan.max_threads, [&](std::size_t t) {
+    const std::size_t ch = t % chunks, qb = (t / chunks) % q_blocks;
+    const std::size_t bh = t / (chunks * q_blocks), b = bh / H, h = bh % H;
+    const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
+    const std::size_t k0 = ch * plan.chunk_len, k1 = std::min(kv_len, k0 + plan.chunk_len);
+    float* sc = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
+    float* m = sc + round_up(bq * plan.key_tile, 16);
+    float* l = m + round_up(bq, 16);
+    if (chunks == 1) {
+      float* o = c.out_rows(b, h, q0);
+      c.attend_online(b, h, q0, q1, k0, k1, o, in.ldo, m, l, sc);
+      c.normalize(q1 - q0, o, in.ldo, l);
+    } else {
+      c.attend_online(b, h, q0, q1, k0, k1, parts.o(b, h, ch) + q0 * d, d, parts.m(b, h, ch) + q0,
+                      parts.l(b, h, ch) + q0, sc);
+    }
+  });
+  if (chunks == 1) return;
+
+  // Merge the chunks of each row in chunk order: O = Σ_c e^(m_c - M)·O_c / L.
+  parallel_for(in.batch * H, plan.max_threads, [&](std::size_t t) {
+    const std::size_t b = t / H, h = t % H;
+    for (std::size_t i = 0; i < in.q_len; ++i) {
+      float mx = kNegInf;
+      for (std::size_t ch = 0; ch < chunks; ++ch) mx = std::max(mx, parts.m(b, h, ch)[i]);
+      float* o = c.out_rows(b, h, i);
+      if (mx == kNegInf) {
+        std::fill_n(o, d, 0.0f);
+        continue;
+      }
+      float sum = 0.0f;
+      for (std::size_t ch = 0; ch < chunks; ++ch) {
+        const float mc = parts.m(b, h, ch)[i];
+        const float f = mc == kNegInf ? 0.0f : std::exp(mc - mx);
+        sum += f * parts.l(b, h, ch)[i];
+        const float* oc = parts.o(b, h, ch) + i * d;
+        if (ch == 0) {
+          c.sm.scale_add(oc, nullptr, o, d, f);
+        } else {
+          c.sm.scale_add(oc, o, o, d, f);
+        }
+      }
+      c.sm.scale(o, d, 1.0f / sum);
+    }
+  });
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,263 @@
+// The production attention path: project, attend (flash-style), project.
+//
+//   Q, K, V = X·Wqᵀ + bq, X·Wkᵀ + bk, X·Wvᵀ + bv      (one GEMM when X is shared)
+//   per (batch, head, query block): O = softmax(scale·Q·Kᵀ + mask)·V, computed
+//       over key tiles with an online softmax, never materializing S x S
+//   out = O·Woᵀ + bo
+//
+// Everything here is composition of the GEMM and softmax kernel tables; there
+// are no intrinsics in this file.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "attention/core.hpp"
+#include "attention/engine.hpp"
+#include "common/aligned.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+#include "gemm/gemm.hpp"
+#include "softmax/kernels.hpp"
+
+namespace mha::detail {
+
+struct AttentionEngine::Impl {
+  // Packed Wqᵀ, Wkᵀ, Wvᵀ, each starting on a strip boundary, so that when
+  // query, key and value share one input (self-attention, kdim == vdim == E)
+  // a single GEMM over the concatenation projects all three. Each section is
+  // padded to a multiple of nr columns; the padding columns are zero weights
+  // and zero bias, so they cost at most nr-1 wasted columns per section.
+  AlignedFloats in_weights;
+  PackedBView wq, wk, wv;
+  PackedBView wqkv;  // all three, valid when `fused`
+  bool fused = false;
+  std::size_t q_cols = 0, k_cols = 0, v_cols = 0;  // padded section widths
+  AlignedFloats in_bias;                           // [q_cols + k_cols + v_cols]
+  AlignedFloats out_weights;
+  PackedBView wo;
+  AlignedFloats out_bias;  // [E], or null
+};
+
+namespace {
+
+PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_features,
+                        std::size_t in_features, float* dst) {
+  // w is [out, in] row-major; the GEMM wants op(B) = wᵀ, [in x out].
+  return pack_b(g, Trans::T, in_features, out_features, w, in_features, dst);
+}
+
+}  // namespace
+
+AttentionEngine::AttentionEngine(const KernelSet& kernels, const AttentionShape& shape,
+                                 const mha_weights& w)
+    : kernels_(kernels), shape_(shape), impl_(std::make_unique<Impl>()) {
+  const GemmKernels& g = *kernels.gemm;
+  const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
+  Impl& m = *impl_;
+  m.q_cols = round_up(E, g.nr);
+  m.k_cols = round_up(kv, g.nr);
+  m.v_cols = round_up(kv, g.nr);
+  const std::size_t q_floats = packed_b_floats(g, E, E);
+  const std::size_t k_floats = packed_b_floats(g, shape.kdim, kv);
+  const std::size_t v_floats = packed_b_floats(g, shape.vdim, kv);
+  m.in_weights = alloc_floats(q_floats + k_floats + v_floats);
+  float* dst = m.in_weights.get();
+  m.wq = pack_weight(g, w.q_weight, E, E, dst);
+  m.wk = pack_weight(g, w.k_weight, kv, shape.kdim, dst + q_floats);
+  m.wv = pack_weight(g, w.v_weight, kv, shape.vdim, dst + q_floats + k_floats);
+  m.fused = shape.kdim == E && shape.vdim == E;
+  if (m.fused) {
+    m.wqkv = {dst, E, m.q_cols + m.k_cols + m.v_cols, g.nr, m.wq.strip_stride};
+  }
+  const std::size_t cols = m.q_cols + m.k_cols + m.v_cols;
+  m.in_bias = alloc_floats(cols);
+  std::fill_n(m.in_bias.get(), cols, 0.0f);
+  if (w.q_bias) std::copy_n(w.q_bias, E, m.in_bias.get());
+  if (w.k_bias) std::copy_n(w.k_bias, kv, m.in_bias.get() + m.q_cols);
+  if (w.v_bias) std::copy_n(w.v_bias, kv, m.in_bias.get() + m.q_cols + m.k_cols);
+
+  m.out_weights = alloc_floats(packed_b_floats(g, E, E));
+  m.wo = pack_weight(g, w.out_weight, E, E, m.out_weights.get());
+  if (w.out_bias) {
+    m.out_bias = alloc_floats(E);
+    std::copy_n(w.out_bias, E, m.out_bias.get());
+  }
+}
+
+AttentionEngine::~AttentionEngine() = default;
+
+namespace {
+
+struct Projected {
+  const float *q, *k, *v;
+  std::size_t ldq, ldkv;
+};
+
+std::size_t in_cols(const AttentionEngine::Impl& m) {
+  return m.q_cols + m.k_cols + m.v_cols;
+}
+
+std::size_t projection_floats(const AttentionEngine::Impl& m, const AttentionShape& s, bool fused,
+                              std::size_t q_rows, std::size_t kv_rows) {
+  return round_up(fused ? q_rows * in_cols(m) : q_rows * s.embed_dim + 2 * kv_rows * s.kv_dim(),
+                  16);
+}
+
+// Q, K, V in [rows, features] layout: the attention core reads each head as a
+// strided column block, so there is no head-split copy.
+Projected project(const GemmKernels& g, const AttentionEngine::Impl& m, const AttentionShape& s,
+                  bool fused, std::size_t q_rows, std::size_t kv_rows, const float* query,
+                  const float* key, const float* value, float* dst) {
+  const std::size_t E = s.embed_dim, kvd = s.kv_dim();
+  const float* bias = m.in_bias.get();
+  if (fused) {
+    const std::size_t ld = in_cols(m);
+    gemm_packed(g, Trans::N, q_rows, query, E, m.wqkv, 1.0f, 0.0f, dst, ld, bias);
+    return {dst, dst + m.q_cols, dst + m.q_cols + m.k_cols, ld, ld};
+  }
+  float* pq = dst;
+  float* pk = pq + q_rows * E;
+  float* pv = pk + kv_rows * kvd;
+  gemm_packed(g, Trans::N, q_rows, query, E, m.wq, 1.0f, 0.0f, pq, E, bias);
+  gemm_packed(g, Trans::N, kv_rows, key, s.kdim, m.wk, 1.0f, 0.0f, pk, kvd, bias + m.q_cols);
+  gemm_packed(g, Trans::N, kv_rows, value, s.vdim, m.wv, 1.0f, 0.0f, pv, kvd,
+              bias + m.q_cols + m.k_cols);
+  return {pq, pk, pv, E, kvd};
+}
+
+}  // namespace
+
+namespace {
+
+// Forward's scratch: projections | packed K and V | merged heads | core.
+struct ForwardLayout {
+  bool fused;
+  std::size_t proj, merged;
+  KvPacking packing;
+  CorePlan plan;
+  std::size_t total() const { return proj + packing.floats + merged + plan.workspace_floats; }
+};
+
+ForwardLayout forward_layout(const GemmKernels& g, const AttentionEngine::Impl& m,
+                             const AttentionShape& s, const ForwardArgs& a) {
+  const std::size_t q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
+  ForwardLayout f;
+  f.fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_len;
+  f.proj = projection_floats(m, s, f.fused, q_rows, kv_rows);
+  f.merged = round_up(q_rows * s.embed_dim, 16);
+  f.packing = kv_packing(g, s, a.batch, a.kv_len);
+  f.plan =
+      plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr, a.average_weights);
+  return f;
+}
+
+}  // namespace
+
+std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
+  return forward_layout(*kernels_.gemm, *impl_, shape_, a).total();
+}
+
+void AttentionEngine::forward(const ForwardArgs& a) const {
+  const GemmKernels& g = *kernels_.gemm;
+  const Impl& m = *impl_;
+  const AttentionShape& s = shape_;
+  const std::size_t E = s.embed_dim, q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
+  const ForwardLayout f = forward_layout(g, m, s, a);
+  float* ws = thread_scratch(ScratchSlot::kAttention, f.total());
+  float* packed_kv = ws + f.proj;
+  float* merged = packed_kv + f.packing.floats;
+  float* core_ws = merged + f.merged;
+
+  const Projected p = project(g, m, s, f.fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
+  // K and V packed once per (batch, kv head) into the GEMM's B layout and
+  // shared by every query head of the group (GQA without copies).
+  const KvCacheView kv = pack_kv(g, s, f.packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
+  const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
+  run_core(kernels_, s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
+  gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
+}
+
+struct KvCache::Storage {
+  KvPacking packing;
+  AlignedFloats data;
+};
+
+KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
+    : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
+  storage_->packing = kv_packing(*engine.kernels().gemm, engine.shape(), batch, max_len);
+  storage_->data = alloc_floats(storage_->packing.floats);
+  std::fill_n(storage_->data.get(), storage_->packing.floats, 0.0f);
+}
+
+KvCache::~KvCache() = default;
+
+// Zeroes the dropped K columns: the packed layout promises zero in the
+// columns of the last K strip that lie past the current length. (V rows past
+// the length are never read.)
+void KvCache::truncate(std::size_t len) {
+  const AttentionShape& s = engine_.shape();
+  const std::size_t d = s.head_dim, nr = engine_.kernels().gemm->nr;
+  const KvPacking& pk = storage_->packing;
+  for (std::size_t blk = 0; blk < batch_ * s.num_kv_heads; ++blk) {
+    float* kb = storage_->data.get() + blk * pk.k_stride;
+    for (std::size_t pos = len; pos < length_; ++pos) {
+      float* kcol = kb + (pos / nr) * d * nr + pos % nr;
+      for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = 0.0f;
+    }
+  }
+  length_ = std::min(length_, len);
+}
+
+void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
+                           const float* value, float* out) const {
+  const GemmKernels& g = *kernels_.gemm;
+  const Impl& m = *impl_;
+  const AttentionShape& s = shape_;
+  const std::size_t E = s.embed_dim, d = s.head_dim, kvh = s.num_kv_heads, nr = g.nr;
+  const std::size_t B = cache.batch_, rows = B * n_new, start = cache.length_;
+  const std::size_t kv_len = start + n_new;
+  const bool fused = m.fused && query == key && key == value;
+
+  const std::size_t proj_floats = projection_floats(m, s, fused, rows, rows);
+  const CorePlan plan = plan_core(g, s, B, n_new, kv_len, false, false);
+  const std::size_t merged_floats = round_up(rows * E, 16);
+  float* ws =
+      thread_scratch(ScratchSlot::kAttention, proj_floats + merged_floats + plan.workspace_floats);
+  float* merged = ws + proj_floats;
+  const Projected p = project(g, m, s, fused, rows, rows, query, key, value, ws);
+
+  // Append the new K/V in place, in the packed layouts of core.hpp:
+  // K block [strip = pos / nr][d][nr], V block [strip of d][max_len][nr].
+  const KvPacking& pk = cache.storage_->packing;
+  float* kbase = cache.storage_->data.get();
+  float* vbase = kbase + B * kvh * pk.k_stride;
+  for (std::size_t b = 0; b < B; ++b) {
+    for (std::size_t gh = 0; gh < kvh; ++gh) {
+      float* kb = kbase + (b * kvh + gh) * pk.k_stride;
+      float* vb = vbase + (b * kvh + gh) * pk.v_stride;
+      for (std::size_t t = 0; t < n_new; ++t) {
+        const std::size_t pos = start + t, row = b * n_new + t;
+        const float* kr = p.k + row * p.ldkv + gh * d;
+        const float* vr = p.v + row * p.ldkv + gh * d;
+        float* kcol = kb + (pos / nr) * d * nr + pos % nr;
+        for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = kr[c];
+        for (std::size_t c = 0; c < d; ++c) {
+          vb[(c / nr) * pk.v_strip_stride + pos * nr + c % nr] = vr[c];
+        }
+      }
+    }
+  }
+  cache.length_ = kv_len;
+
+  const KvCacheView kv{kbase,       vbase,       kv_len,           kvh, d, nr,
+                       pk.k_stride, pk.v_stride, pk.v_strip_stride};
+  mha_mask causal{};
+  causal.causal = 1;
+  const CoreInputs in{p.q, p.ldq, B, n_new, kv, &causal, merged, E};
+  run_core(kernels_, s, plan, in, nullptr, false, merged + merged_floats);
+  gemm_packed(g, Trans::N, rows, merged, E, m.wo, 1.0f, 0.0f, out, E, m.out_bias.get());
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,160 @@
+// Public SGEMM API (C and C++): argument validation, then the internal driver
+// on the current ISA's kernels (or, for a packed B, on the ISA it was packed
+// for).
+#include <mha/mha.h>
+
+#include <cstddef>
+#include <mha/gemm.hpp>
+#include <new>
+#include <utility>
+
+#include "common/error.hpp"
+#include "dispatch/dispatch.hpp"
+#include "gemm/gemm.hpp"
+
+struct mha_sgemm_packed_b {
+  const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
+  mha::detail::PackedBView view;
+  float* data;  // 64-byte aligned, packed_b_floats(kernels, k, n) floats
+
+  mha_sgemm_packed_b(const mha_sgemm_packed_b&) = delete;
+  mha_sgemm_packed_b& operator=(const mha_sgemm_packed_b&) = delete;
+  mha_sgemm_packed_b(const mha::detail::GemmKernels* g, std::size_t floats)
+      : kernels(g),
+        data(static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64}))) {}
+  ~mha_sgemm_packed_b() { ::operator delete (data, std::align_val_t{64}); }
+};
+
+namespace mha {
+namespace {
+
+using detail::check_arg;
+using detail::Trans;
+
+Trans parse_trans(char t, const char* name) {
+  if (t == 'N' || t == 'n') return Trans::N;
+  if (t == 'T' || t == 't') return Trans::T;
+  detail::invalid_argument(name, ": expected 'N' or 'T', got character code ",
+                           static_cast<int>(static_cast<unsigned char>(t)));
+}
+
+// A row-major matrix stored rows x cols with leading dimension ld: ld must
+// cover a row, the pointer must be set unless the matrix is empty, and the
+// extent must be addressable.
+void check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
+                  std::size_t cols, std::size_t ld) {
+  check_arg(ld >= cols && ld >= 1, ld_name, " = ", ld, ": expected >= max(1, ", cols,
+            ") (the row length of the stored ", name, ")");
+  check_arg(p != nullptr || rows == 0 || cols == 0, name, " is NULL but has ", rows, " x ", cols,
+            " elements");
+  detail::checked_mul(rows, ld, name);
+}
+
+void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
+                   float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+                   float beta, float* c, std::size_t ldc) {
+  const Trans ta = parse_trans(transa, "transa");
+  const Trans tb = parse_trans(transb, "transb");
+  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  check_matrix("c", "ldc", c, m, n, ldc);
+  detail::sgemm(*detail::kernels().gemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, const float* b,
+                                 std::size_t ldb) {
+  const Trans tb = parse_trans(transb, "transb");
+  check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
+  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  const detail::GemmKernels& g = *detail::kernels().gemm;
+  const std::size_t padded_n = detail::checked_mul((n + g.nr - 1) / g.nr, g.nr, "n");
+  const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
+  detail::checked_mul(floats, sizeof(float), "packed b");
+  auto* packed = new mha_sgemm_packed_b(&g, floats);
+  packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data);
+  return packed;
+}
+
+void packed_checked(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
+                    const mha_sgemm_packed_b* b, float beta, float* c, std::size_t ldc,
+                    const float* bias) {
+  const Trans ta = parse_trans(transa, "transa");
+  check_arg(b != nullptr, "b: expected a packed B from mha_sgemm_pack_b, got NULL");
+  const std::size_t n = b->view.n, k = b->view.k;
+  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  check_matrix("c", "ldc", c, m, n, ldc);
+  detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
+}
+
+}  // namespace
+
+void sgemm(char transa, char transb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+           const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
+           std::size_t ldc) {
+  sgemm_checked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+PackedB::PackedB(char transb, std::size_t k, std::size_t n, const float* b, std::size_t ldb)
+    : packed_(pack_checked(transb, k, n, b, ldb)) {}
+PackedB::PackedB(PackedB&& other) noexcept : packed_(std::exchange(other.packed_, nullptr)) {}
+PackedB& PackedB::operator=(PackedB&& other) noexcept {
+  if (this != &other) {
+    delete packed_;
+    packed_ = std::exchange(other.packed_, nullptr);
+  }
+  return *this;
+}
+PackedB::~PackedB() {
+  delete packed_;
+}
+std::size_t PackedB::k() const noexcept {
+  return packed_ != nullptr ? packed_->view.k : 0;
+}
+std::size_t PackedB::n() const noexcept {
+  return packed_ != nullptr ? packed_->view.n : 0;
+}
+
+void sgemm(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
+           const PackedB& b, float beta, float* c, std::size_t ldc, const float* bias) {
+  packed_checked(transa, m, alpha, a, lda, b.get(), beta, c, ldc, bias);
+}
+
+}  // namespace mha
+
+extern "C" {
+
+MHA_API mha_status mha_sgemm(char transa, char transb, size_t m, size_t n, size_t k, float alpha,
+                             const float* a, size_t lda, const float* b, size_t ldb, float beta,
+                             float* c, size_t ldc) {
+  return mha::detail::guarded(
+      [&] { mha::sgemm_checked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); });
+}
+
+MHA_API mha_status mha_sgemm_pack_b(char transb, size_t k, size_t n, const float* b, size_t ldb,
+                                    mha_sgemm_packed_b** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(out != nullptr, "out: expected a pointer to receive the packed B");
+    *out = mha::pack_checked(transb, k, n, b, ldb);
+  });
+}
+
+MHA_API void mha_sgemm_packed_b_destroy(mha_sgemm_packed_b* packed) {
+  delete packed;
+}
+
+MHA_API size_t mha_sgemm_packed_b_k(const mha_sgemm_packed_b* packed) {
+  return packed != nullptr ? packed->view.k : 0;
+}
+
+MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed) {
+  return packed != nullptr ? packed->view.n : 0;
+}
+
+MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a, size_t lda,
+                                    const mha_sgemm_packed_b* b, float beta, float* c, size_t ldc,
+                                    const float* bias) {
+  return mha::detail::guarded(
+      [&] { mha::packed_checked(transa, m, alpha, a, lda, b, beta, c, ldc, bias); });
+}
+
+}  // extern "C"

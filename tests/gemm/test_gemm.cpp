@@ -1,0 +1,378 @@
+// SGEMM tests, run once per ISA (MHA_ISA picks the kernels; see
+// tests/CMakeLists.txt), against a double-precision reference.
+//
+// Error bound, per element:
+//   |c - ref| <= (k + 4) * FLT_EPSILON * (|alpha| * sum_p |a_ip||b_pj| + |beta||c_ij| + |bias_j|)
+// Each element is a chain of k multiply-adds (fused or not), then alpha*acc,
+// beta*c, their sum and the bias: k + 4 roundings of at most u = 2^-24 each,
+// so Higham's gamma_{k+4} = (k+4)u/(1-(k+4)u) bounds the error relative to
+// the sum of magnitudes; FLT_EPSILON = 2u leaves a factor-2 margin for the
+// 1/(1-(k+4)u) term and for split accumulations (vector lanes reduced at the
+// end have shorter chains, which only lowers the bound).
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mha/gemm.hpp>
+#include <mha/isa.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dispatch/dispatch.hpp"
+#include "gemm/gemm.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using mha::test::random_vector;
+using mha::test::scaled;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Shape {
+  char ta = 'N', tb = 'N';
+  std::size_t m = 1, n = 1, k = 1;
+  float alpha = 1.f, beta = 0.f;
+  std::size_t pad_a = 0, pad_b = 0, pad_c = 0;  // ld = width + pad
+  std::size_t offset = 0;                       // floats: 1 misaligns every pointer
+  bool bias = false;
+};
+
+// One problem: operands in the layout Shape asks for, C's initial value, and
+// the reference result with its error bound.
+struct Problem {
+  Shape s;
+  std::size_t lda, ldb, ldc;
+  std::vector<float> a, b, c0, bias;
+  std::vector<double> ref, bound;
+
+  explicit Problem(const Shape& shape, std::uint64_t seed) : s(shape) {
+    const std::size_t a_rows = s.ta == 'N' ? s.m : s.k, a_cols = s.ta == 'N' ? s.k : s.m;
+    const std::size_t b_rows = s.tb == 'N' ? s.k : s.n, b_cols = s.tb == 'N' ? s.n : s.k;
+    lda = a_cols + s.pad_a;
+    ldb = b_cols + s.pad_b;
+    ldc = s.n + s.pad_c;
+    a = random_vector(s.offset + a_rows * lda, seed);
+    b = random_vector(s.offset + b_rows * ldb, seed + 1);
+    c0 = random_vector(s.offset + s.m * ldc, seed + 2);
+    if (s.beta == 0.f) std::fill(c0.begin(), c0.end(), kNaN);  // must never be read
+    if (s.bias) bias = random_vector(s.n, seed + 3);
+    ref.assign(s.m * s.n, 0.0);
+    bound.assign(s.m * s.n, 0.0);
+    for (std::size_t i = 0; i < s.m; ++i) {
+      for (std::size_t j = 0; j < s.n; ++j) {
+        double sum = 0, mag = 0;
+        for (std::size_t p = 0; p < s.k; ++p) {
+          const double x = s.ta == 'N' ? A()[i * lda + p] : A()[p * lda + i];
+          const double y = s.tb == 'N' ? B()[p * ldb + j] : B()[j * ldb + p];
+          sum += x * y;
+          mag += std::fabs(x * y);
+        }
+        double r = s.alpha * sum, bnd = std::fabs(s.alpha) * mag;
+        if (s.beta != 0.f) {
+          const double c = C0()[i * ldc + j];
+          r += s.beta * c;
+          bnd += std::fabs(s.beta * c);
+        }
+        if (s.bias) {
+          r += bias[j];
+          bnd += std::fabs(bias[j]);
+        }
+        ref[i * s.n + j] = r;
+        bound[i * s.n + j] = static_cast<double>(s.k + 4) * FLT_EPSILON * bnd;
+      }
+    }
+  }
+  const float* A() const { return a.data() + s.offset; }
+  const float* B() const { return b.data() + s.offset; }
+  const float* C0() const { return c0.data() + s.offset; }
+  std::vector<float> fresh_c() const { return c0; }
+
+  // Checks c (a buffer shaped like c0) against the reference; padding between
+  // rows must be untouched.
+  bool check(const std::vector<float>& c) const {
+    const float* cc = c.data() + s.offset;
+    for (std::size_t i = 0; i < s.m; ++i) {
+      for (std::size_t j = 0; j < s.n; ++j) {
+        const double got = cc[i * ldc + j], want = ref[i * s.n + j];
+        if (!(std::fabs(got - want) <= bound[i * s.n + j])) {
+          UNSCOPED_INFO("C(" << i << ", " << j << ") = " << got << ", reference " << want
+                             << ", bound " << bound[i * s.n + j]);
+          return false;
+        }
+      }
+      for (std::size_t j = s.n; j < ldc && i + 1 < s.m; ++j) {
+        const float before = C0()[i * ldc + j], after = cc[i * ldc + j];
+        if (std::memcmp(&before, &after, sizeof(float)) != 0) {
+          UNSCOPED_INFO("padding C(" << i << ", " << j << ") was written");
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+std::string describe(const Shape& s) {
+  return std::string("trans ") + s.ta + s.tb + " m=" + std::to_string(s.m) +
+         " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta) +
+         " pads=" + std::to_string(s.pad_a) + "," + std::to_string(s.pad_b) + "," +
+         std::to_string(s.pad_c) + " offset=" + std::to_string(s.offset) + (s.bias ? " bias" : "");
+}
+
+std::vector<float> run_sgemm(const Problem& p) {
+  std::vector<float> c = p.fresh_c();
+  const mha_status st = mha_sgemm(p.s.ta, p.s.tb, p.s.m, p.s.n, p.s.k, p.s.alpha, p.A(), p.lda,
+                                  p.B(), p.ldb, p.s.beta, c.data() + p.s.offset, p.ldc);
+  INFO(mha_last_error());
+  REQUIRE(st == MHA_OK);
+  return c;
+}
+
+std::vector<float> run_packed(const Problem& p) {
+  std::vector<float> c = p.fresh_c();
+  mha::PackedB packed(p.s.tb, p.s.k, p.s.n, p.B(), p.ldb);
+  mha::sgemm(p.s.ta, p.s.m, p.s.alpha, p.A(), p.lda, packed, p.s.beta, c.data() + p.s.offset, p.ldc,
+             p.s.bias ? p.bias.data() : nullptr);
+  return c;
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// A random shape with the given sizes; the other parameters cover the
+// transposes, alpha not in {0, 1}, beta in {0, 1, other}, padded leading
+// dimensions and misaligned pointers.
+Shape random_shape(std::mt19937_64& rng, std::size_t m, std::size_t n, std::size_t k) {
+  static constexpr float kAlphas[] = {0.75f, -1.5f, 2.f, 0.3f};
+  static constexpr float kBetas[] = {0.f, 1.f, -0.5f};
+  Shape s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.ta = rng() % 2 ? 'T' : 'N';
+  s.tb = rng() % 2 ? 'T' : 'N';
+  s.alpha = kAlphas[rng() % 4];
+  s.beta = kBetas[rng() % 3];
+  s.pad_a = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.pad_b = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.pad_c = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.offset = rng() % 2;
+  return s;
+}
+
+std::size_t uniform(std::mt19937_64& rng, std::size_t lo, std::size_t hi) {
+  return lo + rng() % (hi - lo + 1);
+}
+
+}  // namespace
+
+TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shapes", "[gemm]") {
+  std::mt19937_64 rng(20261123);
+  std::vector<Shape> shapes;
+  // Every size 1..65 in each of the three dimensions (with the other two
+  // random), so each edge-tile width and depth of every ISA's MR x NR is hit.
+  const std::size_t rounds = scaled(3, 1);
+  for (std::size_t r = 0; r < rounds; ++r) {
+    for (std::size_t v = 1; v <= 65; ++v) {
+      shapes.push_back(random_shape(rng, v, uniform(rng, 1, 65), uniform(rng, 1, 65)));
+      shapes.push_back(random_shape(rng, uniform(rng, 1, 65), v, uniform(rng, 1, 65)));
+      shapes.push_back(random_shape(rng, uniform(rng, 1, 65), uniform(rng, 1, 65), v));
+    }
+  }
+  // Random small shapes up to 10,000 cases in all (at scale 1).
+  const std::size_t total = scaled(10000, shapes.size() + 50);
+  while (shapes.size() < total) {
+    shapes.push_back(
+        random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
+  }
+  // Shapes that cross the cache blocks (KC = 256, MC up to 336, several MC
+  // and thread blocks) and the GEMV path.
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 30},
+                                                                       {37, 300, 530},
+                                                                       {1, 1000, 300},
+                                                                       {1, 37, 1100},
+                                                                       {2, 513, 257},
+                                                                       {97, 129, 600}}) {
+    for (char ta : {'N', 'T'}) {
+      for (char tb : {'N', 'T'}) {
+        Shape s = random_shape(rng, m, n, k);
+        s.ta = ta;
+        s.tb = tb;
+        shapes.push_back(s);
+      }
+    }
+  }
+
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    const Problem p(shapes[i], 1000 + i);
+    if (!p.check(run_sgemm(p))) {
+      ++failures;
+      FAIL_CHECK(describe(shapes[i]));
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("prepacked B gives the same bits as sgemm, and the bias is added", "[gemm]") {
+  std::mt19937_64 rng(77);
+  const std::size_t cases = scaled(400, 40);
+  for (std::size_t i = 0; i < cases; ++i) {
+    Shape s = random_shape(rng, uniform(rng, 2, 80), uniform(rng, 1, 80), uniform(rng, 1, 300));
+    const Problem p(s, 5000 + i);
+    INFO(describe(s));
+    const std::vector<float> plain = run_sgemm(p);
+    const std::vector<float> packed = run_packed(p);
+    REQUIRE(bitwise_equal(plain, packed));
+
+    s.bias = true;
+    const Problem pb(s, 5000 + i);
+    INFO(describe(s));
+    REQUIRE(pb.check(run_packed(pb)));
+  }
+}
+
+TEST_CASE("m == 1 (GEMV) through the packed API matches the reference", "[gemm]") {
+  std::mt19937_64 rng(78);
+  for (std::size_t i = 0; i < scaled(200, 20); ++i) {
+    Shape s = random_shape(rng, 1, uniform(rng, 1, 300), uniform(rng, 1, 300));
+    s.bias = i % 2 == 0;
+    const Problem p(s, 9000 + i);
+    INFO(describe(s));
+    REQUIRE(p.check(run_packed(p)));
+  }
+}
+
+TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  std::mt19937_64 rng(79);
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
+           {300, 500, 200}, {1, 3000, 500}, {64, 2304, 96}, {1000, 33, 300}, {129, 129, 129}}) {
+    Shape s = random_shape(rng, m, n, k);
+    const Problem p(s, m + n + k);
+    INFO(describe(s));
+    std::vector<std::vector<float>> plain, packed;
+    for (std::size_t t : {1, 2, 4}) {
+      mha::set_num_threads(t);
+      plain.push_back(run_sgemm(p));
+      packed.push_back(run_packed(p));
+    }
+    mha::set_num_threads(0);
+    CHECK(p.check(plain[0]));
+    CHECK(bitwise_equal(plain[0], plain[1]));
+    CHECK(bitwise_equal(plain[0], plain[2]));
+    CHECK(bitwise_equal(packed[0], packed[1]));
+    CHECK(bitwise_equal(packed[0], packed[2]));
+  }
+}
+
+TEST_CASE("zero sizes and alpha == 0 follow BLAS", "[gemm]") {
+  std::vector<float> a(64, kNaN), b(64, kNaN), c(64, 2.f);
+  // m == 0 or n == 0: nothing happens, NULL operands accepted.
+  CHECK(mha_sgemm('N', 'N', 0, 4, 4, 1.f, nullptr, 4, b.data(), 4, 0.f, nullptr, 4) == MHA_OK);
+  CHECK(mha_sgemm('N', 'N', 4, 0, 4, 1.f, a.data(), 4, nullptr, 1, 0.f, nullptr, 1) == MHA_OK);
+  // k == 0: C = beta * C, A and B not needed.
+  CHECK(mha_sgemm('N', 'N', 4, 4, 0, 1.f, nullptr, 1, nullptr, 4, 0.5f, c.data(), 4) == MHA_OK);
+  CHECK(c[0] == 1.f);
+  CHECK(c[15] == 1.f);
+  CHECK(c[16] == 2.f);
+  // alpha == 0: A and B (NaN here) are not read; beta == 0 zeroes C.
+  CHECK(mha_sgemm('N', 'N', 4, 4, 4, 0.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4) == MHA_OK);
+  CHECK(c[5] == 0.f);
+}
+
+TEST_CASE("a packed B keeps working after the ISA is switched", "[gemm]") {
+  std::mt19937_64 rng(80);
+  Shape s = random_shape(rng, 50, 70, 90);
+  s.bias = true;
+  const Problem p(s, 42);
+  const std::vector<float> before = run_packed(p);
+  mha::PackedB packed(s.tb, s.k, s.n, p.B(), p.ldb);
+  std::vector<float> after = p.fresh_c();
+  {
+    mha::ScopedIsa scalar(mha::Isa::scalar);
+    mha::sgemm(s.ta, s.m, s.alpha, p.A(), p.lda, packed, s.beta, after.data() + s.offset, p.ldc,
+               p.bias.data());
+  }
+  CHECK(bitwise_equal(before, after));
+}
+
+TEST_CASE("internal pack_b views: row and column ranges of one packed B", "[gemm]") {
+  // The attention code packs K^T / V once and multiplies sub-blocks of it.
+  const auto& g = *mha::detail::kernels().gemm;
+  const std::size_t k = 150, n = 7 * g.nr + 5, m = 23;
+  const std::vector<float> b = random_vector(k * n, 3);
+  const std::vector<float> a = random_vector(m * k, 4);
+  std::vector<float> packed(mha::detail::packed_b_floats(g, k, n));
+  const auto view = mha::detail::pack_b(g, mha::detail::Trans::N, k, n, b.data(), n, packed.data());
+  const std::size_t k0 = 20, k1 = 101, n0 = 2 * g.nr, n1 = n;
+  std::vector<float> c((m * (n1 - n0)), kNaN);
+  mha::detail::gemm_serial(g, mha::detail::Trans::N, m, a.data() + k0, k,
+                           view.rows(k0, k1).cols(n0, n1), 1.f, 0.f, c.data(), n1 - n0);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n1 - n0; ++j) {
+      double sum = 0, mag = 0;
+      for (std::size_t p = k0; p < k1; ++p) {
+        sum += double(a[i * k + p]) * b[p * n + n0 + j];
+        mag += std::fabs(double(a[i * k + p]) * b[p * n + n0 + j]);
+      }
+      REQUIRE(std::fabs(c[i * (n1 - n0) + j] - sum) <= (k1 - k0 + 4) * FLT_EPSILON * mag);
+    }
+  }
+}
+
+TEST_CASE("bad arguments are rejected with a message naming them", "[gemm]") {
+  std::vector<float> a(64, 1.f), b(64, 1.f), c(64, 0.f);
+  auto rejects = [](mha_status st, const char* needle) {
+    INFO(mha_last_error());
+    CHECK(st == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(mha_last_error()).find(needle) != std::string::npos);
+  };
+  rejects(mha_sgemm('X', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4), "transa");
+  rejects(mha_sgemm('N', 'C', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4), "transb");
+  rejects(mha_sgemm('N', 'N', 4, 4, 4, 1.f, a.data(), 3, b.data(), 4, 0.f, c.data(), 4), "lda");
+  rejects(mha_sgemm('T', 'N', 5, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4), "lda");
+  rejects(mha_sgemm('N', 'T', 4, 5, 4, 1.f, a.data(), 4, b.data(), 3, 0.f, c.data(), 5), "ldb");
+  rejects(mha_sgemm('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 3), "ldc");
+  rejects(mha_sgemm('N', 'N', 4, 4, 4, 1.f, nullptr, 4, b.data(), 4, 0.f, c.data(), 4),
+          "a is NULL");
+  rejects(mha_sgemm('N', 'N', 4, 4, 4, 1.f, a.data(), 4, nullptr, 4, 0.f, c.data(), 4),
+          "b is NULL");
+  rejects(mha_sgemm('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, nullptr, 4),
+          "c is NULL");
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  rejects(mha_sgemm('N', 'N', huge, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4),
+          "overflows");
+
+  mha_sgemm_packed_b* packed = nullptr;
+  rejects(mha_sgemm_pack_b('N', 0, 4, b.data(), 4, &packed), "k = 0");
+  rejects(mha_sgemm_pack_b('N', 4, 4, b.data(), 4, nullptr), "out");
+  rejects(mha_sgemm_pack_b('Q', 4, 4, b.data(), 4, &packed), "transb");
+  CHECK(packed == nullptr);
+  rejects(mha_sgemm_packed('N', 4, 1.f, a.data(), 4, nullptr, 0.f, c.data(), 4, nullptr), "b:");
+  REQUIRE(mha_sgemm_pack_b('N', 4, 4, b.data(), 4, &packed) == MHA_OK);
+  CHECK(mha_sgemm_packed_b_k(packed) == 4);
+  CHECK(mha_sgemm_packed_b_n(packed) == 4);
+  rejects(mha_sgemm_packed('N', 4, 1.f, a.data(), 2, packed, 0.f, c.data(), 4, nullptr), "lda");
+  mha_sgemm_packed_b_destroy(packed);
+
+  try {
+    mha::sgemm('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 2);
+    FAIL("no exception");
+  } catch (const mha::Error& e) {
+    CHECK(e.status() == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find("ldc") != std::string::npos);
+  }
+}
