@@ -59,6 +59,10 @@ struct ScalarLanes {
   }
   static float hsum(V v) { return v; }
   static float hmax(V v) { return v; }
+  // Non-temporal (cache-bypassing) stores: none here.
+  static constexpr bool has_stream = false;
+  static void stream(float* p, V v) { *p = v; }
+  static void stream_fence() {}
 };
 
 #if !defined(MHA_ISA_SCALAR)
@@ -172,6 +176,31 @@ struct XsimdLanes {
   }
   static float hmax(const V& v) {
     return reduce_tree(v, Max{});
+  }
+
+  // Non-temporal stores (x86; xsimd 8.1 has none): p must be aligned to a
+  // full vector. Elsewhere a plain store, and has_stream is false.
+#if defined(__AVX512F__)
+  static constexpr bool has_stream =
+      std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>> || std::is_same_v<Arch, xsimd::avx512f>;
+#elif defined(__AVX2__)
+  static constexpr bool has_stream = std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>;
+#else
+  static constexpr bool has_stream = false;
+#endif
+  static void stream(float* p, const V& v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Arch, xsimd::avx512f>) return _mm512_stream_ps(p, v);
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) return _mm256_stream_ps(p, v);
+#endif
+    v.store_aligned(p);
+  }
+  static void stream_fence() {
+#if defined(__AVX2__)
+    if constexpr (has_stream) _mm_sfence();
+#endif
   }
 };
 #endif
