@@ -12,9 +12,20 @@
 namespace mha::detail {
 namespace {
 
-// Below this many floats moved a call stays on the calling thread; measured
-// with bench_softmax's reshape suite (see bench/softmax/bench_reshape.cpp).
+// Below this many floats moved a call stays on the calling thread: 64K floats
+// (512 KB read + written) copy in ~15-30 us here, so a fork/join of a few us
+// is amortised only above it. Not tuned further: on the shared 2-core test
+// machine a second thread gave no measurable gain at any size.
 constexpr std::size_t kParallelMinElements = 1 << 16;
+// merge_heads writes with non-temporal stores from this many floats on: its
+// output no longer fits the cache, and skipping the read-for-ownership of each
+// destination line helps. Measured (B4 S2048 H12 d64, 25 MB, 1 thread, Zen5,
+// loaded machine, best of 8): merge 16.5-18.2 ms streamed vs 22-35 ms plain,
+// memcpy 16.5 ms. split_heads and split_qkv stay on plain stores: streamed
+// they took 33-41 ms vs 16.6-21.5 ms (split) and 142 vs 66-75 ms (qkv).
+constexpr std::size_t kStreamMinElements = std::size_t{4} << 20;  // 16 MiB
+
+using CopyRows = void (*)(const float*, std::size_t, float*, std::size_t, std::size_t, std::size_t);
 
 struct Shape {
   std::size_t batch, seq, heads, head_dim;
@@ -57,11 +68,11 @@ void split_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   check_arg(x != nullptr && y != nullptr, "split_heads: x and y must not be null");
   check_arg(disjoint(x, s.elements, y, s.elements),
             "split_heads: y overlaps x (expected disjoint)");
-  const ReshapeKernels& k = *kernels().reshape;
+  const CopyRows copy = kernels().reshape->copy_rows;
   const std::size_t row = heads * head_dim;
   for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-    k.copy_rows(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim,
-                head_dim, seq, head_dim);
+    copy(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim, head_dim, seq,
+         head_dim);
   });
 }
 
@@ -75,10 +86,11 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   check_arg(disjoint(x, s.elements, y, s.elements),
             "merge_heads: y overlaps x (expected disjoint)");
   const ReshapeKernels& k = *kernels().reshape;
+  const CopyRows copy = s.elements >= kStreamMinElements ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;
   for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-    k.copy_rows(x + (b * heads + h) * seq * head_dim, head_dim, y + b * seq * row + h * head_dim,
-                row, seq, head_dim);
+    copy(x + (b * heads + h) * seq * head_dim, head_dim, y + b * seq * row + h * head_dim, row, seq,
+         head_dim);
   });
 }
 
@@ -97,14 +109,14 @@ void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_
   check_arg(disjoint(q, s.elements, k, s.elements) && disjoint(q, s.elements, v, s.elements) &&
                 disjoint(k, s.elements, v, s.elements),
             "split_qkv: q, k and v overlap each other (expected disjoint)");
-  const ReshapeKernels& kern = *kernels().reshape;
+  const CopyRows copy = kernels().reshape->copy_rows;
   const std::size_t part = heads * head_dim, row = 3 * part;
   float* const out[3] = {q, k, v};
   for_each_head(s, 3 * s.elements, [&](std::size_t b, std::size_t h) {
     const float* src = qkv + b * seq * row + h * head_dim;
     const std::size_t dst = (b * heads + h) * seq * head_dim;
     for (std::size_t p = 0; p < 3; ++p) {
-      kern.copy_rows(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
+      copy(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "reshape/kernels.hpp"
 #include "softmax/lanes.hpp"
@@ -14,27 +15,52 @@ template <class L>
 struct ReshapeImpl {
   static constexpr std::size_t W = L::width;
 
-  static void copy_rows(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
-                        std::size_t rows, std::size_t cols) {
+  template <bool nontemporal>
+  static void copy_rows_impl(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
+                             std::size_t rows, std::size_t cols) {
     for (std::size_t r = 0; r < rows; ++r) {
       const float* s = src + r * src_ld;
       float* d = dst + r * dst_ld;
       std::size_t j = 0;
+      auto put = [](float* p, const typename L::V& v) {
+        if constexpr (nontemporal) {
+          L::stream(p, v);
+        } else {
+          L::store(p, v);
+        }
+      };
+      if constexpr (nontemporal) {
+        // Plain stores up to the first vector-aligned destination address.
+        while (j < cols && reinterpret_cast<std::uintptr_t>(d + j) % (W * sizeof(float)) != 0) {
+          d[j] = s[j];
+          ++j;
+        }
+      }
       // Four vectors per step: a head row of 64 floats is one step on AVX-512.
       for (; j + 4 * W <= cols; j += 4 * W) {
         const auto a = L::load(s + j), b = L::load(s + j + W), c = L::load(s + j + 2 * W),
                    e = L::load(s + j + 3 * W);
-        L::store(d + j, a);
-        L::store(d + j + W, b);
-        L::store(d + j + 2 * W, c);
-        L::store(d + j + 3 * W, e);
+        put(d + j, a);
+        put(d + j + W, b);
+        put(d + j + 2 * W, c);
+        put(d + j + 3 * W, e);
       }
-      for (; j + W <= cols; j += W) L::store(d + j, L::load(s + j));
+      for (; j + W <= cols; j += W) put(d + j, L::load(s + j));
       for (; j < cols; ++j) d[j] = s[j];
     }
+    if constexpr (nontemporal) L::stream_fence();
   }
 
-  static constexpr ReshapeKernels table() { return ReshapeKernels{&copy_rows}; }
+  static void copy_rows(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
+                        std::size_t rows, std::size_t cols) {
+    copy_rows_impl<false>(src, src_ld, dst, dst_ld, rows, cols);
+  }
+  static void copy_rows_stream(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
+                               std::size_t rows, std::size_t cols) {
+    copy_rows_impl<L::has_stream>(src, src_ld, dst, dst_ld, rows, cols);
+  }
+
+  static constexpr ReshapeKernels table() { return ReshapeKernels{&copy_rows, &copy_rows_stream}; }
 };
 
 }  // namespace

@@ -59,6 +59,10 @@ struct ScalarLanes {
   }
   static float hsum(V v) { return v; }
   static float hmax(V v) { return v; }
+  // Non-temporal (cache-bypassing) stores: none here.
+  static constexpr bool has_stream = false;
+  static void stream(float* p, V v) { *p = v; }
+  static void stream_fence() {}
 };
 
 #if !defined(MHA_ISA_SCALAR)
@@ -92,22 +96,111 @@ struct XsimdLanes {
     // x <= hi is false for NaN as well as for x > hi; x + inf gives NaN or +inf.
     return xsimd::select(x <= V(hi), low, x + V(std::numeric_limits<float>::infinity()));
   }
-  // Horizontal reductions in a fixed tree order (lane i + half into lane i).
-  static float hsum(const V& v) {
+  // Horizontal reductions in a fixed tree order: lane i combines with lane
+  // i + width/2, then i + width/4, ... Done with shuffles on x86 and NEON (a
+  // store and a scalar loop cost ~40 cycles per 64-float row, a third of the
+  // row's exp work); the generic path is the same tree through memory.
+  template <class Op>
+  static float reduce_tree(const V& v, Op op) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
+      const __m512 z = v;
+      const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
+      return reduce_m256(op(_mm512_castps512_ps256(z), hi), op);
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) return reduce_m256(v, op);
+#endif
+#if defined(__aarch64__)
+    if constexpr (std::is_same_v<Arch, xsimd::neon64>) {
+      const float32x4_t q = v;
+      const float32x2_t h = op(vget_low_f32(q), vget_high_f32(q));
+      return op(vget_lane_f32(h, 0), vget_lane_f32(h, 1));
+    }
+#endif
     alignas(64) float a[width];
     v.store_aligned(a);
     for (std::size_t half = width / 2; half >= 1; half /= 2) {
-      for (std::size_t i = 0; i < half; ++i) a[i] += a[i + half];
+      for (std::size_t i = 0; i < half; ++i) a[i] = op(a[i], a[i + half]);
     }
     return a[0];
   }
-  static float hmax(const V& v) {
-    alignas(64) float a[width];
-    v.store_aligned(a);
-    for (std::size_t half = width / 2; half >= 1; half /= 2) {
-      for (std::size_t i = 0; i < half; ++i) a[i] = a[i] < a[i + half] ? a[i + half] : a[i];
+#if defined(__AVX2__)
+  template <class Op>
+  static float reduce_m256(__m256 y, Op op) {
+    const __m128 q = op(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+    const __m128 d = op(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(op(d, _mm_shuffle_ps(d, d, 1)));
+  }
+#endif
+
+  struct Add {
+    template <class T>
+    T operator()(T a, T b) const {
+      if constexpr (std::is_same_v<T, float>) {
+        return a + b;
+#if defined(__AVX2__)
+      } else if constexpr (std::is_same_v<T, __m256>) {
+        return _mm256_add_ps(a, b);
+      } else if constexpr (std::is_same_v<T, __m128>) {
+        return _mm_add_ps(a, b);
+#endif
+#if defined(__aarch64__)
+      } else {
+        return vadd_f32(a, b);
+#endif
+      }
     }
-    return a[0];
+  };
+  struct Max {
+    template <class T>
+    T operator()(T a, T b) const {
+      if constexpr (std::is_same_v<T, float>) {
+        return a < b ? b : a;
+#if defined(__AVX2__)
+      } else if constexpr (std::is_same_v<T, __m256>) {
+        return _mm256_max_ps(a, b);
+      } else if constexpr (std::is_same_v<T, __m128>) {
+        return _mm_max_ps(a, b);
+#endif
+#if defined(__aarch64__)
+      } else {
+        return vmax_f32(a, b);
+#endif
+      }
+    }
+  };
+  static float hsum(const V& v) {
+    return reduce_tree(v, Add{});
+  }
+  static float hmax(const V& v) {
+    return reduce_tree(v, Max{});
+  }
+
+  // Non-temporal stores (x86; xsimd 8.1 has none): p must be aligned to a
+  // full vector. Elsewhere a plain store, and has_stream is false.
+#if defined(__AVX512F__)
+  static constexpr bool has_stream =
+      std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>> || std::is_same_v<Arch, xsimd::avx512f>;
+#elif defined(__AVX2__)
+  static constexpr bool has_stream = std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>;
+#else
+  static constexpr bool has_stream = false;
+#endif
+  static void stream(float* p, const V& v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<Arch, xsimd::avx512f>) return _mm512_stream_ps(p, v);
+#endif
+#if defined(__AVX2__)
+    if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) return _mm256_stream_ps(p, v);
+#endif
+    v.store_aligned(p);
+  }
+  static void stream_fence() {
+#if defined(__AVX2__)
+    if constexpr (has_stream) _mm_sfence();
+#endif
   }
 };
 #endif

@@ -21,7 +21,10 @@ struct Dims {
 std::vector<Dims> shapes() {
   std::vector<Dims> v = {{1, 1, 1, 1},   {2, 3, 4, 5},  {1, 7, 3, 16}, {2, 5, 2, 17},
                          {1, 9, 12, 64}, {3, 4, 2, 33}, {1, 2, 5, 80}, {2, 3, 1, 128}};
-  if (mha::test::case_scale() >= 1) v.push_back({2, 65, 12, 64});  // above the threading threshold
+  if (mha::test::case_scale() >= 1) {
+    v.push_back({2, 65, 12, 64});     // above the threading threshold
+    v.push_back({1, 2731, 12, 128});  // 16 MiB: merge_heads' non-temporal stores
+  }
   return v;
 }
 
