@@ -26,6 +26,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 
 RECORD_FORMAT = "mha-bench-record"
 RECORD_VERSION = 1
@@ -702,8 +703,22 @@ class Runner:
         if repetitions > 1:
             args.append("--benchmark_display_aggregates_only=true")
         print("{} ({} benchmarks)".format(label, len(names)), flush=True)
-        proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        # stderr to a file, not a pipe: nobody reads a pipe while stdout streams,
+        # so a chatty binary could fill it and block.
+        err_path = out_json + ".stderr"
+        err_file = open(err_path, "w+", encoding="utf-8", errors="replace")
+        proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE, stderr=err_file,
+                                text=True)
+        # A watchdog, since reading stdout blocks until the binary exits (or hangs:
+        # under qemu-user a second guest thread hangs).
+        timed_out = threading.Event()
+
+        def kill():
+            timed_out.set()
+            proc.kill()
+
+        watchdog = threading.Timer(self.timeout, kill)
+        watchdog.start()
         done = 0
         wanted = set(names)
         try:
@@ -717,10 +732,15 @@ class Runner:
                     done += 1
                     print("  [{}/{}] {}  {}".format(done, len(names), first,
                                                     progress_time(line)), flush=True)
-            stderr = proc.stderr.read()
-            proc.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            proc.wait()
+        finally:
+            watchdog.cancel()
+            proc.stdout.close()
+            err_file.seek(0)
+            stderr = err_file.read()
+            err_file.close()
+            os.remove(err_path)
+        if timed_out.is_set():
             raise UserError("{} timed out after {} s".format(label, self.timeout))
         if proc.returncode != 0:
             raise UserError("{} failed (exit {}): {}".format(label, proc.returncode,

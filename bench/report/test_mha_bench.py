@@ -259,6 +259,29 @@ class RunTest(TempDirTest):
         self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha"]])
         self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  0.65x", out)
 
+    def test_a_failing_binary_is_named_with_its_last_error_line(self):
+        build = self.fake_build(["gemm"])
+        os.environ["FAKE_BENCH_FAIL"] = "1"
+        try:
+            status, _, err = run_main("run", "--build", build, "--suite", "gemm",
+                                      "--out", os.path.join(self.tmp, "out"))
+        finally:
+            del os.environ["FAKE_BENCH_FAIL"]
+        self.assertEqual(status, 2)
+        self.assertEqual(err, "mha_bench: error: bench_gemm failed (exit 3): "
+                              "fake: something broke\n")
+
+    def test_a_hanging_binary_times_out(self):
+        build = self.fake_build(["gemm"])
+        os.environ["FAKE_BENCH_HANG"] = "1"
+        try:
+            status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--timeout", "1",
+                                      "--out", os.path.join(self.tmp, "out"))
+        finally:
+            del os.environ["FAKE_BENCH_HANG"]
+        self.assertEqual(status, 2)
+        self.assertEqual(err, "mha_bench: error: bench_gemm timed out after 1 s\n")
+
     def test_run_with_nothing_runnable_is_an_error(self):
         build = self.fake_build(["gemm"])
         status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--isa", "neon",
