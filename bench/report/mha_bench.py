@@ -20,6 +20,7 @@ user error ends in one line on stderr and exit status 2, never a traceback.
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -592,6 +593,13 @@ def compare(records, impls):
         times = [m[k] for m in per_record]
         body.append([k[0] + "/" + k[1], k[2], k[3]] + ["{:.3f}".format(t) for t in times] +
                     ["{:.2f}x".format(times[0] / t) if t > 0 else "-" for t in times[1:]])
+    if len(common) > 1:
+        geomeans = []
+        for i in range(1, len(records)):
+            logs = [math.log(per_record[0][k] / per_record[i][k]) for k in common
+                    if per_record[0][k] > 0 and per_record[i][k] > 0]
+            geomeans.append("{:.2f}x".format(math.exp(sum(logs) / len(logs))) if logs else "-")
+        body.append(["geometric mean", "", ""] + [""] * len(records) + geomeans)
     aligns = ["<", "<", ">"] + [">"] * (2 * len(records) - 1)
     lines = ["{}: {}".format(chr(ord("A") + i), label) for i, label in enumerate(labels)]
     lines += ["", render_table(headers, body, aligns), "",
