@@ -859,8 +859,9 @@ def cmd_headline(args):
     print("headline benchmark: repetitions {}, min_time {} s, output in {}".format(
         reps, min_time, out), flush=True)
     if "gemm" in suites:
-        runner.run("gemm", r"^gemm/(sq1024|proj_m512_n2304_k768_nt|gemv_n2304)/[^/]+/threads:1(/|$)",
-                   [1], repetitions=reps, min_time=min_time)
+        shapes = "sq1024|proj_m512_n2304_k768_nt|gemv_n2304"
+        runner.run("gemm", r"^gemm/({})/[^/]+/threads:1(/|$)".format(shapes), [1],
+                   repetitions=reps, min_time=min_time)
     if "softmax" in suites:
         cmd = bench_command(runner.binary("softmax"), args.emulator)
         names = list_benchmarks(cmd, dict(os.environ, MHA_BENCH_THREADS="1"), "^softmax/") or []
