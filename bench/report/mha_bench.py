@@ -40,6 +40,7 @@ REFERENCES = ("plain", "memcpy")  # used for the ratio only where no baseline ra
 NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:(?P<threads>\d+)"
                      r"(?P<rest>/.*)?$")
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
 SKIP_EXIT = 77  # bench binaries: MHA_ISA names an ISA this CPU cannot run
 
 
@@ -902,6 +903,10 @@ def cmd_run(args):
     runner = Runner(args.build, out, args.emulator, timeout=args.timeout)
     suites = existing_suites(runner, suites, required=args.suite != "all")
     isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
+    unknown = [i for i in isas if i is not None and i not in ISAS]
+    if unknown:
+        raise UserError("--isa: unknown ISA '{}' (expected a comma-separated list of {})".format(
+            unknown[0], ", ".join(ISAS)))
     t_re = "|".join(str(t) for t in threads)
     for suite in suites:
         prefixes = "|".join(SUITE_PREFIXES[suite])

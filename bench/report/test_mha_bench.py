@@ -204,6 +204,9 @@ class ErrorTest(unittest.TestCase):
     def test_bad_threads(self):
         self.check_error(["run", "--build", FIXTURES, "--threads", "1,x"], "--threads")
 
+    def test_unknown_isa(self):
+        self.check_error(["run", "--build", FIXTURES, "--isa", "avx2,sse9"], "unknown ISA 'sse9'")
+
     def test_unknown_subcommand(self):
         self.check_error(["frobnicate"], "invalid choice")
 

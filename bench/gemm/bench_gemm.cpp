@@ -1,0 +1,166 @@
+// SGEMM benchmarks: the shapes of issue 3 for mha::sgemm and, when found at
+// configure time, OpenBLAS (cblas_sgemm) and oneDNN (dnnl::matmul, primitive
+// created once outside the timed loop), all row-major, in one binary.
+//
+// Names: gemm/<shape>/<impl>/threads:<t>. Shapes:
+//   sq<N>                    N x N x N, NN
+//   proj_m<M>_n<N>_k768_nt   projections, B = weights [out, in] (transposed)
+//   qk_s<S>                  Q·K^T per head: M = N = S, K = 64, NT
+//   pv_s<S>                  P·V per head: M = S, N = 64, K = S, NN
+//   gemv_n<N>                decode step: M = 1, K = 768, B = weights [N, 768] (NT)
+// Threads: 1 and 2, or the list in MHA_BENCH_THREADS ("1,2,16").
+// ISA sweep: run again with MHA_ISA=avx2 (the context key mha_isa records it,
+// and the peak the percentages use is that ISA's).
+#include <cstdlib>
+#include <mha/gemm.hpp>
+#include <mha/isa.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+
+#if MHA_BENCH_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+#if MHA_BENCH_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace {
+
+struct Shape {
+  std::string name;
+  std::size_t m, n, k;
+  bool tb;  // B stored [n, k] (transposed)
+};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> r;
+  for (std::size_t s : {64, 128, 256, 512, 1024, 2048}) {
+    r.push_back({"sq" + std::to_string(s), s, s, s, false});
+  }
+  for (std::size_t m : {128, 512, 4096}) {
+    for (std::size_t n : {768, 2304}) {
+      r.push_back(
+          {"proj_m" + std::to_string(m) + "_n" + std::to_string(n) + "_k768_nt", m, n, 768, true});
+    }
+  }
+  for (std::size_t s : {128, 512, 2048}) r.push_back({"qk_s" + std::to_string(s), s, s, 64, true});
+  for (std::size_t s : {128, 512, 2048}) r.push_back({"pv_s" + std::to_string(s), s, 64, s, false});
+  for (std::size_t n : {768, 2304, 3072}) {
+    r.push_back({"gemv_n" + std::to_string(n), 1, n, 768, true});
+  }
+  return r;
+}
+
+std::vector<int> thread_counts() {
+  const char* env = std::getenv("MHA_BENCH_THREADS");
+  if (env == nullptr || *env == '\0') return {1, 2};
+  std::vector<int> r;
+  std::stringstream list(env);
+  for (std::string item; std::getline(list, item, ',');) r.push_back(std::stoi(item));
+  return r;
+}
+
+struct Operands {
+  std::vector<float> a, b, c;
+  std::size_t lda, ldb, ldc;
+  explicit Operands(const Shape& s)
+      : a(mha::bench::random_floats(s.m * s.k, 1)),
+        b(mha::bench::random_floats(s.k * s.n, 2)),
+        c(s.m * s.n, 0.f),
+        lda(s.k),
+        ldb(s.tb ? s.k : s.n),
+        ldc(s.n) {}
+};
+
+double flops(const Shape& s) {
+  return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+}
+
+void bench_mha(benchmark::State& state, const Shape& s, int threads) {
+  Operands o(s);
+  mha::set_num_threads(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    mha::sgemm('N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.f, o.a.data(), o.lda, o.b.data(), o.ldb, 0.f,
+               o.c.data(), o.ldc);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::set_num_threads(0);
+  mha::bench::set_flop_counters(state, flops(s), threads);
+}
+
+#if MHA_BENCH_HAVE_OPENBLAS
+void bench_openblas(benchmark::State& state, const Shape& s, int threads) {
+  Operands o(s);
+  mha::bench::set_baseline_threads(threads);
+  const auto m = static_cast<blasint>(s.m), n = static_cast<blasint>(s.n),
+             k = static_cast<blasint>(s.k);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, m, n, k, 1.f,
+                o.a.data(), static_cast<blasint>(o.lda), o.b.data(), static_cast<blasint>(o.ldb),
+                0.f, o.c.data(), static_cast<blasint>(o.ldc));
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::bench::set_flop_counters(state, flops(s), threads);
+}
+#endif
+
+#if MHA_BENCH_HAVE_DNNL
+void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
+  Operands o(s);
+  mha::bench::set_baseline_threads(threads);
+  using dnnl::memory;
+  using dims = memory::dims;
+  const auto m = static_cast<memory::dim>(s.m), n = static_cast<memory::dim>(s.n),
+             k = static_cast<memory::dim>(s.k);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a_md(dims{m, k}, memory::data_type::f32, dims{k, 1});
+  // B transposed: the logical k x n matrix with strides (1, ldb).
+  const memory::desc b_md(dims{k, n}, memory::data_type::f32,
+                          s.tb ? dims{1, static_cast<memory::dim>(o.ldb)} : dims{n, 1});
+  const memory::desc c_md(dims{m, n}, memory::data_type::f32, dims{n, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+  const dnnl::matmul matmul(pd);
+  memory a_mem(a_md, engine, o.a.data()), b_mem(b_md, engine, o.b.data()),
+      c_mem(c_md, engine, o.c.data());
+  for (auto _ : state) {
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::bench::set_flop_counters(state, flops(s), threads);
+}
+#endif
+
+void register_all() {
+  for (const Shape& s : shapes()) {
+    for (int t : thread_counts()) {
+      const std::string suffix = "/threads:" + std::to_string(t);
+      auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Shape&, int)) {
+        benchmark::RegisterBenchmark(("gemm/" + s.name + "/" + impl + suffix).c_str(),
+                                     [fn, s, t](benchmark::State& st) { fn(st, s, t); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      };
+      add("mha", bench_mha);
+#if MHA_BENCH_HAVE_OPENBLAS
+      add("openblas", bench_openblas);
+#endif
+#if MHA_BENCH_HAVE_DNNL
+      add("onednn", bench_onednn);
+#endif
+    }
+  }
+}
+
+// Registered before main() (which bench/common provides) parses the flags.
+const bool registered = (register_all(), true);
+
+}  // namespace
