@@ -893,6 +893,11 @@ def cmd_headline(args):
 
 def cmd_run(args):
     threads = parse_threads(args.threads)
+    isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
+    unknown = [i for i in isas if i is not None and i not in ISAS]
+    if unknown:
+        raise UserError("--isa: unknown ISA '{}' (expected a comma-separated list of {})".format(
+            unknown[0], ", ".join(ISAS)))
     try:
         re.compile(args.filter)
     except re.error as e:
@@ -902,11 +907,6 @@ def cmd_run(args):
     os.makedirs(out, exist_ok=True)
     runner = Runner(args.build, out, args.emulator, timeout=args.timeout)
     suites = existing_suites(runner, suites, required=args.suite != "all")
-    isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
-    unknown = [i for i in isas if i is not None and i not in ISAS]
-    if unknown:
-        raise UserError("--isa: unknown ISA '{}' (expected a comma-separated list of {})".format(
-            unknown[0], ", ".join(ISAS)))
     t_re = "|".join(str(t) for t in threads)
     for suite in suites:
         prefixes = "|".join(SUITE_PREFIXES[suite])
