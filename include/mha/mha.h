@@ -101,6 +101,47 @@ MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const fl
                                     size_t lda, const mha_sgemm_packed_b* b, float beta, float* c,
                                     size_t ldc, const float* bias);
 
+/* ---- Softmax and head reshape ---------------------------------------- */
+
+/* Options of mha_softmax. A zero-initialised struct switches everything off
+ * (plain softmax). */
+typedef struct {
+  float scale;              /* z = x * scale (+ additive); 0 means 1. Finite. */
+  const float* additive;    /* NULL, or an additive mask [rows x cols] added after scaling
+                               (-inf masks a column) */
+  size_t additive_ld;       /* row stride of additive (>= cols), or 0: row 0 for every row */
+  int causal;               /* nonzero: row i keeps only columns j <= i + causal_offset */
+  ptrdiff_t causal_offset;  /* e.g. kv_len - q_len for a query block at the end */
+  const size_t* valid_len;  /* NULL, or [rows]: row i keeps only columns j < valid_len[i] */
+} mha_softmax_options;
+
+/* Row-wise softmax of row-major x [rows x cols] (row stride ldx >= cols)
+ * into y (row stride ldy >= cols); opt may be NULL (all off):
+ *   y[i][j] = exp(z[i][j] - max) / sum over kept j of exp(z[i][j] - max),
+ *   z = x * scale + additive, for kept columns; y[i][j] = 0 for the others.
+ * Kept columns: those allowed by causal and valid_len (both prefix limits).
+ * Rules: a row with no kept column, or whose kept z are all -inf, is all 0;
+ * a row whose kept z contain NaN or +inf (including x*scale overflowing) is
+ * NaN at every kept column and 0 elsewhere (masked x are never read).
+ * In place (x == y, ldx == ldy) is allowed; other overlaps are an error.
+ * Accuracy: exp within 2 ulp; each output within a few ulp plus the rounding
+ * of z (|z - max| * 2^-24 relative). Rows run in parallel for large inputs;
+ * the result is bit-identical for any thread count. */
+MHA_API mha_status mha_softmax(size_t rows, size_t cols, const float* x, size_t ldx, float* y,
+                               size_t ldy, const mha_softmax_options* opt);
+
+/* x [batch, seq, heads*head_dim] -> y [batch, heads, seq, head_dim]. */
+MHA_API mha_status mha_split_heads(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                   const float* x, float* y);
+/* x [batch, heads, seq, head_dim] -> y [batch, seq, heads*head_dim]. */
+MHA_API mha_status mha_merge_heads(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                   const float* x, float* y);
+/* qkv [batch, seq, 3*heads*head_dim] (per token: q, then k, then v, each
+ * heads*head_dim) -> q, k, v each [batch, heads, seq, head_dim], in one pass.
+ * Outputs must not overlap the input or each other. */
+MHA_API mha_status mha_split_qkv(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                 const float* qkv, float* q, float* k, float* v);
+
 /* ---- Multi-head attention -------------------------------------------- */
 
 typedef struct {

@@ -73,6 +73,10 @@ class AttentionEngine {
 
   // Thread-safe: any number of concurrent calls on one engine.
   void forward(const ForwardArgs& args) const;
+  // The calling thread's scratch that forward(args) uses (grown once, then
+  // reused): projections, packed K/V and merged heads, O(batch·len·E); never
+  // O(len²) unless weights are requested (they go to the caller's array).
+  std::size_t forward_workspace_floats(const ForwardArgs& args) const;
 
   // Incremental decoding: projects n_new tokens per batch row (query [batch,
   // n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim]), appends

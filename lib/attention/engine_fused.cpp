@@ -129,33 +129,53 @@ Projected project(const GemmKernels& g, const AttentionEngine::Impl& m, const At
 
 }  // namespace
 
+namespace {
+
+// Forward's scratch: projections | packed K and V | merged heads | core.
+struct ForwardLayout {
+  bool fused;
+  std::size_t proj, merged;
+  KvPacking packing;
+  CorePlan plan;
+  std::size_t total() const { return proj + packing.floats + merged + plan.workspace_floats; }
+};
+
+ForwardLayout forward_layout(const GemmKernels& g, const AttentionEngine::Impl& m,
+                             const AttentionShape& s, const ForwardArgs& a) {
+  const std::size_t q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
+  ForwardLayout f;
+  f.fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_len;
+  f.proj = projection_floats(m, s, f.fused, q_rows, kv_rows);
+  f.merged = round_up(q_rows * s.embed_dim, 16);
+  f.packing = kv_packing(g, s, a.batch, a.kv_len);
+  f.plan =
+      plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr, a.average_weights);
+  return f;
+}
+
+}  // namespace
+
+std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
+  return forward_layout(*kernels_.gemm, *impl_, shape_, a).total();
+}
+
 void AttentionEngine::forward(const ForwardArgs& a) const {
   const GemmKernels& g = *kernels_.gemm;
   const Impl& m = *impl_;
   const AttentionShape& s = shape_;
-  const std::size_t E = s.embed_dim;
-  const std::size_t q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
-  const bool fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_len;
+  const std::size_t E = s.embed_dim, q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
+  const ForwardLayout f = forward_layout(g, m, s, a);
+  float* ws = thread_scratch(ScratchSlot::kAttention, f.total());
+  float* packed_kv = ws + f.proj;
+  float* merged = packed_kv + f.packing.floats;
+  float* core_ws = merged + f.merged;
 
-  // Workspace of the calling thread, grown once (see scratch.hpp):
-  //   projections | packed K and V | merged heads [q_rows x E] | core
-  const std::size_t proj_floats = projection_floats(m, s, fused, q_rows, kv_rows);
-  const KvPacking packing = kv_packing(g, s, a.batch, a.kv_len);
-  const CorePlan plan =
-      plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr, a.average_weights);
-  const std::size_t merged_floats = round_up(q_rows * E, 16);
-  float* ws = thread_scratch(ScratchSlot::kAttention,
-                             proj_floats + packing.floats + merged_floats + plan.workspace_floats);
-  float* packed_kv = ws + proj_floats;
-  float* merged = packed_kv + packing.floats;
-  float* core_ws = merged + merged_floats;
-
-  const Projected p = project(g, m, s, fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
+  const Projected p = project(g, m, s, f.fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
   // K and V packed once per (batch, kv head) into the GEMM's B layout and
   // shared by every query head of the group (GQA without copies).
-  const KvCacheView kv = pack_kv(g, s, packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
+  const KvCacheView kv = pack_kv(g, s, f.packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
-  run_core(kernels_, s, plan, in, a.attn_weights, a.average_weights, core_ws);
+  run_core(kernels_, s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
   gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
 }
 

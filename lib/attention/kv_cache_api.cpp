@@ -1,6 +1,9 @@
 // C API of the KV cache (mha.h, "KV cache for incremental decoding").
 #include <mha/mha.h>
 
+#include <mha/kv_cache.hpp>
+#include <utility>
+
 #include "attention/engine.hpp"
 #include "common/error.hpp"
 
@@ -66,3 +69,36 @@ MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* c
 }
 
 }  // extern "C"
+
+namespace mha {
+namespace {
+void check(mha_status s) {
+  if (s != MHA_OK) throw Error(s, mha_last_error());
+}
+}  // namespace
+
+KvCache::KvCache(const MultiheadAttention& attn, std::size_t batch, std::size_t max_len)
+    : attn_(attn.handle()) {
+  check(mha_kv_cache_create(attn_, batch, max_len, &handle_));
+}
+KvCache::~KvCache() {
+  mha_kv_cache_destroy(handle_);
+}
+KvCache::KvCache(KvCache&& other) noexcept
+    : attn_(other.attn_), handle_(std::exchange(other.handle_, nullptr)) {}
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  std::swap(attn_, other.attn_);
+  std::swap(handle_, other.handle_);
+  return *this;
+}
+std::size_t KvCache::length() const noexcept {
+  return mha_kv_cache_length(handle_);
+}
+void KvCache::truncate(std::size_t len) {
+  check(mha_kv_cache_truncate(handle_, len));
+}
+void KvCache::step(std::size_t n_new, const float* query, const float* key, const float* value,
+                   float* out) {
+  check(mha_attention_step(attn_, handle_, n_new, query, key, value, out));
+}
+}  // namespace mha

@@ -1,11 +1,16 @@
 // BLIS-style SGEMM driver: the portable loops, packing and threading around
 // the per-ISA micro-kernels (ukernel.hpp). Loop nest of gemm_serial, for a B
 // already packed whole:
-//   NC columns (B panel in L3) > KC depth > MC rows (pack A block into L2)
-//     > NR strips (B strip in L1) > MR strips (micro-kernel).
-// Threads split M x N into blocks whose shape depends only on the problem
-// (never on the thread count, never on K), so every C element is the same
-// sequence of operations at any thread count.
+//   NC columns > KC depth (the KC x NC B panel stays in L2) > MC rows (pack
+//     the A block) > MR strips (the KC x MR A strip stays in L1)
+//     > NR strips (streamed from L2) > micro-kernel.
+// The micro-kernel broadcasts A and loads B as vectors, so the small operand
+// (A strip, 14 KiB at 14 x 256 for AVX-512) is the one kept in L1; keeping
+// the 32 KiB B strip in L1 instead left too little room for the A stream in
+// a 48 KiB L1 (sq1024, 1 thread, KC = 256: 126 vs 140 GFLOP/s).
+// Threads split M x N (never K) into blocks; every C element is the same
+// sequence of operations whichever block and thread computes it, so results
+// are bit-identical at any thread count.
 #include "gemm/gemm.hpp"
 
 #include <algorithm>
@@ -59,6 +64,142 @@ std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
   return static_cast<std::size_t>(std::max(1.0, flops / kFlopsPerThread));
 }
 
+// A threads' task grid over C: blocks of `rows` (a multiple of MR) x `cols`
+// (a multiple of NR). The grid may depend on the thread count: an element's
+// arithmetic does not depend on which block it falls in (ukernel.hpp), so
+// results stay bit-identical.
+struct Grid {
+  std::size_t rows, mblocks, cols, nblocks;
+  std::size_t tasks() const { return mblocks * nblocks; }
+  std::size_t row0(std::size_t t) const { return (t / nblocks) * rows; }
+  std::size_t col0(std::size_t t) const { return (t % nblocks) * cols; }
+};
+
+Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t mblocks,
+               std::size_t nblocks) {
+  const std::size_t strips = ceil_div(n, g.nr);
+  mblocks = std::clamp<std::size_t>(mblocks, 1, ceil_div(m, g.mr));
+  nblocks = std::clamp<std::size_t>(nblocks, 1, strips);
+  const std::size_t rows = round_up(ceil_div(m, mblocks), g.mr);
+  const std::size_t cols = ceil_div(strips, nblocks) * g.nr;
+  return {rows, ceil_div(m, rows), cols, ceil_div(n, cols)};
+}
+
+// For a prepacked B: split M into balanced MC-sized blocks (B is shared,
+// never re-packed); split N only as far as needed for every thread to get
+// an equal share, two tasks per thread when the row blocks do not divide
+// evenly, since each column block re-packs its A blocks.
+Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
+  const std::size_t mblocks = ceil_div(m, g.mc);
+  const std::size_t want = mblocks % threads == 0 ? mblocks : 2 * threads;
+  return make_grid(g, m, n, mblocks, ceil_div(want, mblocks));
+}
+
+// For an unpacked B, each task packs its own B panels (row blocks re-pack
+// B) and A blocks (column blocks re-pack A): split the longer side, into two
+// tasks per thread, keeping column blocks at least 4 strips wide.
+Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
+  const std::size_t want = 2 * threads;
+  if (n >= m) {
+    const std::size_t nblocks = std::min(want, std::max<std::size_t>(1, ceil_div(n, g.nr) / 4));
+    return make_grid(g, m, n, ceil_div(want, nblocks), nblocks);
+  }
+  return make_grid(g, m, n, want, 1);
+}
+
+// One KC x NC panel of B (already packed) against all m rows of A: pack
+// each MC x KC block of A, then MR strips (kept in L1) x NR strips.
+void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
+                  const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc) {
+  const std::size_t mr = g.mr, nr = g.nr, kb = bk.k, nb = bk.n;
+  const std::size_t mc = std::min(round_up(m, mr), g.mc);
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kb);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t mb = std::min(mc, m - i0);
+    g.pack_a(ta == Trans::T, mb, kb, a_at(ta, a, lda, i0, 0), lda, apack);
+    for (std::size_t is = 0; is * mr < mb; ++is) {
+      const float* as = apack + is * kb * mr;
+      const std::size_t mm = std::min(mr, mb - is * mr);
+      float* ci = c + (i0 + is * mr) * ldc;
+      for (std::size_t js = 0; js * nr < nb; ++js) {
+        g.ukernel(kb, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
+                  std::min(nr, nb - js * nr), alpha, beta);
+      }
+    }
+  }
+}
+
+const float* b_at(Trans tb, const float* b, std::size_t ldb, std::size_t p, std::size_t j) {
+  return tb == Trans::N ? b + p * ldb + j : b + j * ldb + p;
+}
+
+// gemm_serial for an unpacked B: each KC x NC panel is packed into this
+// thread's kGemmB just before use, so it is written to and read from L2
+// (packing all of B first went through memory: pack_b('T') of 768 x 2304
+// took 0.6 ms, a fifth of the m = 128 projection). Same KC blocking and
+// kernels as gemm_serial, so the same bits.
+void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                          std::size_t k, float alpha, const float* a, std::size_t lda,
+                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t kc = std::min(k, g.kc), nc = std::min(round_up(n, g.nr), g.nc);
+  float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
+  for (std::size_t j0 = 0; j0 < n; j0 += nc) {
+    const std::size_t nb = std::min(nc, n - j0);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0);
+      const PackedBView bk = pack_b(g, tb, kb, nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
+      macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, bk, alpha, p0 == 0 ? beta : 1.f, c + j0,
+                   ldc);
+    }
+  }
+}
+
+// gemm_serial_unpacked without packing, for op(B) = B (not transposed): A
+// and B are read in place by the unpacked-operand kernel; only a partial last
+// strip of B is copied (zero-padded) so the kernel can read nr_u floats per
+// row. Same KC blocking and arithmetic as the packed path, so the same bits.
+void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                       float alpha, const float* a, std::size_t lda, const float* b,
+                       std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t mr = g.mr_u, nr = g.nr_u;
+  const std::size_t kc = std::min(k, g.kc);
+  const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
+  const std::size_t full = n / nr * nr;  // columns read in place
+  float* edge = thread_scratch(ScratchSlot::kGemmB, kc * nr);
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    const std::size_t kb = std::min(kc, k - p0);
+    const float beta_p = p0 == 0 ? beta : 1.f;
+    if (full < n) {
+      for (std::size_t p = 0; p < kb; ++p) {
+        const float* src = b + (p0 + p) * ldb + full;
+        for (std::size_t j = 0; j < nr; ++j) edge[p * nr + j] = full + j < n ? src[j] : 0.f;
+      }
+    }
+    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+      const float* ai = a_at(ta, a, lda, i0, p0);
+      const std::size_t mm = std::min(mr, m - i0);
+      float* ci = c + i0 * ldc;
+      for (std::size_t j0 = 0; j0 < n; j0 += nr) {
+        const bool in_place = j0 < full;
+        g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : edge,
+                           in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
+                           beta_p);
+      }
+    }
+  }
+}
+
+// Where packing does not pay back, for op(B) = B: problems so small that
+// the copies cost as much as the arithmetic (sq64, 1 thread: 59 GFLOP/s
+// packed, 120 unpacked), and N within one unpacked strip, as in P·V at
+// head_dim 64, where each A element meets one B strip only and B's rows are
+// already the strip's layout.
+bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n, std::size_t k) {
+  if (tb != Trans::N) return false;
+  return n <= g.nr_u ||
+         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
+}
+
 }  // namespace
 
 std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n) {
@@ -81,31 +222,14 @@ void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
     scale_c(m, n, beta, c, ldc, bias);
     return;
   }
-  const std::size_t mr = g.mr, nr = g.nr;
-  const std::size_t mc = std::min(round_up(m, mr), g.mc);
   const std::size_t kc = std::min(k, g.kc);
-  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
-
   for (std::size_t j0 = 0; j0 < n; j0 += g.nc) {
     const std::size_t nb = std::min(g.nc, n - j0);
     const PackedBView panel = b.cols(j0, j0 + nb);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
-      const float beta_p = p0 == 0 ? beta : 1.f;
-      const PackedBView bk = panel.rows(p0, p0 + kb);
-      for (std::size_t i0 = 0; i0 < m; i0 += mc) {
-        const std::size_t mb = std::min(mc, m - i0);
-        g.pack_a(ta == Trans::T, mb, kb, a_at(ta, a, lda, i0, p0), lda, apack);
-        for (std::size_t js = 0; js * nr < nb; ++js) {
-          const float* bs = bk.data + js * bk.strip_stride;
-          const std::size_t nn = std::min(nr, nb - js * nr);
-          float* cj = c + i0 * ldc + j0 + js * nr;
-          for (std::size_t is = 0; is * mr < mb; ++is) {
-            g.ukernel(kb, apack + is * kb * mr, bs, cj + is * mr * ldc, ldc,
-                      std::min(mr, mb - is * mr), nn, alpha, beta_p);
-          }
-        }
-      }
+      macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel.rows(p0, p0 + kb), alpha,
+                   p0 == 0 ? beta : 1.f, c + j0, ldc);
     }
     if (bias != nullptr) add_bias(m, nb, bias + j0, c + j0, ldc);
   }
@@ -121,22 +245,10 @@ void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
     gemm_serial(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias);
     return;
   }
-  // Blocks of MC rows x a multiple of NR columns, at least 16 of them when the
-  // shape allows (load balance up to 16 threads) but no narrower than 4
-  // strips, so re-packing the A block per column block stays under ~1 % of
-  // the work. The grid is a function of the shape only.
-  const std::size_t mc = std::min(round_up(m, g.mr), g.mc);
-  const std::size_t mblocks = ceil_div(m, mc);
-  const std::size_t strips = ceil_div(n, g.nr);
-  const std::size_t want_n = ceil_div(16, mblocks);
-  const std::size_t strips_per_block =
-      std::max<std::size_t>(std::min<std::size_t>(strips, 4), ceil_div(strips, want_n));
-  const std::size_t nblocks = ceil_div(strips, strips_per_block);
-  const std::size_t ncols = strips_per_block * g.nr;
-
-  parallel_for(mblocks * nblocks, threads, [&](std::size_t t) {
-    const std::size_t i0 = (t / nblocks) * mc, j0 = (t % nblocks) * ncols;
-    const std::size_t mb = std::min(mc, m - i0), j1 = std::min(n, j0 + ncols);
+  const Grid grid = split_m_first(g, m, n, threads);
+  parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+    const std::size_t mb = std::min(grid.rows, m - i0), j1 = std::min(n, j0 + grid.cols);
     gemm_serial(g, ta, mb, a_at(ta, a, lda, i0, 0), lda, b.cols(j0, j1), alpha, beta,
                 c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
   });
@@ -171,20 +283,30 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     return;
   }
 
-  // Pack all of op(B) once into this thread's kGemmB (threads pack disjoint
-  // strip ranges), then run the threaded packed driver on it.
-  const std::size_t stride = k * g.nr;
-  float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n));
-  const std::size_t strips = ceil_div(n, g.nr);
-  constexpr std::size_t kStripsPerTask = 8;
-  parallel_for(ceil_div(strips, kStripsPerTask), threads, [&](std::size_t t) {
-    const std::size_t j0 = t * kStripsPerTask * g.nr;
-    const std::size_t nb = std::min(kStripsPerTask * g.nr, n - j0);
-    g.pack_b(tb == Trans::T, k, nb, tb == Trans::N ? b + j0 : b + j0 * ldb, ldb,
-             bpack + (j0 / g.nr) * stride, stride);
+  if (small_problem(g, tb, m, n, k)) {
+    if (threads <= 1) {
+      gemm_serial_small(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    const Grid grid = split_longer(g, m, n, threads);
+    parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+      const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+      gemm_serial_small(g, ta, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k, alpha,
+                        a_at(ta, a, lda, i0, 0), lda, b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
+    });
+    return;
+  }
+  if (threads <= 1) {
+    gemm_serial_unpacked(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const Grid grid = split_longer(g, m, n, threads);
+  parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+    gemm_serial_unpacked(g, ta, tb, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k,
+                         alpha, a_at(ta, a, lda, i0, 0), lda, b_at(tb, b, ldb, 0, j0), ldb, beta,
+                         c + i0 * ldc + j0, ldc);
   });
-  const PackedBView view{bpack, k, n, g.nr, stride};
-  gemm_packed(g, ta, m, a, lda, view, alpha, beta, c, ldc, nullptr);
 }
 
 }  // namespace mha::detail

@@ -1,18 +1,22 @@
 // AVX-512 SGEMM kernels (xsimd::avx512f, FMA through _mm512_fmadd_ps).
 //
-// 14 x 32 register tile: 28 zmm accumulators + 2 for the B row + 1 broadcast
-// of the 32 registers. Per k step: 28 FMAs (14 cycles at 2 FMA/cycle) against
-// 2 vector loads and 14 broadcasts, so neither the load ports nor the FMA
-// latency (4 cycles x 2 pipes = 8 chains needed, 28 available) limit it.
-// NR = 32 divides head_dim 64, the attention case.
-// Cache blocks (Zen5: 48 KiB L1d, 1 MiB L2): a B strip of KC x NR = 256 x 32
-// floats (32 KiB) stays in L1 while the MC x KC = 336 x 256 A block (336 KiB)
-// streams from L2.
+// Packed tile 14 x 32: 28 zmm accumulators + 2 for the B row + 1 broadcast
+// of the 32 registers. Per k step: 28 FMAs (14 cycles at 2 FMA/cycle)
+// against 2 vector loads and 14 broadcasts; 28 independent chains cover the
+// FMA latency. In-cache macro-kernel runs (336 x 768 x 256) reach the
+// measured FMA-loop peak with 14x32, 7x64, 6x64 and 8x48 alike; 14x32 keeps
+// NR small (32 divides head_dim 64; less padding at the N edge).
+// Unpacked tile 7 x 64 (the small path): N = 64 (P·V at head_dim 64) is one
+// strip, so each A element is broadcast once and only 7 row streams of A are
+// read in place (pv_s512, 1 thread: parity with oneDNN, against 0.75x with
+// packing).
+// Cache blocks (48 KiB L1d, 1-2 MiB L2): the KC x MR = 256 x 14 A strip
+// (14 KiB) stays in L1, the KC x NC = 256 x 768 B panel (768 KiB) in L2.
 #include "gemm/ukernel.hpp"
 
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_avx512 =
-    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2>(336, 256, 4096);
+    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 7, 4>(336, 256, 768);
 
 }  // namespace mha::detail

@@ -13,6 +13,15 @@ struct GemmKernels {
   // a: packed A strip [k][mr]; b: packed B strip [k][nr]; beta == 0: C not read.
   void (*ukernel)(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
                   std::size_t m, std::size_t n, float alpha, float beta);
+  // The same for unpacked operands (the small-problem path), on its own
+  // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
+  // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb with
+  // nr_u floats readable there even when n < nr_u. Every element gets the
+  // same arithmetic as in ukernel, so the same bits.
+  std::size_t mr_u, nr_u;
+  void (*ukernel_unpacked)(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
+                           const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                           std::size_t m, std::size_t n, float alpha, float beta);
   // Packs op(A) [m x k] (m <= mr*strips) into strips of mr rows: strip s at
   // dst + s*k*mr, laid out [k][mr], rows past m zero.
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda,

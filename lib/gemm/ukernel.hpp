@@ -27,11 +27,15 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <xsimd/xsimd.hpp>
 
 #include "gemm/kernels.hpp"
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 namespace mha::detail::gemm_ukernel {
@@ -39,7 +43,10 @@ namespace mha::detail::gemm_ukernel {
 // Tag for the portable kernel: "vectors" of one float.
 struct scalar_arch {};
 
-// The few vector operations the kernels need, per Arch.
+// The few vector operations the kernels need, per Arch. transpose(r)
+// transposes the W x W block held in r[0..W) (r[i] = row i) in place; it is
+// what makes packing a transposed operand run at vector speed (measured on
+// pack_b('T') of 768 x 2304, AVX-512: 0.85 ms with scalar copies).
 template <class Arch>
 struct Simd {
   using V = xsimd::batch<float, Arch>;
@@ -49,6 +56,7 @@ struct Simd {
   static V splat(float x) noexcept { return V(x); }
   static V fma(const V& x, const V& y, const V& z) noexcept { return xsimd::fma(x, y, z); }
   static float sum(const V& v) noexcept { return xsimd::hadd(v); }
+  static void transpose(V* r) noexcept;
 };
 
 template <>
@@ -62,6 +70,7 @@ struct Simd<scalar_arch> {
   // and std::fma would be a libm call per element.
   static V fma(V x, V y, V z) noexcept { return x * y + z; }
   static float sum(V v) noexcept { return v; }
+  static void transpose(V*) noexcept {}
 };
 
 #if defined(__AVX512F__)
@@ -76,48 +85,133 @@ struct Simd<xsimd::avx512f> {
   static V splat(float x) noexcept { return V(x); }
   static V fma(const V& x, const V& y, const V& z) noexcept { return _mm512_fmadd_ps(x, y, z); }
   static float sum(const V& v) noexcept { return xsimd::hadd(v); }
+  // 16 x 16: 4 x 4 transposes inside each 128-bit lane (unpack, shuffle),
+  // then a 4 x 4 transpose of the lanes themselves (two shuffle_f32x4 rounds).
+  static void transpose(V* r) noexcept {
+    // The all-lanes mask forms: GCC 12's unmasked ones pass an undefined
+    // vector that trips -Wmaybe-uninitialized (GCC PR105593).
+    constexpr __mmask16 kAll = 0xFFFF;
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_mask_unpacklo_ps(r[2 * i], kAll, r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_mask_unpackhi_ps(r[2 * i], kAll, r[2 * i], r[2 * i + 1]);
+    }
+    for (int q = 0; q < 4; ++q) {  // u[4q + c], lane L: rows 4q..4q+3 of column 4L + c
+      u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+      u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+      u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+      u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m512 x0 = _mm512_mask_shuffle_f32x4(u[c], kAll, u[c], u[4 + c], 0x44);
+      const __m512 x1 = _mm512_mask_shuffle_f32x4(u[c], kAll, u[c], u[4 + c], 0xEE);
+      const __m512 x2 = _mm512_mask_shuffle_f32x4(u[8 + c], kAll, u[8 + c], u[12 + c], 0x44);
+      const __m512 x3 = _mm512_mask_shuffle_f32x4(u[8 + c], kAll, u[8 + c], u[12 + c], 0xEE);
+      r[c] = _mm512_mask_shuffle_f32x4(x0, kAll, x0, x2, 0x88);
+      r[4 + c] = _mm512_mask_shuffle_f32x4(x0, kAll, x0, x2, 0xDD);
+      r[8 + c] = _mm512_mask_shuffle_f32x4(x1, kAll, x1, x3, 0x88);
+      r[12 + c] = _mm512_mask_shuffle_f32x4(x1, kAll, x1, x3, 0xDD);
+    }
+  }
 };
 #endif
 
-template <class Arch, std::size_t MR, std::size_t NV>
-void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-             std::size_t m, std::size_t n, float alpha, float beta) {
+// Only in the AVX2 TU: the AVX-512 TU also has __AVX2__, and a copy built
+// with its flags must never be the one the AVX2 kernels call.
+#if defined(MHA_ISA_AVX2)
+// 8 x 8: 4 x 4 transposes inside each 128-bit lane, then swap lane halves.
+template <>
+inline void Simd<xsimd::fma3<xsimd::avx2>>::transpose(V* r) noexcept {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {
+    u[4 * q + 0] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+    u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+#endif
+
+#if defined(__aarch64__)
+template <>
+inline void Simd<xsimd::neon64>::transpose(V* r) noexcept {
+  const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
+  const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
+  auto lo = [](float32x4_t a, float32x4_t b) {
+    return vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
+  };
+  auto hi = [](float32x4_t a, float32x4_t b) {
+    return vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
+  };
+  r[0] = lo(t0, t2);
+  r[1] = lo(t1, t3);
+  r[2] = hi(t0, t2);
+  r[3] = hi(t1, t3);
+}
+#endif
+
+// The micro-kernel for exactly ROWS (<= MR) rows: short strips (the M edge,
+// m == 1 decode steps) cost ROWS/MR of a full one instead of a full one.
+// A is read at a[p*sa + i] (kRowStridedA == false: a packed strip with
+// sa = MR, or a column-major op(A)) or a[i*sa + p] (kRowStridedA: row-major
+// op(A), unpacked); row p of B at b + p*ldb (ldb = NR when packed). The
+// addressing never changes the arithmetic, so packed and unpacked calls give
+// the same bits.
+template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA>
+void ukernel_rows(std::size_t k, const float* a, std::size_t sa, const float* b, std::size_t ldb,
+                  float* c, std::size_t ldc, std::size_t n, float alpha, float beta) {
   using S = Simd<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   constexpr std::size_t NR = NV * W;
-  V acc[MR][NV];
+  V acc[ROWS][NV];
 #pragma GCC unroll 32
-  for (std::size_t i = 0; i < MR; ++i) {
+  for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < NV; ++j) acc[i][j] = S::splat(0.f);
   }
   for (std::size_t p = 0; p < k; ++p) {
+    if constexpr (kRowStridedA) {
+      // ROWS row streams of A at an arbitrary stride: fetch each row's
+      // next-but-three cache line ahead of use.
+      if (p % 16 == 0) {
+#pragma GCC unroll 32
+        for (std::size_t i = 0; i < ROWS; ++i) __builtin_prefetch(a + i * sa + p + 64);
+      }
+    }
     V bv[NV];
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < NV; ++j) bv[j] = S::load(b + j * W);
 #pragma GCC unroll 32
-    for (std::size_t i = 0; i < MR; ++i) {
-      const V av = S::splat(a[i]);
+    for (std::size_t i = 0; i < ROWS; ++i) {
+      const V av = S::splat(kRowStridedA ? a[i * sa + p] : a[i]);
 #pragma GCC unroll 8
       for (std::size_t j = 0; j < NV; ++j) acc[i][j] = S::fma(av, bv[j], acc[i][j]);
     }
-    a += MR;
-    b += NR;
+    if (!kRowStridedA) a += sa;
+    b += ldb;
   }
 
   const V va = S::splat(alpha);
-  if (m == MR && n == NR) {
+  if (n == NR) {
     if (beta == 0.f) {
 #pragma GCC unroll 32
-      for (std::size_t i = 0; i < MR; ++i) {
+      for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
         for (std::size_t j = 0; j < NV; ++j) S::store(c + i * ldc + j * W, acc[i][j] * va);
       }
     } else {
       const V vb = S::splat(beta);
 #pragma GCC unroll 32
-      for (std::size_t i = 0; i < MR; ++i) {
+      for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
         for (std::size_t j = 0; j < NV; ++j) {
           float* ci = c + i * ldc + j * W;
@@ -127,14 +221,14 @@ void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_
     }
     return;
   }
-  // Edge tile: the same arithmetic (alpha*acc, then + beta*c), element-wise.
-  alignas(64) float tile[MR * NR];
+  // N edge: the same arithmetic (alpha*acc, then + beta*c), element-wise.
+  alignas(64) float tile[ROWS * NR];
 #pragma GCC unroll 32
-  for (std::size_t i = 0; i < MR; ++i) {
+  for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < NV; ++j) S::store(tile + i * NR + j * W, acc[i][j] * va);
   }
-  for (std::size_t i = 0; i < m; ++i) {
+  for (std::size_t i = 0; i < ROWS; ++i) {
     float* ci = c + i * ldc;
     const float* ti = tile + i * NR;
     if (beta == 0.f) {
@@ -145,10 +239,74 @@ void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_
   }
 }
 
+template <class Arch, std::size_t NV, bool kRowStridedA, std::size_t... I>
+void ukernel_any_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
+                      std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                      float alpha, float beta, std::index_sequence<I...>) {
+  using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
+                      std::size_t, std::size_t, float, float);
+  static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA>...};
+  rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta);
+}
+
+// GemmKernels::ukernel: packed A and B.
+template <class Arch, std::size_t MR, std::size_t NV>
+void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
+             std::size_t m, std::size_t n, float alpha, float beta) {
+  constexpr std::size_t NR = NV * Simd<Arch>::width;
+  if (m == MR) {
+    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta);
+  } else {
+    ukernel_any_rows<Arch, NV, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta,
+                                      std::make_index_sequence<MR>{});
+  }
+}
+
+// GemmKernels::ukernel_unpacked: op(A)(i, p) at a[i*rsa + p*csa] with
+// rsa == 1 or csa == 1, B rows at b + p*ldb.
+template <class Arch, std::size_t MR, std::size_t NV>
+void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
+                      const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
+                      std::size_t n, float alpha, float beta) {
+  if (csa == 1 && rsa != 1) {
+    ukernel_any_rows<Arch, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta,
+                                     std::make_index_sequence<MR>{});
+  } else {
+    ukernel_any_rows<Arch, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta,
+                                      std::make_index_sequence<MR>{});
+  }
+}
+
+// Transposes `rows` (a multiple of W, <= 64) rows of length >= p0 + W into
+// columns: for r < W, column p0 + r of the block goes to dst + r*ld (rows
+// values). Rows are read at src[i] + p0. Used by both packers below.
+template <class Arch>
+inline void transpose_block(const float* const* src, std::size_t rows, std::size_t p0, float* dst,
+                            std::size_t ld) {
+  using S = Simd<Arch>;
+  using V = typename S::V;
+  constexpr std::size_t W = S::width;
+  for (std::size_t g = 0; g < rows; g += W) {
+    V t[W];
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < W; ++r) t[r] = S::load(src[g + r] + p0);
+    S::transpose(t);
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < W; ++r) S::store(dst + r * ld + g, t[r]);
+  }
+}
+
 // Packs op(A) [m x k] into ceil(m/MR) strips of [k][MR]. op(A)(r, p) is
 // a[r*lda + p] (trans == false) or a[p*lda + r] (trans == true).
 template <class Arch, std::size_t MR>
 void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda, float* dst) {
+  constexpr std::size_t W = Simd<Arch>::width;
+  // Rows rounded up to whole vectors for the transposes; the extra rows
+  // re-read row 0 and their lanes are overwritten (see below).
+  constexpr std::size_t RV = (MR + W - 1) / W * W;
+  // One vector group when padded: transpose_block stores group by group, so
+  // with several groups a padded one would overwrite its neighbours' data.
+  static_assert(RV == MR || RV == W, "MR must be a multiple of W or less than W");
   for (std::size_t r0 = 0; r0 < m; r0 += MR) {
     const std::size_t mr = m - r0 < MR ? m - r0 : MR;
     if (trans) {
@@ -161,12 +319,18 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_
         for (; i < MR; ++i) d[i] = 0.f;
       }
     } else {
-      // MR row streams, each read sequentially: a transpose through the cache.
-      const float* rows[MR];
-      for (std::size_t i = 0; i < MR; ++i) rows[i] = a + (r0 + (i < mr ? i : 0)) * lda;
-      for (std::size_t p = 0; p < k; ++p) {
+      const float* rows[RV];
+      for (std::size_t i = 0; i < RV; ++i) rows[i] = a + (r0 + (i < mr ? i : 0)) * lda;
+      std::size_t p = 0;
+      if (mr == MR && W > 1) {
+        // With RV > MR each column's store runs RV - MR floats into the next
+        // column's slot, which the next store overwrites; the strip's last
+        // column is left to the scalar loop so nothing is written past it.
+        const std::size_t end = RV == MR ? k : (k > 0 ? k - 1 : 0);
+        for (; p + W <= end; p += W) transpose_block<Arch>(rows, RV, p, dst + p * MR, MR);
+      }
+      for (; p < k; ++p) {
         float* d = dst + p * MR;
-#pragma GCC unroll 32
         for (std::size_t i = 0; i < MR; ++i) d[i] = i < mr ? rows[i][p] : 0.f;
       }
     }
@@ -198,12 +362,16 @@ void pack_b(bool trans, std::size_t k, std::size_t n, const float* b, std::size_
         }
       }
     } else {
-      // NR column streams (rows of the stored B), each read sequentially.
+      // NR rows of the stored B, each read sequentially, transposed W x W at
+      // a time (NR is a multiple of W).
       const float* cols[NR];
       for (std::size_t j = 0; j < NR; ++j) cols[j] = b + (c0 + (j < nr ? j : 0)) * ldb;
-      for (std::size_t p = 0; p < k; ++p) {
+      std::size_t p = 0;
+      if (nr == NR && W > 1) {
+        for (; p + W <= k; p += W) transpose_block<Arch>(cols, NR, p, dst + p * NR, NR);
+      }
+      for (; p < k; ++p) {
         float* d = dst + p * NR;
-#pragma GCC unroll 8
         for (std::size_t j = 0; j < NR; ++j) d[j] = j < nr ? cols[j][p] : 0.f;
       }
     }
@@ -296,17 +464,22 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
   }
 }
 
-// One ISA's table: an MR x (NV vectors) micro-kernel and its cache blocks.
-template <class Arch, std::size_t MR, std::size_t NV>
+// One ISA's table: an MR x (NV vectors) micro-kernel for packed operands,
+// an MRU x (NVU vectors) one for unpacked operands, and the cache blocks.
+template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size_t NVU>
 constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc) {
+  constexpr std::size_t W = Simd<Arch>::width;
   return GemmKernels{MR,
-                     NV * Simd<Arch>::width,
+                     NV * W,
                      mc,
                      kc,
                      nc,
                      &ukernel<Arch, MR, NV>,
+                     MRU,
+                     NVU * W,
+                     &ukernel_unpacked<Arch, MRU, NVU>,
                      &pack_a<Arch, MR>,
-                     &pack_b<Arch, NV * Simd<Arch>::width>,
+                     &pack_b<Arch, NV * W>,
                      &gemv_n<Arch>,
                      &gemv_t<Arch>};
 }

@@ -24,9 +24,11 @@ struct SoftmaxKernels {
   // y[i] = x[i] * s + add[i] (add may be null: y[i] = x[i] * s). In place allowed.
   // With add, computed as one fused multiply-add (rounded once).
   void (*scale_add)(const float* x, const float* add, float* y, std::size_t n, float s);
-  // y[i] = exp(x[i] * s - shift), x*s - shift as one fused multiply-add;
-  // returns the sum of y (order fixed by n). In place allowed. exp_sum is
-  // this with s = 1. Lets a caller skip a separate scaling pass over scores.
+  // y[i] = exp(fl(x[i] * s) - shift); returns the sum of y (order fixed by n).
+  // In place allowed. Bit-identical to scale_add(x, null, y, n, s) followed by
+  // exp_sum(y, n, shift), without the intermediate pass; with shift =
+  // fl(s * max(x)) (s > 0) the max element gives exactly 1. exp_sum is this
+  // with s = 1.
   float (*scale_exp_sum)(const float* x, float* y, std::size_t n, float s, float shift);
   // scale_add that also returns max(y[0..n)) (n >= 1; -inf if all are -inf;
   // NaN as for reduce_max): scaling, masking and the row max in one pass.

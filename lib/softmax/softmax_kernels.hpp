@@ -102,28 +102,30 @@ struct SoftmaxImpl {
     return L::hmax(L::max(L::max(m0, m1), L::max(m2, m3)));
   }
 
-  // y = exp(x*s - shift) via one FMA; returns the sum of y.
+  // y = exp(fl(x*s) - shift): the same bits as scale_add without a mask
+  // followed by exp_sum, so a row's max element gives exactly exp(0) = 1.
+  // Returns the sum of y.
   static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
-    const V vs = L::set1(s), vshift = L::set1(-shift);
+    const V vs = L::set1(s), vshift = L::set1(shift);
     V s0 = L::set1(0.f), s1 = s0;
     std::size_t i = 0;
     for (; i + 2 * W <= n; i += 2 * W) {
-      const V e0 = exp_v(L::fma(L::load(x + i), vs, vshift));
-      const V e1 = exp_v(L::fma(L::load(x + i + W), vs, vshift));
+      const V e0 = exp_v(L::load(x + i) * vs - vshift);
+      const V e1 = exp_v(L::load(x + i + W) * vs - vshift);
       L::store(y + i, e0);
       L::store(y + i + W, e1);
       s0 = s0 + e0;
       s1 = s1 + e1;
     }
     if (i + W <= n) {
-      const V e = exp_v(L::fma(L::load(x + i), vs, vshift));
+      const V e = exp_v(L::load(x + i) * vs - vshift);
       L::store(y + i, e);
       s0 = s0 + e;
       i += W;
     }
     if (i < n) {
       const std::size_t m = n - i;
-      const V e = exp_v(L::fma(load_tail(x + i, m, 0.f), vs, vshift));
+      const V e = exp_v(load_tail(x + i, m, 0.f) * vs - vshift);
       store_tail(y + i, m, e);
       // The padded lanes' exp(-shift) must not enter the sum.
       alignas(64) float buf[W];
@@ -135,7 +137,7 @@ struct SoftmaxImpl {
   }
 
   static float exp_sum(float* x, std::size_t n, float shift) {
-    // fma(x, 1, -shift) is x - shift, rounded once.
+    // fl(x*1) = x: this is x - shift, rounded once.
     return scale_exp_sum(x, x, n, 1.f, shift);
   }
 

@@ -17,14 +17,6 @@
 
 using namespace mha::test;
 
-#if defined(__SANITIZE_ADDRESS__)
-// The out-of-memory case asks for ~256 PiB; ASan must return NULL (so operator
-// new throws bad_alloc) instead of aborting on the oversized request.
-extern "C" const char* __asan_default_options() {
-  return "allocator_may_return_null=1";
-}
-#endif
-
 namespace {
 
 constexpr std::size_t kHuge = std::numeric_limits<std::size_t>::max() / 2 + 1;
@@ -135,6 +127,12 @@ TEST_CASE("forward rejects each invalid argument and writes nothing", "[attentio
 }
 
 TEST_CASE("allocation failure gives MHA_OUT_OF_MEMORY", "[attention][errors]") {
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's throwing operator new reports a failed allocation and aborts (even
+  // with allocator_may_return_null=1) instead of throwing std::bad_alloc.
+  WARN("skipped under AddressSanitizer: its operator new aborts instead of throwing");
+  return;
+#endif
   // E = 2^28: E*E floats = 2^58 bytes fits size_t but no address space. The
   // engine allocates its copy before reading the caller's arrays, so the
   // small arrays below are never read past their end.

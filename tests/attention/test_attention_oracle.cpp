@@ -8,7 +8,9 @@
 // over these problems with the plain float engine: 5.2e-7 on outputs, 6.8e-8
 // on weights; 1e-5 leaves room for faster kernels (other summation orders, a
 // polynomial exp) while any indexing or masking slip errs by O(0.01..1).
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <mha/attention.hpp>
 #include <random>
 #include <sstream>

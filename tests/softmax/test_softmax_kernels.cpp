@@ -177,6 +177,11 @@ TEST_CASE("exp_sum and scale_exp_sum against double", "[softmax]") {
     // Fixed order: the same input gives the same bits.
     std::vector<float> y2(n);
     CHECK(bits(sk().scale_exp_sum(x.data(), y2.data(), n, s, shift)) == bits(sum));
+    // Same bits as scale_add then exp_sum.
+    std::vector<float> z2(n);
+    sk().scale_add(x.data(), nullptr, z2.data(), n, s);
+    CHECK(bits(sk().exp_sum(z2.data(), n, shift)) == bits(sum));
+    CHECK(std::memcmp(z2.data(), y.data(), n * sizeof(float)) == 0);
     // In place equals out of place.
     std::vector<float> z = x;
     CHECK(bits(sk().scale_exp_sum(z.data(), z.data(), n, s, shift)) == bits(sum));

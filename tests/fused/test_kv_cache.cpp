@@ -14,6 +14,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <memory>
+#include <mha/attention.hpp>
+#include <mha/kv_cache.hpp>
 #include <string>
 #include <vector>
 
@@ -197,4 +199,32 @@ TEST_CASE("kv cache: bad arguments are clear errors", "[kv_cache][errors]") {
   CHECK(mha_kv_cache_length(cache.get()) == 0);
   CHECK(mha_kv_cache_truncate(cache.get(), 1) == MHA_INVALID_ARGUMENT);
   CHECK(mha_kv_cache_truncate(nullptr, 0) == MHA_INVALID_ARGUMENT);
+}
+
+TEST_CASE("kv cache: the C++ class matches the C API and throws mha::Error", "[kv_cache][errors]") {
+  const std::size_t E = 16, L = 9;
+  const std::vector<float> w = random_vector(E * E, 41, -0.3f, 0.3f);
+  const mha_weights weights{w.data(), w.data(), w.data(), w.data(),
+                            nullptr,  nullptr,  nullptr,  nullptr};
+  const mha::MultiheadAttention attn(mha_config{E, 2, 0, 0, 0}, weights);
+  const std::vector<float> x = random_vector(L * E, 42);
+  std::vector<float> full(x.size()), stepped(x.size());
+  mha_mask mask{};
+  mask.causal = 1;
+  attn.forward_self(1, L, x.data(), &mask, full.data());
+  mha::KvCache cache(attn, 1, L);
+  cache.step_self(4, x.data(), stepped.data());
+  cache.step_self(5, &x[4 * E], &stepped[4 * E]);
+  CHECK(cache.length() == L);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    REQUIRE(std::abs(stepped[i] - full[i]) <= 2e-5f * (1.0f + std::abs(full[i])));
+  }
+  try {
+    cache.step_self(1, x.data(), stepped.data());
+    FAIL("a step past max_len must throw");
+  } catch (const mha::Error& e) {
+    CHECK(e.status() == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find("max_len") != std::string::npos);
+  }
+  CHECK_THROWS_AS(cache.truncate(L + 1), mha::Error);
 }

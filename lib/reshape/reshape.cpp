@@ -1,0 +1,131 @@
+// Public head split/merge: argument checks and the task split; the copies
+// are the per-ISA copy_rows kernel, one call per (batch, head) slice.
+#include <cstdint>
+#include <functional>
+#include <mha/reshape.hpp>
+
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "dispatch/dispatch.hpp"
+#include "reshape/kernels.hpp"
+
+namespace mha::detail {
+namespace {
+
+// Below this many floats moved a call stays on the calling thread; measured
+// with bench_softmax's reshape suite (see bench/softmax/bench_reshape.cpp).
+constexpr std::size_t kParallelMinElements = 1 << 16;
+
+struct Shape {
+  std::size_t batch, seq, heads, head_dim;
+  std::size_t elements;  // batch*seq*heads*head_dim
+};
+
+Shape check_shape(const char* fn, std::size_t batch, std::size_t seq, std::size_t heads,
+                  std::size_t head_dim, std::size_t parts) {
+  const std::size_t e = checked_mul(
+      checked_mul(checked_mul(checked_mul(batch, seq, fn), heads, fn), head_dim, fn), parts, fn);
+  checked_mul(e, sizeof(float), fn);
+  return {batch, seq, heads, head_dim, e / parts};
+}
+
+// Whether [a, a + na) and [b, b + nb) (in floats) do not intersect.
+bool disjoint(const float* a, std::size_t na, const float* b, std::size_t nb) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return pa + na * sizeof(float) <= pb || pb + nb * sizeof(float) <= pa;
+}
+
+// Runs body(b, h) for every (batch, head) slice, in parallel for large sizes.
+void for_each_head(const Shape& s, std::size_t moved,
+                   const std::function<void(std::size_t, std::size_t)>& body) {
+  const std::size_t tasks = s.batch * s.heads;
+  parallel_for(tasks, moved < kParallelMinElements ? 1 : 0,
+               [&](std::size_t t) { body(t / s.heads, t % s.heads); });
+}
+
+}  // namespace
+}  // namespace mha::detail
+
+namespace mha {
+
+void split_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
+                 const float* x, float* y) {
+  using namespace detail;
+  const Shape s =
+      check_shape("split_heads: batch x seq x heads x head_dim", batch, seq, heads, head_dim, 1);
+  if (s.elements == 0) return;
+  check_arg(x != nullptr && y != nullptr, "split_heads: x and y must not be null");
+  check_arg(disjoint(x, s.elements, y, s.elements),
+            "split_heads: y overlaps x (expected disjoint)");
+  const ReshapeKernels& k = *kernels().reshape;
+  const std::size_t row = heads * head_dim;
+  for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
+    k.copy_rows(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim,
+                head_dim, seq, head_dim);
+  });
+}
+
+void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
+                 const float* x, float* y) {
+  using namespace detail;
+  const Shape s =
+      check_shape("merge_heads: batch x seq x heads x head_dim", batch, seq, heads, head_dim, 1);
+  if (s.elements == 0) return;
+  check_arg(x != nullptr && y != nullptr, "merge_heads: x and y must not be null");
+  check_arg(disjoint(x, s.elements, y, s.elements),
+            "merge_heads: y overlaps x (expected disjoint)");
+  const ReshapeKernels& k = *kernels().reshape;
+  const std::size_t row = heads * head_dim;
+  for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
+    k.copy_rows(x + (b * heads + h) * seq * head_dim, head_dim, y + b * seq * row + h * head_dim,
+                row, seq, head_dim);
+  });
+}
+
+void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
+               const float* qkv, float* q, float* k, float* v) {
+  using namespace detail;
+  const Shape s =
+      check_shape("split_qkv: 3 x batch x seq x heads x head_dim", batch, seq, heads, head_dim, 3);
+  if (s.elements == 0) return;
+  check_arg(qkv != nullptr && q != nullptr && k != nullptr && v != nullptr,
+            "split_qkv: qkv, q, k and v must not be null");
+  check_arg(disjoint(qkv, 3 * s.elements, q, s.elements) &&
+                disjoint(qkv, 3 * s.elements, k, s.elements) &&
+                disjoint(qkv, 3 * s.elements, v, s.elements),
+            "split_qkv: an output overlaps qkv (expected disjoint)");
+  check_arg(disjoint(q, s.elements, k, s.elements) && disjoint(q, s.elements, v, s.elements) &&
+                disjoint(k, s.elements, v, s.elements),
+            "split_qkv: q, k and v overlap each other (expected disjoint)");
+  const ReshapeKernels& kern = *kernels().reshape;
+  const std::size_t part = heads * head_dim, row = 3 * part;
+  float* const out[3] = {q, k, v};
+  for_each_head(s, 3 * s.elements, [&](std::size_t b, std::size_t h) {
+    const float* src = qkv + b * seq * row + h * head_dim;
+    const std::size_t dst = (b * heads + h) * seq * head_dim;
+    for (std::size_t p = 0; p < 3; ++p) {
+      kern.copy_rows(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
+    }
+  });
+}
+
+}  // namespace mha
+
+extern "C" {
+
+MHA_API mha_status mha_split_heads(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                   const float* x, float* y) {
+  return mha::detail::guarded([&] { mha::split_heads(batch, seq, heads, head_dim, x, y); });
+}
+
+MHA_API mha_status mha_merge_heads(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                   const float* x, float* y) {
+  return mha::detail::guarded([&] { mha::merge_heads(batch, seq, heads, head_dim, x, y); });
+}
+
+MHA_API mha_status mha_split_qkv(size_t batch, size_t seq, size_t heads, size_t head_dim,
+                                 const float* qkv, float* q, float* k, float* v) {
+  return mha::detail::guarded([&] { mha::split_qkv(batch, seq, heads, head_dim, qkv, q, k, v); });
+}
+
+}  // extern "C"

@@ -1,0 +1,149 @@
+// Public softmax: argument checks, the per-row rules (masks, -inf rows,
+// NaN/+inf rows) and the split of rows into tasks. The arithmetic is the
+// per-ISA SoftmaxKernels table.
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <mha/softmax.hpp>
+
+#include "common/error.hpp"
+#include "common/parallel.hpp"
+#include "dispatch/dispatch.hpp"
+#include "softmax/kernels.hpp"
+
+namespace mha::detail {
+namespace {
+
+// Below this many elements a call runs on the calling thread; above it, rows
+// are split into tasks of about kTaskElements. Measured with bench_softmax
+// (B1 H12, 2 threads): see the comment in bench/softmax/bench_softmax.cpp.
+constexpr std::size_t kParallelMinElements = 1 << 15;
+constexpr std::size_t kTaskElements = 1 << 14;
+
+// Number of leading columns row i keeps under the causal and padding limits.
+std::size_t kept_columns(std::size_t i, std::size_t cols, const SoftmaxOptions& o) {
+  std::size_t keep = cols;
+  if (o.valid_len != nullptr) keep = std::min(keep, o.valid_len[i]);
+  if (o.causal) {
+    // Columns j <= i + offset, i.e. i + 1 + offset of them, without overflow.
+    if (o.causal_offset >= 0) {
+      const auto off = static_cast<std::size_t>(o.causal_offset);
+      if (off < cols) keep = std::min(keep, i + 1 + off);
+    } else {
+      const std::size_t back = std::size_t{0} - static_cast<std::size_t>(o.causal_offset);
+      keep = i + 1 <= back ? 0 : std::min(keep, i + 1 - back);
+    }
+  }
+  return keep;
+}
+
+void softmax_row(const SoftmaxKernels& k, std::size_t i, std::size_t cols, const float* x, float* y,
+                 float s, const SoftmaxOptions& o) {
+  const std::size_t keep = kept_columns(i, cols, o);
+  std::size_t zero_from = keep;
+  if (keep > 0) {
+    const float* add = o.additive != nullptr ? o.additive + i * o.additive_ld : nullptr;
+    float m, sum = 0.f;
+    bool special;
+    if (add == nullptr && s > 0.f) {
+      // For s > 0, max(fl(x*s)) = fl(s*max(x)) (rounding is monotonic): one
+      // read-only pass for the max, then exp(fl(x*s) - shift) without storing z.
+      // Same bits as the masked path below with an all-zero mask.
+      m = k.reduce_max(x, keep);
+      const float shift = s * m;
+      special = m == -std::numeric_limits<float>::infinity() || !(std::fabs(shift) <= FLT_MAX);
+      if (!special) sum = k.scale_exp_sum(x, y, keep, s, shift);
+    } else {
+      m = k.scale_add_max(x, add, y, keep, s);
+      special = !(std::fabs(m) <= FLT_MAX);
+      if (!special) sum = k.exp_sum(y, keep, m);
+    }
+    if (special) {
+      // reduce_max may skip NaNs, so an all -inf max is checked for them
+      // (rare path: fully masked rows).
+      const float* z = add == nullptr && s > 0.f ? x : y;
+      if (m == -std::numeric_limits<float>::infinity() &&
+          std::none_of(z, z + keep, [](float v) { return std::isnan(v); })) {
+        zero_from = 0;  // every kept value is -inf: fully masked row
+      } else {
+        std::fill(y, y + keep, std::numeric_limits<float>::quiet_NaN());
+      }
+    } else {
+      // sum >= 1 (the max element contributes exp(~0)); NaN if a NaN is kept.
+      k.scale(y, keep, 1.f / sum);
+    }
+  }
+  std::fill(y + zero_from, y + cols, 0.f);
+}
+
+// Whether [a, a + (rows-1)*lda + cols) and the same for b intersect.
+bool overlaps(const float* a, std::size_t lda, const float* b, std::size_t ldb, std::size_t rows,
+              std::size_t cols) {
+  const auto lo_a = reinterpret_cast<std::uintptr_t>(a);
+  const auto lo_b = reinterpret_cast<std::uintptr_t>(b);
+  const std::uintptr_t hi_a = lo_a + ((rows - 1) * lda + cols) * sizeof(float);
+  const std::uintptr_t hi_b = lo_b + ((rows - 1) * ldb + cols) * sizeof(float);
+  return lo_a < hi_b && lo_b < hi_a;
+}
+
+}  // namespace
+}  // namespace mha::detail
+
+namespace mha {
+
+void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx, float* y,
+             std::size_t ldy, const SoftmaxOptions& options) {
+  using namespace detail;
+  if (rows == 0 || cols == 0) return;
+  check_arg(x != nullptr, "softmax: x is null (expected ", rows, " x ", cols, " floats)");
+  check_arg(y != nullptr, "softmax: y is null (expected ", rows, " x ", cols, " floats)");
+  check_arg(ldx >= cols, "softmax: ldx = ", ldx, " (expected >= cols = ", cols, ")");
+  check_arg(ldy >= cols, "softmax: ldy = ", ldy, " (expected >= cols = ", cols, ")");
+  checked_mul(rows - 1, ldx, "softmax: rows x ldx");
+  checked_mul(rows - 1, ldy, "softmax: rows x ldy");
+  check_arg(std::isfinite(options.scale), "softmax: scale = ", options.scale,
+            " (expected a finite value; 0 means 1)");
+  if (options.additive != nullptr) {
+    check_arg(options.additive_ld == 0 || options.additive_ld >= cols,
+              "softmax: additive_ld = ", options.additive_ld,
+              " (expected 0 to broadcast one row, or >= cols = ", cols, ")");
+    checked_mul(rows - 1, options.additive_ld, "softmax: rows x additive_ld");
+  }
+  check_arg((x == y && ldx == ldy) || !overlaps(x, ldx, y, ldy, rows, cols),
+            "softmax: y overlaps x (expected in place with x == y and ldx == ldy, or disjoint)");
+
+  const SoftmaxKernels& k = *kernels().softmax;
+  const float s = options.scale == 0.f ? 1.f : options.scale;
+  const std::size_t elements = checked_mul(rows, cols, "softmax: rows x cols");
+  // Rows are independent, so any split is bit-identical; this one only keeps
+  // tasks large enough to amortise scheduling.
+  const std::size_t rows_per_task =
+      elements < kParallelMinElements ? rows : std::max<std::size_t>(1, kTaskElements / cols);
+  const std::size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks, 0, [&](std::size_t t) {
+    const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
+    for (std::size_t i = t * rows_per_task; i < end; ++i) {
+      softmax_row(k, i, cols, x + i * ldx, y + i * ldy, s, options);
+    }
+  });
+}
+
+}  // namespace mha
+
+extern "C" MHA_API mha_status mha_softmax(size_t rows, size_t cols, const float* x, size_t ldx,
+                                          float* y, size_t ldy, const mha_softmax_options* opt) {
+  return mha::detail::guarded([&] {
+    mha::SoftmaxOptions o;
+    if (opt != nullptr) {
+      o.scale = opt->scale;
+      o.additive = opt->additive;
+      o.additive_ld = opt->additive_ld;
+      o.causal = opt->causal != 0;
+      o.causal_offset = opt->causal_offset;
+      o.valid_len = opt->valid_len;
+    }
+    mha::softmax(rows, cols, x, ldx, y, ldy, o);
+  });
+}

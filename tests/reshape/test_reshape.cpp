@@ -1,0 +1,108 @@
+// mha::split_heads / merge_heads / split_qkv and their C API, on the ISA
+// MHA_ISA selects: exact index-by-index checks, round trips, threads, errors.
+#include <mha/mha.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <mha/isa.hpp>
+#include <mha/reshape.hpp>
+#include <string>
+#include <vector>
+
+#include "support/reference.hpp"
+
+namespace {
+
+struct Dims {
+  std::size_t b, s, h, d;
+  std::size_t n() const { return b * s * h * d; }
+};
+
+std::vector<Dims> shapes() {
+  std::vector<Dims> v = {{1, 1, 1, 1},   {2, 3, 4, 5},  {1, 7, 3, 16}, {2, 5, 2, 17},
+                         {1, 9, 12, 64}, {3, 4, 2, 33}, {1, 2, 5, 80}, {2, 3, 1, 128}};
+  if (mha::test::case_scale() >= 1) v.push_back({2, 65, 12, 64});  // above the threading threshold
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("split_heads and merge_heads move every element to its place", "[reshape]") {
+  for (const Dims& t : shapes()) {
+    INFO("B" << t.b << " S" << t.s << " H" << t.h << " d" << t.d);
+    const auto x = mha::test::random_vector(t.n(), t.n());
+    std::vector<float> y(t.n(), -7.f), back(t.n(), -7.f);
+    mha::split_heads(t.b, t.s, t.h, t.d, x.data(), y.data());
+    std::size_t wrong = 0;
+    for (std::size_t b = 0; b < t.b; ++b)
+      for (std::size_t s = 0; s < t.s; ++s)
+        for (std::size_t h = 0; h < t.h; ++h)
+          for (std::size_t e = 0; e < t.d; ++e)
+            wrong +=
+                y[((b * t.h + h) * t.s + s) * t.d + e] != x[((b * t.s + s) * t.h + h) * t.d + e];
+    CHECK(wrong == 0);
+    mha::merge_heads(t.b, t.s, t.h, t.d, y.data(), back.data());
+    CHECK(back == x);
+  }
+}
+
+TEST_CASE("split_qkv splits a packed projection in one call", "[reshape]") {
+  for (const Dims& t : shapes()) {
+    INFO("B" << t.b << " S" << t.s << " H" << t.h << " d" << t.d);
+    const auto qkv = mha::test::random_vector(3 * t.n(), 3 * t.n());
+    std::vector<float> q(t.n(), -7.f), k(t.n(), -7.f), v(t.n(), -7.f);
+    const mha_status st =
+        mha_split_qkv(t.b, t.s, t.h, t.d, qkv.data(), q.data(), k.data(), v.data());
+    INFO(mha_last_error());
+    REQUIRE(st == MHA_OK);
+    const std::size_t row = 3 * t.h * t.d;
+    std::size_t wrong = 0;
+    for (std::size_t b = 0; b < t.b; ++b)
+      for (std::size_t s = 0; s < t.s; ++s)
+        for (std::size_t h = 0; h < t.h; ++h)
+          for (std::size_t e = 0; e < t.d; ++e) {
+            const std::size_t out = ((b * t.h + h) * t.s + s) * t.d + e;
+            const std::size_t in = (b * t.s + s) * row + h * t.d + e;
+            wrong += q[out] != qkv[in];
+            wrong += k[out] != qkv[in + t.h * t.d];
+            wrong += v[out] != qkv[in + 2 * t.h * t.d];
+          }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("reshape is identical at every thread count", "[reshape][threads]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  const Dims t{2, 130, 12, 64};
+  const auto x = mha::test::random_vector(t.n(), 5);
+  std::vector<float> ref(t.n()), got(t.n());
+  mha::set_num_threads(1);
+  mha::split_heads(t.b, t.s, t.h, t.d, x.data(), ref.data());
+  for (std::size_t n : {2, 0}) {
+    mha::set_num_threads(n);
+    mha::split_heads(t.b, t.s, t.h, t.d, x.data(), got.data());
+    CHECK(got == ref);
+  }
+  mha::set_num_threads(0);
+}
+
+TEST_CASE("reshape C API rejects bad arguments", "[reshape]") {
+  std::vector<float> x(96, 1.f), y(96, 0.f);
+  auto expect_invalid = [&](mha_status st, const char* text) {
+    CHECK(st == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(mha_last_error()).find(text) != std::string::npos);
+    CHECK(y == std::vector<float>(96, 0.f));
+  };
+  expect_invalid(mha_split_heads(1, 2, 3, 4, nullptr, y.data()), "null");
+  expect_invalid(mha_merge_heads(1, 2, 3, 4, x.data(), nullptr), "null");
+  expect_invalid(mha_split_heads(1, 2, 3, 4, x.data(), x.data() + 5), "overlaps");
+  expect_invalid(mha_split_heads(SIZE_MAX / 2, 2, 3, 4, x.data(), y.data()), "overflows");
+  expect_invalid(mha_split_qkv(1, 2, 2, 4, x.data(), y.data(), y.data() + 8, y.data() + 40),
+                 "overlap each other");
+  expect_invalid(mha_split_qkv(1, 2, 2, 4, x.data(), x.data() + 40, y.data(), y.data() + 16),
+                 "overlaps qkv");
+  CHECK(mha_split_heads(0, 2, 3, 4, nullptr, nullptr) == MHA_OK);  // empty: nothing to do
+}
