@@ -40,6 +40,9 @@ REFERENCES = ("plain", "memcpy")  # used for the ratio only where no baseline ra
 NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:(?P<threads>\d+)"
                      r"(?P<rest>/.*)?$")
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+# Environment that changes what a bench binary measures; recorded per run.
+RECORDED_ENV = ("MHA_ISA", "MHA_BENCH_THREADS", "MHA_NUM_THREADS", "OMP_WAIT_POLICY",
+                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
 SKIP_EXIT = 77  # bench binaries: MHA_ISA names an ISA this CPU cannot run
 
@@ -687,6 +690,14 @@ class Runner:
         env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
         if isa:
             env["MHA_ISA"] = isa
+        # One process hosts three thread pools (oneTBB for mha, libgomp for oneDNN,
+        # OpenBLAS's pthreads). Idle libgomp and OpenBLAS workers spin (OpenBLAS
+        # for 2^28 cycles by default) on the cores the next benchmark needs.
+        # Measured on the 2-core Xeon: oneDNN tiny_e256 at 2 threads 122 ms with
+        # the defaults, 0.65 ms with these; mha decode_kv2048 at 1 thread 5.3 ms
+        # vs 2.7 ms. A user's own settings win.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
         cmd = bench_command(binary, self.emulator)
         names = list_benchmarks(cmd, env, regex)
         label = "{}{}".format(SUITE_BINARY[suite], " MHA_ISA=" + isa if isa else "")
@@ -761,8 +772,7 @@ class Runner:
             raise UserError("{}: no usable JSON output ({})".format(label, e))
         os.remove(out_json)
         self.runs.append({"binary": SUITE_BINARY[suite], "suite": suite,
-                          "env": {k: env[k] for k in ("MHA_ISA", "MHA_BENCH_THREADS")
-                                  if k in env},
+                          "env": {k: env[k] for k in RECORDED_ENV if k in env},
                           "args": args, "gbench": gbench})
 
 
