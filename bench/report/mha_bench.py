@@ -876,7 +876,9 @@ def cmd_headline(args):
     if "softmax" in suites:
         cmd = bench_command(runner.binary("softmax"), args.emulator)
         names = list_benchmarks(cmd, dict(os.environ, MHA_BENCH_THREADS="1"), "^softmax/") or []
-        config = first_config(names, "softmax", [r".*1024.*", r".*512.*"])
+        # The attention-shaped rows of a 1024-token sequence (bench_softmax names
+        # softmax/h12_q<Q>_k<K>); whatever comes first if the names change.
+        config = first_config(names, "softmax", [r"h12_q256_k1024", r".*_k1024", r".*1024.*"])
         if config:
             runner.run("softmax", r"^softmax/{}/[^/]+/threads:1(/|$)".format(ere_escape(config)),
                        [1], repetitions=reps, min_time=min_time)
