@@ -20,12 +20,14 @@ user error ends in one line on stderr and exit status 2, never a traceback.
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
 import shlex
 import subprocess
 import sys
+import threading
 
 RECORD_FORMAT = "mha-bench-record"
 RECORD_VERSION = 1
@@ -38,6 +40,10 @@ REFERENCES = ("plain", "memcpy")  # used for the ratio only where no baseline ra
 NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:(?P<threads>\d+)"
                      r"(?P<rest>/.*)?$")
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
+# Environment that changes what a bench binary measures; recorded per run.
+RECORDED_ENV = ("MHA_ISA", "MHA_BENCH_THREADS", "MHA_NUM_THREADS", "OMP_WAIT_POLICY",
+                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
 SKIP_EXIT = 77  # bench binaries: MHA_ISA names an ISA this CPU cannot run
 
 
@@ -591,6 +597,13 @@ def compare(records, impls):
         times = [m[k] for m in per_record]
         body.append([k[0] + "/" + k[1], k[2], k[3]] + ["{:.3f}".format(t) for t in times] +
                     ["{:.2f}x".format(times[0] / t) if t > 0 else "-" for t in times[1:]])
+    if len(common) > 1:
+        geomeans = []
+        for i in range(1, len(records)):
+            logs = [math.log(per_record[0][k] / per_record[i][k]) for k in common
+                    if per_record[0][k] > 0 and per_record[i][k] > 0]
+            geomeans.append("{:.2f}x".format(math.exp(sum(logs) / len(logs))) if logs else "-")
+        body.append(["geometric mean", "", ""] + [""] * len(records) + geomeans)
     aligns = ["<", "<", ">"] + [">"] * (2 * len(records) - 1)
     lines = ["{}: {}".format(chr(ord("A") + i), label) for i, label in enumerate(labels)]
     lines += ["", render_table(headers, body, aligns), "",
@@ -677,6 +690,14 @@ class Runner:
         env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
         if isa:
             env["MHA_ISA"] = isa
+        # One process hosts three thread pools (oneTBB for mha, libgomp for oneDNN,
+        # OpenBLAS's pthreads). Idle libgomp and OpenBLAS workers spin (OpenBLAS
+        # for 2^28 cycles by default) on the cores the next benchmark needs.
+        # Measured on the 2-core Xeon: oneDNN tiny_e256 at 2 threads 122 ms with
+        # the defaults, 0.65 ms with these; mha decode_kv2048 at 1 thread 5.3 ms
+        # vs 2.7 ms. A user's own settings win.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        env.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
         cmd = bench_command(binary, self.emulator)
         names = list_benchmarks(cmd, env, regex)
         label = "{}{}".format(SUITE_BINARY[suite], " MHA_ISA=" + isa if isa else "")
@@ -702,8 +723,22 @@ class Runner:
         if repetitions > 1:
             args.append("--benchmark_display_aggregates_only=true")
         print("{} ({} benchmarks)".format(label, len(names)), flush=True)
-        proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        # stderr to a file, not a pipe: nobody reads a pipe while stdout streams,
+        # so a chatty binary could fill it and block.
+        err_path = out_json + ".stderr"
+        err_file = open(err_path, "w+", encoding="utf-8", errors="replace")
+        proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE, stderr=err_file,
+                                text=True)
+        # A watchdog, since reading stdout blocks until the binary exits (or hangs:
+        # under qemu-user a second guest thread hangs).
+        timed_out = threading.Event()
+
+        def kill():
+            timed_out.set()
+            proc.kill()
+
+        watchdog = threading.Timer(self.timeout, kill)
+        watchdog.start()
         done = 0
         wanted = set(names)
         try:
@@ -717,10 +752,15 @@ class Runner:
                     done += 1
                     print("  [{}/{}] {}  {}".format(done, len(names), first,
                                                     progress_time(line)), flush=True)
-            stderr = proc.stderr.read()
-            proc.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            proc.wait()
+        finally:
+            watchdog.cancel()
+            proc.stdout.close()
+            err_file.seek(0)
+            stderr = err_file.read()
+            err_file.close()
+            os.remove(err_path)
+        if timed_out.is_set():
             raise UserError("{} timed out after {} s".format(label, self.timeout))
         if proc.returncode != 0:
             raise UserError("{} failed (exit {}): {}".format(label, proc.returncode,
@@ -732,8 +772,7 @@ class Runner:
             raise UserError("{}: no usable JSON output ({})".format(label, e))
         os.remove(out_json)
         self.runs.append({"binary": SUITE_BINARY[suite], "suite": suite,
-                          "env": {k: env[k] for k in ("MHA_ISA", "MHA_BENCH_THREADS")
-                                  if k in env},
+                          "env": {k: env[k] for k in RECORDED_ENV if k in env},
                           "args": args, "gbench": gbench})
 
 
@@ -831,12 +870,15 @@ def cmd_headline(args):
     print("headline benchmark: repetitions {}, min_time {} s, output in {}".format(
         reps, min_time, out), flush=True)
     if "gemm" in suites:
-        runner.run("gemm", r"^gemm/(sq1024|proj_m512_n2304_k768_nt|gemv_n2304)/[^/]+/threads:1(/|$)",
-                   [1], repetitions=reps, min_time=min_time)
+        shapes = "sq1024|proj_m512_n2304_k768_nt|gemv_n2304"
+        runner.run("gemm", r"^gemm/({})/[^/]+/threads:1(/|$)".format(shapes), [1],
+                   repetitions=reps, min_time=min_time)
     if "softmax" in suites:
         cmd = bench_command(runner.binary("softmax"), args.emulator)
         names = list_benchmarks(cmd, dict(os.environ, MHA_BENCH_THREADS="1"), "^softmax/") or []
-        config = first_config(names, "softmax", [r".*1024.*", r".*512.*"])
+        # The attention-shaped rows of a 1024-token sequence (bench_softmax names
+        # softmax/h12_q<Q>_k<K>); whatever comes first if the names change.
+        config = first_config(names, "softmax", [r"h12_q256_k1024", r".*_k1024", r".*1024.*"])
         if config:
             runner.run("softmax", r"^softmax/{}/[^/]+/threads:1(/|$)".format(ere_escape(config)),
                        [1], repetitions=reps, min_time=min_time)
@@ -863,6 +905,11 @@ def cmd_headline(args):
 
 def cmd_run(args):
     threads = parse_threads(args.threads)
+    isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
+    unknown = [i for i in isas if i is not None and i not in ISAS]
+    if unknown:
+        raise UserError("--isa: unknown ISA '{}' (expected a comma-separated list of {})".format(
+            unknown[0], ", ".join(ISAS)))
     try:
         re.compile(args.filter)
     except re.error as e:
@@ -872,7 +919,6 @@ def cmd_run(args):
     os.makedirs(out, exist_ok=True)
     runner = Runner(args.build, out, args.emulator, timeout=args.timeout)
     suites = existing_suites(runner, suites, required=args.suite != "all")
-    isas = [None] if not args.isa else [i.strip() for i in args.isa.split(",") if i.strip()]
     t_re = "|".join(str(t) for t in threads)
     for suite in suites:
         prefixes = "|".join(SUITE_PREFIXES[suite])

@@ -182,7 +182,8 @@ class ErrorTest(unittest.TestCase):
         self.check_error(["report", fixture("record_bad_runs.json")], "malformed record")
 
     def test_context_not_an_object(self):
-        self.check_error(["report", fixture("record_bad_context.json")], "'context' is not an object")
+        self.check_error(["report", fixture("record_bad_context.json")],
+                         "'context' is not an object")
 
     def test_field_of_the_wrong_type_deeper_in(self):
         self.check_error(["report", fixture("record_bad_peak.json")], "malformed input")
@@ -202,6 +203,9 @@ class ErrorTest(unittest.TestCase):
 
     def test_bad_threads(self):
         self.check_error(["run", "--build", FIXTURES, "--threads", "1,x"], "--threads")
+
+    def test_unknown_isa(self):
+        self.check_error(["run", "--build", FIXTURES, "--isa", "avx2,sse9"], "unknown ISA 'sse9'")
 
     def test_unknown_subcommand(self):
         self.check_error(["frobnicate"], "invalid choice")
@@ -244,7 +248,8 @@ class RunTest(TempDirTest):
         self.assertEqual(names, ["gemm/sq1024/mha/threads:1/real_time",
                                  "gemm/sq1024/openblas/threads:1/real_time",
                                  "gemm/sq1024/onednn/threads:1/real_time"])
-        self.assertEqual(record["skipped"], ["bench_gemm MHA_ISA=neon: ISA not supported on this CPU"])
+        self.assertEqual(record["skipped"],
+                         ["bench_gemm MHA_ISA=neon: ISA not supported on this CPU"])
 
     def test_run_isa_sweep_runs_baselines_once(self):
         build = self.fake_build(["gemm"])
@@ -257,7 +262,31 @@ class RunTest(TempDirTest):
         impls = [[mha_bench.parse_name(b["name"])[2] for b in r["gbench"]["benchmarks"]]
                  for r in record["runs"]]
         self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha"]])
-        self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  0.65x", out)
+        self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  "
+                      "0.65x", out)
+
+    def test_a_failing_binary_is_named_with_its_last_error_line(self):
+        build = self.fake_build(["gemm"])
+        os.environ["FAKE_BENCH_FAIL"] = "1"
+        try:
+            status, _, err = run_main("run", "--build", build, "--suite", "gemm",
+                                      "--out", os.path.join(self.tmp, "out"))
+        finally:
+            del os.environ["FAKE_BENCH_FAIL"]
+        self.assertEqual(status, 2)
+        self.assertEqual(err, "mha_bench: error: bench_gemm failed (exit 3): "
+                              "fake: something broke\n")
+
+    def test_a_hanging_binary_times_out(self):
+        build = self.fake_build(["gemm"])
+        os.environ["FAKE_BENCH_HANG"] = "1"
+        try:
+            status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--timeout", "1",
+                                      "--out", os.path.join(self.tmp, "out"))
+        finally:
+            del os.environ["FAKE_BENCH_HANG"]
+        self.assertEqual(status, 2)
+        self.assertEqual(err, "mha_bench: error: bench_gemm timed out after 1 s\n")
 
     def test_run_with_nothing_runnable_is_an_error(self):
         build = self.fake_build(["gemm"])
