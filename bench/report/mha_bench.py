@@ -359,6 +359,8 @@ def machine_lines(machine):
     cpu = "{} ({} logical CPUs, {} cores, {})".format(
         machine.get("cpu_model"), machine.get("logical_cpus"), machine.get("physical_cores"),
         machine.get("arch"))
+    if machine.get("load_average_1m") is not None:
+        cpu += "; load average {:.1f} at the start".format(machine["load_average_1m"])
     if machine.get("emulator"):
         cpu += "; binaries ran under '{}': timings mean nothing".format(machine["emulator"])
     return [
@@ -678,6 +680,8 @@ class Runner:
         self.runs = []
         self.skipped = []
         self.step = 0
+        # On a shared machine the load says how far to trust the numbers.
+        self.load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     def binary(self, suite):
         path = os.path.join(self.bench_dir, SUITE_BINARY[suite])
@@ -797,7 +801,7 @@ def write_record(runner, command, threads, out_dir):
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": command,
         "machine": dict(machine_section(runner.runs, threads_run(runner.runs) or threads),
-                        emulator=runner.emulator),
+                        emulator=runner.emulator, load_average_1m=runner.load_average),
         "skipped": runner.skipped,
         "runs": runner.runs,
     }
