@@ -412,10 +412,11 @@ def plot_metric(rows):
     return ("gflops", "GFLOP/s") if any(r["gflops"] for r in rows) else ("gbps", "GB/s")
 
 
-def bar_chart(plt, path, title, ylabel, groups, series, values, ref_line=None):
+def bar_chart(plt, path, title, ylabel, groups, series, values, ref_line=None, log_ok=True):
     """Grouped bars: values[(group, series)]; missing pairs are left empty."""
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series)) * 0.45 + 3),
-                                    4.5))
+    # Wide enough for the labels, but capped: the full suite has ~100 configs.
+    width_in = min(24.0, max(6.0, 0.4 * len(groups) * max(1, len(series)) + 3))
+    fig, ax = plt.subplots(figsize=(width_in, 4.5 if len(groups) < 40 else 6.0))
     width = 0.8 / max(1, len(series))
     for i, s in enumerate(series):
         xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
@@ -424,13 +425,14 @@ def bar_chart(plt, path, title, ylabel, groups, series, values, ref_line=None):
     if ref_line is not None:
         ax.axhline(ref_line, color="black", linewidth=0.8, linestyle="--")
     positive = [v for v in values.values() if v]
-    if positive and max(positive) > 30 * min(positive):
+    if log_ok and positive and max(positive) > 30 * min(positive):
         # Shapes from GEMV to sq1024 span two orders of magnitude: a linear
         # axis would flatten the small ones to nothing.
         ax.set_yscale("log")
         ylabel += " (log scale)"
     ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels(groups, rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels(groups, rotation=30 if len(groups) < 40 else 90, ha="right",
+                       fontsize=8 if len(groups) < 40 else 5)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
@@ -480,56 +482,45 @@ def write_plots(record, rows, out_dir):
     ours = [r for r in rows if r["impl"] == "mha" and r["isa"] == isa and r["ms"] is not None]
     thread_counts = sorted({r["threads"] for r in ours})
     if len(thread_counts) > 1:
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        configs = []
+        one = {(r["suite"], r["config"]): r["ms"] for r in ours if r["threads"] == 1}
+        groups, values = [], {}
+        series = ["{} threads".format(t) for t in thread_counts if t != 1]
         for r in ours:
-            if (r["suite"], r["config"]) not in configs:
-                configs.append((r["suite"], r["config"]))
-        plotted = 0
-        for suite, config in configs:
-            by_t = {r["threads"]: r["ms"] for r in ours
-                    if (r["suite"], r["config"]) == (suite, config)}
-            if 1 not in by_t or len(by_t) < 2:
+            base = one.get((r["suite"], r["config"]))
+            if r["threads"] == 1 or not base:
                 continue
-            ts = sorted(by_t)
-            ax.plot(ts, [by_t[1] / by_t[t] for t in ts], marker="o",
-                    label="{}/{}".format(suite, config))
-            plotted += 1
-        peaks = machine.get("peak_gflops", {}).get(isa, {})
-        if "1" in peaks and all(str(t) in peaks for t in thread_counts):
-            ax.plot(thread_counts, [peaks[str(t)] / peaks["1"] for t in thread_counts], "k--",
-                    label="measured FMA peak ratio")
-        ax.plot(thread_counts, thread_counts, ":", color="grey", label="linear")
-        if plotted:
-            ax.set_xticks(thread_counts)
-            ax.set_xlabel("threads")
-            ax.set_ylabel("speedup over 1 thread (x)")
-            ax.set_title("mha thread scaling ({})\n{}".format(isa, cpu), fontsize=10)
-            ax.legend(fontsize=7)
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            fig.savefig(os.path.join(out_dir, "thread_scaling.png"), dpi=90)
+            g = "{}/{}".format(r["suite"], r["config"])
+            if g not in groups:
+                groups.append(g)
+            values[(g, "{} threads".format(r["threads"]))] = base / r["ms"]
+        if groups:
+            peaks = machine.get("peak_gflops", {}).get(isa, {})
+            top = str(thread_counts[-1])
+            ref = peaks[top] / peaks["1"] if "1" in peaks and top in peaks else None
+            bar_chart(plt, os.path.join(out_dir, "thread_scaling.png"),
+                      "mha speedup over 1 thread ({}), {}{}".format(
+                          isa, cpu, "\ndashed line: measured FMA peak ratio, {} threads vs 1"
+                          .format(top) if ref else ""),
+                      "speedup over 1 thread (x)", groups, series, values, ref_line=ref,
+                      log_ok=False)
             made.append(("thread_scaling.png", "mha speedup over 1 thread"))
-        plt.close(fig)
 
-    isas = sorted({r["isa"] for r in rows if r["impl"] == "mha" and r["ms"] is not None})
-    if "avx2" in isas and "avx512" in isas:
-        pairs = {}
-        for r in rows:
-            if r["impl"] == "mha" and r["ms"] is not None and r["isa"] in ("avx2", "avx512"):
-                pairs.setdefault((r["suite"], r["config"], r["threads"]), {})[r["isa"]] = r
-        both = [(k, v) for k, v in pairs.items() if len(v) == 2]
-        if both:
-            metric, unit = plot_metric([r for _, v in both for r in v.values()])
-            groups = ["{}/{} {}t".format(*k) for k, _ in both]
-            values = {}
-            for g, (_, v) in zip(groups, both):
-                for isa_name, r in v.items():
-                    values[(g, isa_name)] = r[metric] if r[metric] is not None else 0.0
-            bar_chart(plt, os.path.join(out_dir, "isa_avx2_vs_avx512.png"),
-                      "mha {}: AVX2 vs AVX-512\n{}".format(unit, cpu), unit, groups,
-                      ["avx2", "avx512"], values)
-            made.append(("isa_avx2_vs_avx512.png", "mha AVX2 vs AVX-512"))
+    pairs = {}
+    for r in rows:
+        if r["impl"] == "mha" and r["ms"] is not None and r["isa"] in ("avx2", "avx512"):
+            pairs.setdefault((r["suite"], r["config"], r["threads"]), {})[r["isa"]] = r["ms"]
+    both = [(k, v) for k, v in pairs.items() if len(v) == 2]
+    if both:
+        # A time ratio, not GFLOP/s: unit-free, so compute- and memory-bound
+        # configurations share one axis.
+        groups = ["{}/{} {}t".format(*k) for k, _ in both]
+        values = {(g, "AVX-512 over AVX2"): v["avx2"] / v["avx512"]
+                  for g, (_, v) in zip(groups, both)}
+        bar_chart(plt, os.path.join(out_dir, "isa_avx2_vs_avx512.png"),
+                  "mha: AVX-512 speedup over AVX2 (time AVX2 / time AVX-512)\n{}".format(cpu),
+                  "speedup (x)", groups, ["AVX-512 over AVX2"], values, ref_line=1.0,
+                  log_ok=False)
+        made.append(("isa_avx2_vs_avx512.png", "mha AVX-512 speedup over AVX2"))
     return made
 
 
