@@ -43,6 +43,12 @@
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+
+#include <cstdio>
+#include <cstdlib>
+#endif
 
 namespace mha::detail::gemm_ukernel {
 
@@ -164,6 +170,25 @@ inline void Simd<xsimd::neon64>::transpose(V* r) noexcept {
 }
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+// AddressSanitizer builds: instrumenting every access of the unrolled
+// micro-kernels made the AVX-512 TU take over 200 s to compile (20 s
+// without), so the kernel bodies are not instrumented. Instead each call
+// checks, up front, every byte range it will read or write.
+#define MHA_GEMM_KERNEL_NO_ASAN __attribute__((no_sanitize_address))
+template <class Arch>
+void asan_check(const void* p, std::size_t floats) {
+  if (floats == 0) return;
+  if (void* bad = __asan_region_is_poisoned(const_cast<void*>(p), floats * sizeof(float))) {
+    std::fprintf(stderr, "gemm micro-kernel would access poisoned memory at %p\n", bad);
+    __asan_describe_address(bad);
+    std::abort();
+  }
+}
+#else
+#define MHA_GEMM_KERNEL_NO_ASAN
+#endif
+
 // The micro-kernel for exactly ROWS (<= MR) rows: short strips (the M edge,
 // m == 1 decode steps) cost ROWS/MR of a full one instead of a full one.
 // A is read at a[p*sa + i] (kRowStridedA == false: a packed strip with
@@ -172,12 +197,23 @@ inline void Simd<xsimd::neon64>::transpose(V* r) noexcept {
 // addressing never changes the arithmetic, so packed and unpacked calls give
 // the same bits.
 template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA>
-void ukernel_rows(std::size_t k, const float* a, std::size_t sa, const float* b, std::size_t ldb,
-                  float* c, std::size_t ldc, std::size_t n, float alpha, float beta) {
+MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::size_t sa,
+                                          const float* b, std::size_t ldb, float* c,
+                                          std::size_t ldc, std::size_t n, float alpha, float beta) {
   using S = Simd<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   constexpr std::size_t NR = NV * W;
+#if defined(__SANITIZE_ADDRESS__)
+  for (std::size_t i = 0; i < ROWS; ++i) {
+    if (kRowStridedA) asan_check<Arch>(a + i * sa, k);
+    asan_check<Arch>(c + i * ldc, n);
+  }
+  for (std::size_t p = 0; p < k; ++p) {
+    if (!kRowStridedA) asan_check<Arch>(a + p * sa, ROWS);
+    asan_check<Arch>(b + p * ldb, NR);
+  }
+#endif
   V acc[ROWS][NV];
 #pragma GCC unroll 32
   for (std::size_t i = 0; i < ROWS; ++i) {

@@ -1,5 +1,6 @@
 // Public head split/merge: argument checks and the task split; the copies
 // are the per-ISA copy_rows kernel, one call per (batch, head) slice.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <mha/reshape.hpp>
@@ -86,11 +87,28 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   check_arg(disjoint(x, s.elements, y, s.elements),
             "merge_heads: y overlaps x (expected disjoint)");
   const ReshapeKernels& k = *kernels().reshape;
-  const CopyRows copy = s.elements >= kStreamMinElements ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;
-  for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-    copy(x + (b * heads + h) * seq * head_dim, head_dim, y + b * seq * row + h * head_dim, row, seq,
-         head_dim);
+  if (s.elements >= kStreamMinElements) {
+    for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
+      k.copy_rows_stream(x + (b * heads + h) * seq * head_dim, head_dim,
+                         y + b * seq * row + h * head_dim, row, seq, head_dim);
+    });
+    return;
+  }
+  // In cache, output row by output row: one call per (batch, token) gathers
+  // the token's `heads` pieces (source stride seq*head_dim) into one
+  // contiguous row. Measured (avx512, best of 9): B1 S512 H24 d32 96-99 us vs
+  // 129-140 us per (batch, head); H12 d64 89-98 vs 107-120; memcpy 88-93 us.
+  const std::size_t rows = batch * seq;
+  const std::size_t rows_per_task = std::max<std::size_t>(1, kParallelMinElements / 4 / row);
+  const std::size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks, s.elements < kParallelMinElements ? 1 : 0, [&](std::size_t t) {
+    const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
+    for (std::size_t r = t * rows_per_task; r < end; ++r) {
+      const std::size_t b = r / seq, tok = r % seq;
+      k.copy_rows(x + (b * heads * seq + tok) * head_dim, seq * head_dim, y + r * row, head_dim,
+                  heads, head_dim);
+    }
   });
 }
 

@@ -82,12 +82,16 @@ TEST_CASE("reshape is identical at every thread count", "[reshape][threads]") {
   const Dims t{2, 130, 12, 64};
   const auto x = mha::test::random_vector(t.n(), 5);
   std::vector<float> ref(t.n()), got(t.n());
+  std::vector<float> ref_m(t.n()), got_m(t.n());
   mha::set_num_threads(1);
   mha::split_heads(t.b, t.s, t.h, t.d, x.data(), ref.data());
+  mha::merge_heads(t.b, t.s, t.h, t.d, x.data(), ref_m.data());
   for (std::size_t n : {2, 0}) {
     mha::set_num_threads(n);
     mha::split_heads(t.b, t.s, t.h, t.d, x.data(), got.data());
+    mha::merge_heads(t.b, t.s, t.h, t.d, x.data(), got_m.data());
     CHECK(got == ref);
+    CHECK(got_m == ref_m);
   }
   mha::set_num_threads(0);
 }
