@@ -31,10 +31,6 @@ constexpr std::size_t kMinChunk = 512;
 // threads cost more in wake-up than they save.
 constexpr double kFlopsPerThread = 6e6;
 
-std::size_t ceil_div(std::size_t a, std::size_t b) {
-  return (a + b - 1) / b;
-}
-
 // Everything one task needs, resolved once per call.
 struct Ctx {
   const GemmKernels& g;
@@ -223,8 +219,8 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   // the second block's GEMMs at a quarter of the micro-kernel's rows.
   // Longer ones use blocks of whole micro-tiles (56 rows for AVX-512's 14-row
   // tile rather than 64 = 4 x 14 + 8, whose last pass runs at 8/14).
-  p.q_block = q_len <= kQueryBlock + kQueryBlock / 2 ? q_len
-                                                     : std::max(g.mr, kQueryBlock / g.mr * g.mr);
+  p.q_block =
+      q_len <= kQueryBlock + kQueryBlock / 2 ? q_len : std::max(g.mr, kQueryBlock / g.mr * g.mr);
   const std::size_t q_blocks = ceil_div(q_len, p.q_block);
   std::size_t tasks = batch * (weights && average ? 1 : s.num_heads) * q_blocks;
   p.chunk_len = round_up(kv_len, p.key_tile);

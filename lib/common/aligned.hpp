@@ -1,5 +1,6 @@
 // Owned, 64-byte-aligned float arrays for long-lived buffers (packed weights,
-// KV caches). Short-lived per-call memory uses thread_scratch instead.
+// KV caches), and the size arithmetic of blocked layouts. Short-lived per-call
+// memory uses thread_scratch instead.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,9 @@ inline AlignedFloats alloc_floats(std::size_t n) {
   return AlignedFloats(static_cast<float*>(p));
 }
 
+inline std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
 inline std::size_t round_up(std::size_t x, std::size_t m) {
   return (x + m - 1) / m * m;
 }

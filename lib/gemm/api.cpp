@@ -8,6 +8,7 @@
 #include <new>
 #include <utility>
 
+#include "common/aligned.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
@@ -67,7 +68,7 @@ mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, cons
   check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
   check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
   const detail::GemmKernels& g = *detail::kernels().gemm;
-  const std::size_t padded_n = detail::checked_mul((n + g.nr - 1) / g.nr, g.nr, "n");
+  const std::size_t padded_n = detail::checked_mul(detail::ceil_div(n, g.nr), g.nr, "n");
   const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
   detail::checked_mul(floats, sizeof(float), "packed b");
   auto* packed = new mha_sgemm_packed_b(&g, floats);

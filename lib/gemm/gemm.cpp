@@ -15,18 +15,12 @@
 
 #include <algorithm>
 
+#include "common/aligned.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 
 namespace mha::detail {
 namespace {
-
-std::size_t ceil_div(std::size_t a, std::size_t b) {
-  return (a + b - 1) / b;
-}
-std::size_t round_up(std::size_t a, std::size_t b) {
-  return ceil_div(a, b) * b;
-}
 
 // C = beta*C (+ bias): what is left of C = alpha*op(A)·B + beta*C + bias when
 // k == 0 or alpha == 0 (BLAS semantics: A and B are not read, so NaN in them

@@ -8,6 +8,7 @@
 #include <limits>
 #include <mha/softmax.hpp>
 
+#include "common/aligned.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "dispatch/dispatch.hpp"
@@ -124,7 +125,7 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
   // tasks large enough to amortise scheduling.
   const std::size_t rows_per_task =
       elements < kParallelMinElements ? rows : std::max<std::size_t>(1, kTaskElements / cols);
-  const std::size_t tasks = (rows + rows_per_task - 1) / rows_per_task;
+  const std::size_t tasks = ceil_div(rows, rows_per_task);
   parallel_for(tasks, 0, [&](std::size_t t) {
     const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
     for (std::size_t i = t * rows_per_task; i < end; ++i) {
