@@ -115,11 +115,8 @@ void bench_composed(benchmark::State& state, const AttentionConfig& c, int threa
 const bool registered = [] {
   for (const AttentionConfig& c : configs()) {
     for (int t : bench_threads()) {
-      const std::string suffix = "/threads:" + std::to_string(t);
-      const auto add = [&](const char* impl, auto fn) {
-        benchmark::RegisterBenchmark(("attention/" + c.name + "/" + impl + suffix).c_str(), fn)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+      const auto add = [&](const char* impl, std::function<void(benchmark::State&)> fn) {
+        register_benchmark("attention", c.name, impl, t, std::move(fn), benchmark::kMillisecond);
       };
       add("mha", [c, t](benchmark::State& s) { bench_mha(s, c, t); });
 #if MHA_BENCH_HAVE_DNNL

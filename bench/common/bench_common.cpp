@@ -180,6 +180,14 @@ void set_baseline_threads(int t) {
   static_cast<void>(t);
 }
 
+void register_benchmark(const std::string& suite, const std::string& config, const char* impl,
+                        int threads, std::function<void(benchmark::State&)> fn,
+                        benchmark::TimeUnit unit) {
+  const std::string name =
+      suite + "/" + config + "/" + impl + "/threads:" + std::to_string(threads);
+  benchmark::RegisterBenchmark(name.c_str(), std::move(fn))->UseRealTime()->Unit(unit);
+}
+
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo, float hi) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> dist(lo, hi);

@@ -15,6 +15,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 namespace mha::bench {
@@ -40,6 +42,12 @@ void set_baseline_threads(int t);
 // n uniform floats in [lo, hi), reproducible from `seed`.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f,
                                  float hi = 1.0f);
+
+// Registers fn as <suite>/<config>/<impl>/threads:<threads> (the naming
+// contract above) with real-time rates, reported in `unit`.
+void register_benchmark(const std::string& suite, const std::string& config, const char* impl,
+                        int threads, std::function<void(benchmark::State&)> fn,
+                        benchmark::TimeUnit unit);
 
 // Thread counts to register, from MHA_BENCH_THREADS ("1,2" by default; e.g.
 // "1,2,16" on a 16-core host). Under qemu-user use "1": a second guest thread

@@ -11,10 +11,8 @@
 // Threads: 1 and 2, or the list in MHA_BENCH_THREADS ("1,2,16").
 // ISA sweep: run again with MHA_ISA=avx2 (the context key mha_isa records it,
 // and the peak the percentages use is that ISA's).
-#include <cstdlib>
 #include <mha/gemm.hpp>
 #include <mha/isa.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,15 +49,6 @@ std::vector<Shape> shapes() {
   for (std::size_t n : {768, 2304, 3072}) {
     r.push_back({"gemv_n" + std::to_string(n), 1, n, 768, true});
   }
-  return r;
-}
-
-std::vector<int> thread_counts() {
-  const char* env = std::getenv("MHA_BENCH_THREADS");
-  if (env == nullptr || *env == '\0') return {1, 2};
-  std::vector<int> r;
-  std::stringstream list(env);
-  for (std::string item; std::getline(list, item, ',');) r.push_back(std::stoi(item));
   return r;
 }
 
@@ -141,13 +130,11 @@ void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
 
 void register_all() {
   for (const Shape& s : shapes()) {
-    for (int t : thread_counts()) {
-      const std::string suffix = "/threads:" + std::to_string(t);
+    for (int t : mha::bench::bench_threads()) {
       auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Shape&, int)) {
-        benchmark::RegisterBenchmark(("gemm/" + s.name + "/" + impl + suffix).c_str(),
-                                     [fn, s, t](benchmark::State& st) { fn(st, s, t); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        mha::bench::register_benchmark(
+            "gemm", s.name, impl, t, [fn, s, t](benchmark::State& st) { fn(st, s, t); },
+            benchmark::kMicrosecond);
       };
       add("mha", bench_mha);
 #if MHA_BENCH_HAVE_OPENBLAS

@@ -94,12 +94,10 @@ namespace mha::bench {
 void register_reshape() {
   for (const Config& c : configs()) {
     for (int t : bench_threads()) {
-      const std::string suffix = "/threads:" + std::to_string(t);
       auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Config&, int)) {
-        benchmark::RegisterBenchmark(("reshape/" + c.name() + "/" + impl + suffix).c_str(),
-                                     [fn, c, t](benchmark::State& st) { fn(st, c, t); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        register_benchmark(
+            "reshape", c.name(), impl, t, [fn, c, t](benchmark::State& st) { fn(st, c, t); },
+            benchmark::kMicrosecond);
       };
       add("mha", bench_mha);
       add("memcpy", bench_memcpy);

@@ -110,12 +110,10 @@ void bench_onednn(benchmark::State& state, const Config& c, int threads) {
 void register_softmax() {
   for (const Config& c : configs()) {
     for (int t : mha::bench::bench_threads()) {
-      const std::string suffix = "/threads:" + std::to_string(t);
       auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Config&, int)) {
-        benchmark::RegisterBenchmark(("softmax/" + c.name + "/" + impl + suffix).c_str(),
-                                     [fn, c, t](benchmark::State& st) { fn(st, c, t); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+        mha::bench::register_benchmark(
+            "softmax", c.name, impl, t, [fn, c, t](benchmark::State& st) { fn(st, c, t); },
+            benchmark::kMicrosecond);
       };
       add("mha", bench_mha);
 #if MHA_BENCH_HAVE_DNNL
