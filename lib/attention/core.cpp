@@ -91,10 +91,11 @@ struct Ctx {
   // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head h:
   // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, m the running row
   // max and l the running row sum. Rows that see no key keep m = -inf, l = 0,
-  // o = 0. `sc` is a q_block x key_tile scratch tile.
+  // o = 0. `sc` is a q_block x key_tile scratch tile, `qpack` room for the
+  // packed query block (packed_a_floats(g, q_block, head_dim)).
   void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
-                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
-                     float* sc) const {
+                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l, float* sc,
+                     float* qpack) const {
     const std::size_t rows = q1 - q0, d = s.head_dim, bk = plan.key_tile;
     for (std::size_t r = 0; r < rows; ++r) {
       m[r] = kNegInf;
@@ -104,12 +105,14 @@ struct Ctx {
     // Keys past the last row's causal limit are masked for every row: stop.
     kend = std::min(kend, visible_end(q1 - 1));
     const std::size_t gh = h / group();
-    const PackedBView keys = in.kv.keys(b, gh), values = in.kv.values(b, gh);
-    const float* qa = q_rows(b, h, q0);
+    const PackedBView keys = in.kv.keys(b, gh);
+    const float* values = in.kv.values(b, gh);
+    // The query block is packed once and multiplies every key tile.
+    pack_a(g, Trans::N, rows, d, q_rows(b, h, q0), in.ldq, qpack);
     for (std::size_t k0 = kbeg; k0 < kend; k0 += bk) {
       const std::size_t k1 = std::min(k0 + bk, kend), n = k1 - k0;
       if (tile_all_padded(b, k0, k1)) continue;
-      gemm_serial(g, Trans::N, rows, qa, in.ldq, keys.cols(k0, k1), gemm_alpha(), 0.0f, sc, bk);
+      gemm_serial_packed_a(g, rows, qpack, keys.cols(k0, k1), gemm_alpha(), 0.0f, sc, bk);
       mask_scores(b, h, q0, rows, k0, n, sc, bk);
       for (std::size_t r = 0; r < rows; ++r) {
         float* row = sc + r * bk;
@@ -126,7 +129,9 @@ struct Ctx {
         m[r] = m_new;
         l[r] += sm.exp_sum(row, n, m_new);
       }
-      gemm_serial(g, Trans::N, rows, sc, bk, values.rows(k0, k1), 1.0f, 1.0f, o, ldo);
+      // P·V straight from the S tile: V is row-major, so neither is packed.
+      gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, values + k0 * in.kv.ldv, in.kv.ldv,
+                          1.0f, o, ldo);
     }
   }
 
@@ -161,7 +166,8 @@ struct Ctx {
         sm.scale(row, kv_len, 1.0f / sm.exp_sum(row, kv_len, mx));
       }
     }
-    gemm_serial(g, Trans::N, rows, p, ldp, in.kv.values(b, gh), 1.0f, 0.0f, o, ldo);
+    gemm_serial_inplace(g, Trans::N, rows, s.head_dim, kv_len, 1.0f, p, ldp, in.kv.values(b, gh),
+                        in.kv.ldv, 0.0f, o, ldo);
   }
 
   float* out_rows(std::size_t b, std::size_t h, std::size_t q0) const {
@@ -187,8 +193,8 @@ KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t 
                      std::size_t capacity) {
   KvPacking p;
   p.k_stride = round_up(packed_b_floats(g, s.head_dim, capacity), 16);
-  p.v_stride = round_up(packed_b_floats(g, capacity, s.head_dim), 16);
-  p.v_strip_stride = capacity * g.nr;
+  p.ldv = round_up(s.head_dim, g.nr_u);
+  p.v_stride = round_up(capacity * p.ldv, 16);
   p.floats = batch * s.num_kv_heads * (p.k_stride + p.v_stride);
   return p;
 }
@@ -205,9 +211,13 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
     const std::size_t b = t / kvh, gh = t % kvh;
     const std::size_t src = b * kv_len * ld + gh * d;
     pack_b(g, Trans::T, d, kv_len, k + src, ld, kdst + t * p.k_stride);
-    pack_b(g, Trans::N, kv_len, d, v + src, ld, vdst + t * p.v_stride);
+    float* vt = vdst + t * p.v_stride;
+    for (std::size_t j = 0; j < kv_len; ++j) {
+      std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
+      std::fill(vt + j * p.ldv + d, vt + (j + 1) * p.ldv, 0.0f);
+    }
   });
-  return {kdst, vdst, kv_len, kvh, d, g.nr, p.k_stride, p.v_stride, p.v_strip_stride};
+  return {kdst, vdst, kv_len, kvh, d, g.nr, p.k_stride, p.v_stride, p.ldv};
 }
 
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
@@ -237,7 +247,8 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   if (weights) {
     p.task_floats = average ? round_up(p.q_block * kv_len, 16) : 0;
   } else {
-    p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16);
+    p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
+                    round_up(packed_a_floats(g, p.q_block, s.head_dim), 16);
   }
   return p;
 }
@@ -302,13 +313,14 @@ void run_core(const KernelSet& kernels, const AttentionShape& s, const CorePlan&
     float* sc = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
     float* m = sc + round_up(bq * plan.key_tile, 16);
     float* l = m + round_up(bq, 16);
+    float* qpack = l + round_up(bq, 16);
     if (chunks == 1) {
       float* o = c.out_rows(b, h, q0);
-      c.attend_online(b, h, q0, q1, k0, k1, o, in.ldo, m, l, sc);
+      c.attend_online(b, h, q0, q1, k0, k1, o, in.ldo, m, l, sc, qpack);
       c.normalize(q1 - q0, o, in.ldo, l);
     } else {
       c.attend_online(b, h, q0, q1, k0, k1, parts.o(b, h, ch) + q0 * d, d, parts.m(b, h, ch) + q0,
-                      parts.l(b, h, ch) + q0, sc);
+                      parts.l(b, h, ch) + q0, sc, qpack);
     }
   });
   if (chunks == 1) return;

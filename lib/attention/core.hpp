@@ -14,36 +14,40 @@
 
 namespace mha::detail {
 
-// Packed K (as op(B) = Kᵀ, [head_dim x len]) and V ([len x head_dim]) for
-// every (batch, kv head) block, at a fixed stride per block. The same view
-// describes per-call packing and the KV cache (whose blocks have room for
-// max_len keys; only `len` are used).
+// K and V of every (batch, kv head) block, at a fixed stride per block:
+// K packed as the GEMM's op(B) = Kᵀ ([head_dim x len], strips of nr keys),
+// V row-major [len x ldv] with ldv = head_dim rounded up to the unpacked
+// tile's width (zero columns past head_dim), so that P·V reads V in place
+// (gemm_serial_inplace) and P is never packed. The same view describes
+// per-call packing and the KV cache (whose blocks have room for max_len
+// keys; only `len` are used).
 struct KvCacheView {
   const float* k = nullptr;
   const float* v = nullptr;
   std::size_t len = 0;
   std::size_t kv_heads = 0, head_dim = 0, nr = 0;
   std::size_t k_stride = 0, v_stride = 0;  // floats between (b, g) blocks
-  std::size_t v_strip_stride = 0;          // >= capacity * nr
+  std::size_t ldv = 0;                     // floats between V rows
 
   PackedBView keys(std::size_t b, std::size_t g) const {
     return {k + (b * kv_heads + g) * k_stride, head_dim, len, nr, head_dim * nr};
   }
-  PackedBView values(std::size_t b, std::size_t g) const {
-    return {v + (b * kv_heads + g) * v_stride, len, head_dim, nr, v_strip_stride};
+  // Row j (key j) of V at values(b, g) + j*ldv.
+  const float* values(std::size_t b, std::size_t g) const {
+    return v + (b * kv_heads + g) * v_stride;
   }
 };
 
-// Layout of packed K/V blocks holding `capacity` keys, for `batch` rows.
+// Layout of K/V blocks holding `capacity` keys, for `batch` rows.
 struct KvPacking {
-  std::size_t k_stride = 0, v_stride = 0, v_strip_stride = 0;
+  std::size_t k_stride = 0, v_stride = 0, ldv = 0;
   std::size_t floats = 0;  // total, K blocks then V blocks
 };
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
                      std::size_t capacity);
 
-// Packs K, V ([batch*kv_len, ld] rows, kv head g at column g*head_dim) into
-// dst laid out as `p`, in parallel over (batch, kv head).
+// Packs K and copies V ([batch*kv_len, ld] rows, kv head g at column
+// g*head_dim) into dst laid out as `p`, in parallel over (batch, kv head).
 KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
                     std::size_t batch, std::size_t kv_len, const float* k, const float* v,
                     std::size_t ld, float* dst);

@@ -228,8 +228,9 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
   float* merged = ws + proj_floats;
   const Projected p = project(g, m, s, fused, rows, rows, query, key, value, ws);
 
-  // Append the new K/V in place, in the packed layouts of core.hpp:
-  // K block [strip = pos / nr][d][nr], V block [strip of d][max_len][nr].
+  // Append the new K/V in place, in the layouts of core.hpp: K block
+  // [strip = pos / nr][d][nr], V block [max_len][ldv] (columns past d stay
+  // zero from the constructor).
   const KvPacking& pk = cache.storage_->packing;
   float* kbase = cache.storage_->data.get();
   float* vbase = kbase + B * kvh * pk.k_stride;
@@ -243,16 +244,13 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
         const float* vr = p.v + row * p.ldkv + gh * d;
         float* kcol = kb + (pos / nr) * d * nr + pos % nr;
         for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = kr[c];
-        for (std::size_t c = 0; c < d; ++c) {
-          vb[(c / nr) * pk.v_strip_stride + pos * nr + c % nr] = vr[c];
-        }
+        std::copy_n(vr, d, vb + pos * pk.ldv);
       }
     }
   }
   cache.length_ = kv_len;
 
-  const KvCacheView kv{kbase,       vbase,       kv_len,           kvh, d, nr,
-                       pk.k_stride, pk.v_stride, pk.v_strip_stride};
+  const KvCacheView kv{kbase, vbase, kv_len, kvh, d, nr, pk.k_stride, pk.v_stride, pk.ldv};
   mha_mask causal{};
   causal.causal = 1;
   const CoreInputs in{p.q, p.ldq, B, n_new, kv, &causal, merged, E};

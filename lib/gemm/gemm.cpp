@@ -101,24 +101,48 @@ Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_
   return make_grid(g, m, n, want, 1);
 }
 
+// The MR strips of a packed A block (m rows; strip s at a + s*a_strip, the
+// k-range of bk) against the NR strips of bk: each A strip stays in L1 while
+// the B strips stream from L2.
+void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t a_strip,
+                const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc) {
+  const std::size_t mr = g.mr, nr = g.nr, nb = bk.n;
+  for (std::size_t is = 0; is * mr < m; ++is) {
+    const float* as = a + is * a_strip;
+    const std::size_t mm = std::min(mr, m - is * mr);
+    float* ci = c + is * mr * ldc;
+    for (std::size_t js = 0; js * nr < nb; ++js) {
+      g.ukernel(bk.k, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
+                std::min(nr, nb - js * nr), alpha, beta);
+    }
+  }
+}
+
 // One KC x NC panel of B (already packed) against all m rows of A: pack
-// each MC x KC block of A, then MR strips (kept in L1) x NR strips.
+// each MC x KC block of A, then run its strips.
 void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                   const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc) {
-  const std::size_t mr = g.mr, nr = g.nr, kb = bk.k, nb = bk.n;
-  const std::size_t mc = std::min(round_up(m, mr), g.mc);
+  const std::size_t kb = bk.k, mc = std::min(round_up(m, g.mr), g.mc);
   float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kb);
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t mb = std::min(mc, m - i0);
     g.pack_a(ta == Trans::T, mb, kb, a_at(ta, a, lda, i0, 0), lda, apack);
-    for (std::size_t is = 0; is * mr < mb; ++is) {
-      const float* as = apack + is * kb * mr;
-      const std::size_t mm = std::min(mr, mb - is * mr);
-      float* ci = c + (i0 + is * mr) * ldc;
-      for (std::size_t js = 0; js * nr < nb; ++js) {
-        g.ukernel(kb, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
-                  std::min(nr, nb - js * nr), alpha, beta);
-      }
+    run_strips(g, mb, apack, kb * g.mr, bk, alpha, beta, c + i0 * ldc, ldc);
+  }
+}
+
+// The NC x KC loops over a packed B (BLIS's 5th and 4th loops), shared by
+// the drivers that take one: panel(view, j0, p0, beta_p, last) for each
+// KC x NC panel in order, beta_p being beta for the first K block and 1
+// after it, last true on a column panel's final K block.
+template <class Panel>
+void for_each_panel(const GemmKernels& g, const PackedBView& b, float beta, Panel&& panel) {
+  const std::size_t n = b.n, k = b.k, kc = std::min(k, g.kc);
+  for (std::size_t j0 = 0; j0 < n; j0 += g.nc) {
+    const PackedBView cols = b.cols(j0, std::min(n, j0 + g.nc));
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t p1 = std::min(k, p0 + kc);
+      panel(cols.rows(p0, p1), j0, p0, p0 == 0 ? beta : 1.f, p1 == k);
     }
   }
 }
@@ -148,39 +172,55 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// gemm_serial_unpacked without packing, for op(B) = B (not transposed): A
-// and B are read in place by the unpacked-operand kernel; only a partial last
-// strip of B is copied (zero-padded) so the kernel can read nr_u floats per
-// row. Same KC blocking and arithmetic as the packed path, so the same bits.
-void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
-                       float alpha, const float* a, std::size_t lda, const float* b,
-                       std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  const std::size_t mr = g.mr_u, nr = g.nr_u;
-  const std::size_t kc = std::min(k, g.kc);
+// The unpacked path's loops, for op(B) = B: per KC block, the mr_u-row
+// strips of A read in place against the nr_u-column strips of B read in
+// place, except that a strip from column `edge_from` on comes from
+// edge(p0, kb) (a copy with nr_u readable floats per row, ld nr_u) when that
+// is given. Same KC blocking and arithmetic as the packed path, so the same
+// bits.
+template <class Edge>
+void inplace_loops(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                   float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+                   float beta, float* c, std::size_t ldc, std::size_t edge_from, Edge&& edge) {
+  const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
-  const std::size_t full = n / nr * nr;  // columns read in place
-  float* edge = thread_scratch(ScratchSlot::kGemmB, kc * nr);
   for (std::size_t p0 = 0; p0 < k; p0 += kc) {
     const std::size_t kb = std::min(kc, k - p0);
     const float beta_p = p0 == 0 ? beta : 1.f;
-    if (full < n) {
-      for (std::size_t p = 0; p < kb; ++p) {
-        const float* src = b + (p0 + p) * ldb + full;
-        for (std::size_t j = 0; j < nr; ++j) edge[p * nr + j] = full + j < n ? src[j] : 0.f;
-      }
-    }
+    const float* last = edge_from < n ? edge(p0, kb) : nullptr;
     for (std::size_t i0 = 0; i0 < m; i0 += mr) {
       const float* ai = a_at(ta, a, lda, i0, p0);
       const std::size_t mm = std::min(mr, m - i0);
       float* ci = c + i0 * ldc;
       for (std::size_t j0 = 0; j0 < n; j0 += nr) {
-        const bool in_place = j0 < full;
-        g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : edge,
+        const bool in_place = j0 < edge_from;
+        g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : last,
                            in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
                            beta_p);
       }
     }
   }
+}
+
+// gemm_serial_unpacked without packing, for op(B) = B (not transposed): A
+// and B are read in place by the unpacked-operand kernel; only a partial last
+// strip of B is copied (zero-padded) so the kernel can read nr_u floats per
+// row.
+void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                       float alpha, const float* a, std::size_t lda, const float* b,
+                       std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t nr = g.nr_u, full = n / nr * nr;  // columns read in place
+  float* edge = thread_scratch(ScratchSlot::kGemmB, std::min(k, g.kc) * nr);
+  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, full,
+                [&](std::size_t p0, std::size_t kb) {
+                  for (std::size_t p = 0; p < kb; ++p) {
+                    const float* src = b + (p0 + p) * ldb + full;
+                    for (std::size_t j = 0; j < nr; ++j) {
+                      edge[p * nr + j] = full + j < n ? src[j] : 0.f;
+                    }
+                  }
+                  return static_cast<const float*>(edge);
+                });
 }
 
 // Widest op(B) = B read in place: a KC x 512 block of B (512 KiB) stays in
@@ -215,23 +255,53 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {
-  const std::size_t n = b.n, k = b.k;
-  if (m == 0 || n == 0) return;
-  if (k == 0 || alpha == 0.f) {
-    scale_c(m, n, beta, c, ldc, bias);
+  if (m == 0 || b.n == 0) return;
+  if (b.k == 0 || alpha == 0.f) {
+    scale_c(m, b.n, beta, c, ldc, bias);
     return;
   }
-  const std::size_t kc = std::min(k, g.kc);
-  for (std::size_t j0 = 0; j0 < n; j0 += g.nc) {
-    const std::size_t nb = std::min(g.nc, n - j0);
-    const PackedBView panel = b.cols(j0, j0 + nb);
-    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-      const std::size_t kb = std::min(kc, k - p0);
-      macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel.rows(p0, p0 + kb), alpha,
-                   p0 == 0 ? beta : 1.f, c + j0, ldc);
-    }
-    if (bias != nullptr) add_bias(m, nb, bias + j0, c + j0, ldc);
+  for_each_panel(
+      g, b, beta,
+      [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
+        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel, alpha, beta_p, c + j0, ldc);
+        if (last && bias != nullptr) add_bias(m, panel.n, bias + j0, c + j0, ldc);
+      });
+}
+
+std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k) {
+  return round_up(m, g.mr) * k;
+}
+
+void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const float* a,
+            std::size_t lda, float* dst) {
+  if (m != 0 && k != 0) g.pack_a(ta == Trans::T, m, k, a, lda, dst);
+}
+
+void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
+                          float alpha, float beta, float* c, std::size_t ldc) {
+  if (m == 0 || b.n == 0) return;
+  if (b.k == 0 || alpha == 0.f) {
+    scale_c(m, b.n, beta, c, ldc, nullptr);
+    return;
   }
+  // Strip s of the packed A is [k][mr] at a + s*k*mr, so the K block from p0
+  // is the same strips read from a + p0*mr on.
+  for_each_panel(g, b, beta,
+                 [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool) {
+                   run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc);
+                 });
+}
+
+void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
+                         std::size_t k, float alpha, const float* a, std::size_t lda,
+                         const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) {
+    scale_c(m, n, beta, c, ldc, nullptr);
+    return;
+  }
+  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n,
+                [](std::size_t, std::size_t) -> const float* { return nullptr; });
 }
 
 void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,

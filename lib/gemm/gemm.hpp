@@ -44,7 +44,28 @@ void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias = nullptr);
 
-// The same, threaded over M x N blocks with detail::parallel_for (never over
+// op(A) [m x k] packed once by the caller for gemm_serial_packed_a, when the
+// same rows multiply several B (the attention core's query block against
+// each key tile): packed_a_floats(g, m, k) floats, 64-byte aligned.
+std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k);
+void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const float* a,
+            std::size_t lda, float* dst);
+
+// gemm_serial with A packed by pack_a (m rows, b.k columns): the same bits,
+// and no packing or allocation at all.
+void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
+                          float alpha, float beta, float* c, std::size_t ldc);
+
+// C[m x n] = alpha * op(A)·B + beta * C with both operands read in place by
+// the unpacked micro-kernel (row p of B at b + p*ldb), single-threaded, no
+// packing or allocation: for a B that is already row-major in cache, as V in
+// the attention core. Each row of B must have round_up(n, g.nr_u) readable
+// floats; those past n never reach C. The same bits as gemm_serial.
+void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
+                         std::size_t k, float alpha, const float* a, std::size_t lda,
+                         const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
+
+// gemm_serial, threaded over M x N blocks with detail::parallel_for (never over
 // K, so results do not depend on the thread count).
 void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
