@@ -1,13 +1,14 @@
 // BLIS-style SGEMM driver: the portable loops, packing and threading around
 // the per-ISA micro-kernels (ukernel.hpp). Loop nest of gemm_serial, for a B
 // already packed whole:
-//   NC columns > KC depth (the KC x NC B panel stays in L2) > MC rows (pack
-//     the A block) > MR strips (the KC x MR A strip stays in L1)
-//     > NR strips (streamed from L2) > micro-kernel.
-// The micro-kernel broadcasts A and loads B as vectors, so the small operand
-// (A strip, 14 KiB at 14 x 256 for AVX-512) is the one kept in L1; keeping
-// the 32 KiB B strip in L1 instead left too little room for the A stream in
-// a 48 KiB L1 (sq1024, 1 thread, KC = 256: 126 vs 140 GFLOP/s).
+//   NC columns > KC depth > MC rows (pack the A block) > MR strips (the
+//     KC x MR A strip, reused across the panel) > NR strips > micro-kernel.
+// The micro-kernel broadcasts A and loads B as vectors. With KC = 256 the A
+// strip (14 KiB for AVX-512) stays in L1 and the B panel in L2; keeping the
+// 32 KiB B strip in L1 instead left too little room for the A stream in a
+// 48 KiB L1 (sq1024, 1 thread: 126 vs 140 GFLOP/s). The AVX-512 KC is 1024
+// all the same (gemm_avx512.cpp): fewer micro-kernel epilogues and C round
+// trips beat cache residency there.
 // Threads split M x N (never K) into blocks; every C element is the same
 // sequence of operations whichever block and thread computes it, so results
 // are bit-identical at any thread count.
@@ -151,11 +152,25 @@ const float* b_at(Trans tb, const float* b, std::size_t ldb, std::size_t p, std:
   return tb == Trans::N ? b + p * ldb + j : b + j * ldb + p;
 }
 
+// Floats of an in-place B block (the small path) that the row strips read
+// from L2, on a 1 MiB L2: sq512 with KC = 1024 fell from 249 to 229 GFLOP/s
+// reading its 1 MiB B whole, and is back at 248 in two 256-column blocks.
+// Blocking N changes no element's arithmetic (unlike KC).
+constexpr std::size_t kL2BlockFloats = 128 * 1024;
+
+// Columns (a multiple of `align`, at least one) of a kc-deep block of B that
+// fit in kL2BlockFloats.
+std::size_t l2_block_cols(std::size_t kc, std::size_t align) {
+  return std::max(align, kL2BlockFloats / kc / align * align);
+}
+
 // gemm_serial for an unpacked B: each KC x NC panel is packed into this
-// thread's kGemmB just before use, so it is written to and read from L2
+// thread's kGemmB just before use, so it is still in cache when read
 // (packing all of B first went through memory: pack_b('T') of 768 x 2304
 // took 0.6 ms, a fifth of the m = 128 projection). Same KC blocking and
-// kernels as gemm_serial, so the same bits.
+// kernels as gemm_serial, so the same bits. NC is not shrunk to keep the
+// panel in L2 when KC is large: re-packing A for more column panels cost
+// more (sq2048, KC 1024: 220 GFLOP/s at NC 192, 235 at NC 768).
 void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
@@ -172,31 +187,35 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// The unpacked path's loops, for op(B) = B: per KC block, the mr_u-row
-// strips of A read in place against the nr_u-column strips of B read in
-// place, except that a strip from column `edge_from` on comes from
-// edge(p0, kb) (a copy with nr_u readable floats per row, ld nr_u) when that
-// is given. Same KC blocking and arithmetic as the packed path, so the same
-// bits.
+// The unpacked path's loops, for op(B) = B: per block of columns (sized to
+// stay in L2) and KC block, the mr_u-row strips of A read in place against
+// the nr_u-column strips of B read in place, except that a strip from column
+// `edge_from` on comes from edge(p0, kb) (a copy with nr_u readable floats
+// per row, ld nr_u) when that is given. Same KC blocking and arithmetic as
+// the packed path, so the same bits.
 template <class Edge>
 void inplace_loops(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
                    float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
                    float beta, float* c, std::size_t ldc, std::size_t edge_from, Edge&& edge) {
   const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
+  const std::size_t nc = l2_block_cols(kc, nr);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
-  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-    const std::size_t kb = std::min(kc, k - p0);
-    const float beta_p = p0 == 0 ? beta : 1.f;
-    const float* last = edge_from < n ? edge(p0, kb) : nullptr;
-    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
-      const float* ai = a_at(ta, a, lda, i0, p0);
-      const std::size_t mm = std::min(mr, m - i0);
-      float* ci = c + i0 * ldc;
-      for (std::size_t j0 = 0; j0 < n; j0 += nr) {
-        const bool in_place = j0 < edge_from;
-        g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : last,
-                           in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
-                           beta_p);
+  for (std::size_t jb = 0; jb < n; jb += nc) {
+    const std::size_t jend = std::min(n, jb + nc);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0);
+      const float beta_p = p0 == 0 ? beta : 1.f;
+      const float* last = edge_from < jend ? edge(p0, kb) : nullptr;
+      for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+        const float* ai = a_at(ta, a, lda, i0, p0);
+        const std::size_t mm = std::min(mr, m - i0);
+        float* ci = c + i0 * ldc;
+        for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
+          const bool in_place = j0 < edge_from;
+          g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : last,
+                             in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
+                             beta_p);
+        }
       }
     }
   }
@@ -223,11 +242,10 @@ void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_
                 });
 }
 
-// Widest op(B) = B read in place: a KC x 512 block of B (512 KiB) stays in
-// a 1 MiB L2 across the row strips. Measured (Zen5, AVX-512, 1 thread, % of
-// the FMA-loop peak, unpacked vs packed): sq128 93 vs 83, sq256 97 vs 90,
-// sq512 96 vs 88-95, sq1024 74 vs 89 (the 4 KiB row stride of B also maps
-// every row of a strip to one L1 set).
+// Widest op(B) = B read in place (in blocks of l2_block_cols). Measured
+// (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked vs packed):
+// sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74 vs 89 (the
+// 4 KiB row stride of B maps every row of a strip to one L1 set).
 constexpr std::size_t kSmallMaxN = 512;
 
 // Where packing does not pay back, for op(B) = B: N up to kSmallMaxN, where

@@ -12,13 +12,20 @@
 // needs 33, and GCC kept one accumulator on the stack (a load-FMA-store chain
 // per k step): pv_s512 at 1 thread went from 86 % to 97 % of peak with 6 x 64
 // (Zen5), and from 0.79x to 1.0x packing's rate on pv_s2048.
-// Cache blocks (48 KiB L1d, 1-2 MiB L2): the KC x MR = 256 x 14 A strip
-// (14 KiB) stays in L1, the KC x NC = 256 x 768 B panel (768 KiB) in L2.
+// Cache blocks: KC = 1024, against the 256 that keeps the 14-row A strip
+// in L1: the strip streams from L2 well, and each K block costs every
+// micro-kernel call its epilogue and a round trip of its C tile. Prepacked B,
+// 1 thread, Zen5, GFLOP/s at KC 256 / 768 / 1024: m256 n12288 k4096 (GPT-3
+// projection, weights from memory) 221 / 232 / 233, m512 n2304 k768 243 /
+// 250 / 251, m4096 n2304 k768 230 / 241 / 243 (AVX2 shows no difference).
+// The B panel (KC x NC = 3 MiB) is read from L3; the paths that must keep B
+// in L2 block N instead (gemm.cpp, kL2BlockFloats), which leaves the
+// arithmetic alone.
 #include "gemm/ukernel.hpp"
 
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_avx512 =
-    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 6, 4>(336, 256, 768);
+    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 6, 4>(336, 1024, 768);
 
 }  // namespace mha::detail

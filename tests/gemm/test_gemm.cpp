@@ -194,14 +194,17 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
     shapes.push_back(
         random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
   }
-  // Shapes that cross the cache blocks (KC = 256, MC up to 336, several MC
-  // and thread blocks) and the GEMV path.
+  // Shapes that cross the cache blocks (KC = 256 on AVX2 and 1024 on
+  // AVX-512, MC up to 336, several MC, column and thread blocks) and the GEMV
+  // path.
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 30},
                                                                        {37, 300, 530},
                                                                        {1, 1000, 300},
                                                                        {1, 37, 1100},
                                                                        {2, 513, 257},
-                                                                       {97, 129, 600}}) {
+                                                                       {97, 129, 600},
+                                                                       {40, 450, 1100},
+                                                                       {30, 800, 2100}}) {
     for (char ta : {'N', 'T'}) {
       for (char tb : {'N', 'T'}) {
         Shape s = random_shape(rng, m, n, k);
@@ -239,11 +242,11 @@ TEST_CASE("prepacked B gives the same bits as sgemm, and the bias is added", "[g
     INFO(describe(s));
     REQUIRE(pb.check(run_packed(pb)));
   }
-  // Op(B) = B up to 512 columns is read in place (the unpacked small path)
-  // by sgemm: still the packed path's bits, across several KC blocks and at
-  // the width limit either side.
+  // Op(B) = B up to 512 columns is read in place (the unpacked small path,
+  // in column blocks sized to L2) by sgemm: still the packed path's bits,
+  // across several KC and column blocks and at the width limit either side.
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
-           {300, 512, 600}, {150, 450, 300}, {61, 513, 520}, {7, 64, 1000}}) {
+           {300, 512, 600}, {150, 450, 300}, {61, 513, 520}, {7, 64, 1000}, {20, 400, 2100}}) {
     for (char ta : {'N', 'T'}) {
       Shape s = random_shape(rng, m, n, k);
       s.ta = ta;
