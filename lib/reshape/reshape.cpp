@@ -48,12 +48,37 @@ bool disjoint(const float* a, std::size_t na, const float* b, std::size_t nb) {
   return pa + na * sizeof(float) <= pb || pb + nb * sizeof(float) <= pa;
 }
 
-// Runs body(b, h) for every (batch, head) slice, in parallel for large sizes.
+// Runs body(b, h) for every (batch, head) slice, in parallel: the order for
+// sizes past kStreamMinElements (out of cache), as measured there.
 void for_each_head(const Shape& s, std::size_t moved,
                    const std::function<void(std::size_t, std::size_t)>& body) {
   const std::size_t tasks = s.batch * s.heads;
   parallel_for(tasks, moved < kParallelMinElements ? 1 : 0,
                [&](std::size_t t) { body(t / s.heads, t % s.heads); });
+}
+
+// Tokens per block: the token-major side of a block (tokens x row floats,
+// row = heads*head_dim, or 3x that for split_qkv) stays in L2 while every
+// head's piece of it is moved, and each head's side is one contiguous run of
+// tokens*head_dim floats. Used below kStreamMinElements; it replaced a
+// per-token order there, in which every store of a token landed
+// seq*head_dim floats from the last (64 KiB at d = 32: one L1 set,
+// 4K-aliased against the loads). Measured on Zen5 (B1 S512, 1 thread,
+// memcpy time / ours, per-token -> blocked): split_qkv d = 32 0.18 -> 0.74,
+// d = 64 0.47 -> 0.79; merge d = 32 0.66 -> 0.82; split d = 64 0.88 ->
+// 0.96. 32K-float blocks: within noise of 64K in cache.
+constexpr std::size_t kBlockFloats = 64 * 1024;
+
+// Runs body(b, t0, t1) for every batch row and block of tokens [t0, t1),
+// in parallel for large sizes.
+void for_each_block(const Shape& s, std::size_t row, std::size_t moved,
+                    const std::function<void(std::size_t, std::size_t, std::size_t)>& body) {
+  const std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
+  const std::size_t blocks = ceil_div(s.seq, tokens);
+  parallel_for(s.batch * blocks, moved < kParallelMinElements ? 1 : 0, [&](std::size_t t) {
+    const std::size_t b = t / blocks, t0 = (t % blocks) * tokens;
+    body(b, t0, std::min(s.seq, t0 + tokens));
+  });
 }
 
 }  // namespace
@@ -72,9 +97,18 @@ void split_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
             "split_heads: y overlaps x (expected disjoint)");
   const CopyRows copy = kernels().reshape->copy_rows;
   const std::size_t row = heads * head_dim;
-  for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-    copy(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim, head_dim, seq,
-         head_dim);
+  if (s.elements >= kStreamMinElements) {
+    for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
+      copy(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim, head_dim,
+           seq, head_dim);
+    });
+    return;
+  }
+  for_each_block(s, row, s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      copy(x + (b * seq + t0) * row + h * head_dim, row,
+           y + ((b * heads + h) * seq + t0) * head_dim, head_dim, t1 - t0, head_dim);
+    }
   });
 }
 
@@ -96,19 +130,10 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
     });
     return;
   }
-  // In cache, output row by output row: one call per (batch, token) gathers
-  // the token's `heads` pieces (source stride seq*head_dim) into one
-  // contiguous row. Measured (avx512, best of 9): B1 S512 H24 d32 96-99 us vs
-  // 129-140 us per (batch, head); H12 d64 89-98 vs 107-120; memcpy 88-93 us.
-  const std::size_t rows = batch * seq;
-  const std::size_t rows_per_task = std::max<std::size_t>(1, kParallelMinElements / 4 / row);
-  const std::size_t tasks = ceil_div(rows, rows_per_task);
-  parallel_for(tasks, s.elements < kParallelMinElements ? 1 : 0, [&](std::size_t t) {
-    const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
-    for (std::size_t r = t * rows_per_task; r < end; ++r) {
-      const std::size_t b = r / seq, tok = r % seq;
-      k.copy_rows(x + (b * heads * seq + tok) * head_dim, seq * head_dim, y + r * row, head_dim,
-                  heads, head_dim);
+  for_each_block(s, row, s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      k.copy_rows(x + ((b * heads + h) * seq + t0) * head_dim, head_dim,
+                  y + (b * seq + t0) * row + h * head_dim, row, t1 - t0, head_dim);
     }
   });
 }
@@ -141,18 +166,11 @@ void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_
     });
     return;
   }
-  // In cache, token by token: each packed row is read once, front to back,
-  // and scattered to the heads of q, k and v. Measured (avx512, best of 9):
-  // B1 S512 H12 d64 366-405 us vs 452-530 us per (batch, head).
-  const std::size_t rows = batch * seq;
-  const std::size_t rows_per_task = std::max<std::size_t>(1, kParallelMinElements / 4 / row);
-  const std::size_t tasks = ceil_div(rows, rows_per_task);
-  parallel_for(tasks, 3 * s.elements < kParallelMinElements ? 1 : 0, [&](std::size_t t) {
-    const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
-    for (std::size_t r = t * rows_per_task; r < end; ++r) {
-      const std::size_t dst = ((r / seq) * heads * seq + r % seq) * head_dim;
-      for (std::size_t p = 0; p < 3; ++p) {
-        copy(qkv + r * row + p * part, head_dim, out[p] + dst, seq * head_dim, heads, head_dim);
+  for_each_block(s, row, 3 * s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+    for (std::size_t p = 0; p < 3; ++p) {
+      for (std::size_t h = 0; h < heads; ++h) {
+        copy(qkv + (b * seq + t0) * row + p * part + h * head_dim, row,
+             out[p] + ((b * heads + h) * seq + t0) * head_dim, head_dim, t1 - t0, head_dim);
       }
     }
   });
