@@ -104,30 +104,54 @@ struct SoftmaxImpl {
     return L::hmax(L::max(L::max(m0, m1), L::max(m2, m3)));
   }
 
-  // y = exp(fl(x*s) - shift): the same bits as scale_add without a mask
-  // followed by exp_sum, so a row's max element gives exactly exp(0) = 1.
-  // Returns the sum of y.
-  static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
+  // y = exp(fl(x*s) - shift) (kScaled), or exp(x - shift): the same bits as
+  // scale_add without a mask followed by exp_sum, so a row's max element
+  // gives exactly exp(0) = 1. Returns the sum of y.
+  template <bool kScaled>
+  static float exp_sum_impl(const float* x, float* y, std::size_t n, float s, float shift) {
     const V vs = L::set1(s), vshift = L::set1(shift);
+    auto arg = [&](const V& v) {
+      if constexpr (kScaled) return v * vs - vshift;
+      return v - vshift;
+    };
     V s0 = L::set1(0.f), s1 = s0;
     std::size_t i = 0;
+    // Four vectors per step, summed into s0, s1, s0, s1: the order of two
+    // steps of two. Each exp is a ~14-deep chain of 4-cycle operations, and
+    // four independent ones keep the FMA pipes fed (AVX-512, 256-float rows
+    // in L1, Zen5: 0.147 -> 0.132 ns per element with the multiply by 1 of
+    // exp_sum gone too).
+    for (; i + 4 * W <= n; i += 4 * W) {
+      const V e0 = exp_v(arg(L::load(x + i)));
+      const V e1 = exp_v(arg(L::load(x + i + W)));
+      const V e2 = exp_v(arg(L::load(x + i + 2 * W)));
+      const V e3 = exp_v(arg(L::load(x + i + 3 * W)));
+      L::store(y + i, e0);
+      L::store(y + i + W, e1);
+      L::store(y + i + 2 * W, e2);
+      L::store(y + i + 3 * W, e3);
+      s0 = s0 + e0;
+      s1 = s1 + e1;
+      s0 = s0 + e2;
+      s1 = s1 + e3;
+    }
     for (; i + 2 * W <= n; i += 2 * W) {
-      const V e0 = exp_v(L::load(x + i) * vs - vshift);
-      const V e1 = exp_v(L::load(x + i + W) * vs - vshift);
+      const V e0 = exp_v(arg(L::load(x + i)));
+      const V e1 = exp_v(arg(L::load(x + i + W)));
       L::store(y + i, e0);
       L::store(y + i + W, e1);
       s0 = s0 + e0;
       s1 = s1 + e1;
     }
     if (i + W <= n) {
-      const V e = exp_v(L::load(x + i) * vs - vshift);
+      const V e = exp_v(arg(L::load(x + i)));
       L::store(y + i, e);
       s0 = s0 + e;
       i += W;
     }
     if (i < n) {
       const std::size_t m = n - i;
-      const V e = exp_v(load_tail(x + i, m, 0.f) * vs - vshift);
+      const V e = exp_v(arg(load_tail(x + i, m, 0.f)));
       store_tail(y + i, m, e);
       // The padded lanes' exp(-shift) must not enter the sum.
       alignas(64) float buf[W];
@@ -138,9 +162,13 @@ struct SoftmaxImpl {
     return L::hsum(s0 + s1);
   }
 
+  static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
+    return exp_sum_impl<true>(x, y, n, s, shift);
+  }
+  // In place, exp(x - shift): scale_exp_sum's bits at s = 1 (fl(x*1) = x)
+  // without the multiply.
   static float exp_sum(float* x, std::size_t n, float shift) {
-    // fl(x*1) = x: this is x - shift, rounded once.
-    return scale_exp_sum(x, x, n, 1.f, shift);
+    return exp_sum_impl<false>(x, x, n, 1.f, shift);
   }
 
   static void scale(float* x, std::size_t n, float s) {
