@@ -38,13 +38,6 @@ void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc
   }
 }
 
-void add_bias(std::size_t m, std::size_t n, const float* bias, float* c, std::size_t ldc) {
-  for (std::size_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    for (std::size_t j = 0; j < n; ++j) ci[j] += bias[j];
-  }
-}
-
 const float* a_at(Trans ta, const float* a, std::size_t lda, std::size_t i, std::size_t p) {
   return ta == Trans::N ? a + i * lda + p : a + p * lda + i;
 }
@@ -103,10 +96,12 @@ Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_
 }
 
 // The MR strips of a packed A block (m rows; strip s at a + s*a_strip, the
-// k-range of bk) against the NR strips of bk: each A strip stays in L1 while
-// the B strips stream from L2.
+// k-range of bk) against the NR strips of bk, each A strip reused across
+// the panel. bias (the panel's columns), if given, is added by the
+// micro-kernel: pass it on the last K block only.
 void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t a_strip,
-                const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc) {
+                const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc,
+                const float* bias = nullptr) {
   const std::size_t mr = g.mr, nr = g.nr, nb = bk.n;
   for (std::size_t is = 0; is * mr < m; ++is) {
     const float* as = a + is * a_strip;
@@ -114,7 +109,8 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
     float* ci = c + is * mr * ldc;
     for (std::size_t js = 0; js * nr < nb; ++js) {
       g.ukernel(bk.k, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
-                std::min(nr, nb - js * nr), alpha, beta);
+                std::min(nr, nb - js * nr), alpha, beta,
+                bias != nullptr ? bias + js * nr : nullptr);
     }
   }
 }
@@ -122,13 +118,14 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
 // One KC x NC panel of B (already packed) against all m rows of A: pack
 // each MC x KC block of A, then run its strips.
 void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                  const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc) {
+                  const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc,
+                  const float* bias = nullptr) {
   const std::size_t kb = bk.k, mc = std::min(round_up(m, g.mr), g.mc);
   float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kb);
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t mb = std::min(mc, m - i0);
     g.pack_a(ta == Trans::T, mb, kb, a_at(ta, a, lda, i0, 0), lda, apack);
-    run_strips(g, mb, apack, kb * g.mr, bk, alpha, beta, c + i0 * ldc, ldc);
+    run_strips(g, mb, apack, kb * g.mr, bk, alpha, beta, c + i0 * ldc, ldc, bias);
   }
 }
 
@@ -281,8 +278,8 @@ void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
   for_each_panel(
       g, b, beta,
       [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
-        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel, alpha, beta_p, c + j0, ldc);
-        if (last && bias != nullptr) add_bias(m, panel.n, bias + j0, c + j0, ldc);
+        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel, alpha, beta_p, c + j0, ldc,
+                     last && bias != nullptr ? bias + j0 : nullptr);
       });
 }
 

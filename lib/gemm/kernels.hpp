@@ -9,10 +9,11 @@ namespace mha::detail {
 struct GemmKernels {
   std::size_t mr, nr;      // register tile of the micro-kernel (C block mr x nr)
   std::size_t mc, kc, nc;  // cache blocks: A block mc x kc (L2), B panel kc x nc (L3)
-  // C[m x n] = alpha * A·B + beta * C, for m <= mr, n <= nr, k >= 1.
-  // a: packed A strip [k][mr]; b: packed B strip [k][nr]; beta == 0: C not read.
+  // C[m x n] = alpha * A·B + beta * C (then + bias[j] if bias is non-null,
+  // n floats), for m <= mr, n <= nr, k >= 1. a: packed A strip [k][mr];
+  // b: packed B strip [k][nr]; beta == 0: C not read.
   void (*ukernel)(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-                  std::size_t m, std::size_t n, float alpha, float beta);
+                  std::size_t m, std::size_t n, float alpha, float beta, const float* bias);
   // The same for unpacked operands (the small-problem path), on its own
   // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
   // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb with

@@ -15,16 +15,16 @@
 // Alignment: none required. Packed buffers from thread_scratch are 64-byte
 //   aligned, but the kernels use unaligned loads (same speed on aligned data
 //   on every target CPU) so views at any row offset work.
-// Micro-kernel: C[m x n] = alpha * A·B + beta * C for 1 <= m <= MR,
-//   1 <= n <= NR, k >= 1. It is instantiated for every row count 1..MR, so a
-//   short strip (M edge, m == 1 decode) computes only its m rows; the N edge
-//   is computed full width in registers (B's padding is zero) and stored
-//   through a small stack tile, so edges cost one tile copy, never a scalar
-//   loop over k. beta == 0: C is never read (NaN/Inf in C do not propagate).
-//   Every element is alpha*acc + beta*c (the product first, then the sum),
-//   with acc an fma chain over p in order from 0, whatever the tile, its
-//   position or the operands' addressing, so results do not depend on how the
-//   driver partitions M and N (threads) nor on whether operands were packed.
+// Micro-kernel: C[m x n] = alpha * A·B + beta * C (+ bias[j], if bias is
+//   given) for 1 <= m <= MR, 1 <= n <= NR, k >= 1. It is instantiated for every row count 1..MR, so
+//   a short strip (M edge, m == 1 decode) computes only its m rows; the N edge is computed full
+//   width in registers (B's padding is zero) and stored through a small stack tile, so edges cost
+//   one tile copy, never a scalar loop over k. beta == 0: C is never read (NaN/Inf in C do not
+//   propagate). Every element is alpha*acc + beta*c (the product first, then the sum), then +
+//   bias[j] (a separate rounding, as adding the bias to the stored C afterwards would be; drivers
+//   pass it on the last K block only), with acc an fma chain over p in order from 0, whatever the
+//   tile, its position or the operands' addressing, so results do not depend on how the driver
+//   partitions M and N (threads) nor on whether operands were packed.
 // Unpacked micro-kernel (small problems): the same on a tile of its own
 //   (MRU x NRU), reading A at any row/column stride and B rows at any stride
 //   in place; NRU floats must be readable in each B row.
@@ -199,12 +199,14 @@ void asan_check(const void* p, std::size_t floats) {
 template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA>
 MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::size_t sa,
                                           const float* b, std::size_t ldb, float* c,
-                                          std::size_t ldc, std::size_t n, float alpha, float beta) {
+                                          std::size_t ldc, std::size_t n, float alpha, float beta,
+                                          const float* bias) {
   using S = Simd<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   constexpr std::size_t NR = NV * W;
 #if defined(__SANITIZE_ADDRESS__)
+  if (bias != nullptr) asan_check<Arch>(bias, n);
   for (std::size_t i = 0; i < ROWS; ++i) {
     if (kRowStridedA) asan_check<Arch>(a + i * sa, k);
     asan_check<Arch>(c + i * ldc, n);
@@ -256,7 +258,7 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
 #pragma GCC unroll 32
       for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
-        for (std::size_t j = 0; j < NV; ++j) S::store(c + i * ldc + j * W, acc[i][j] * va);
+        for (std::size_t j = 0; j < NV; ++j) acc[i][j] = acc[i][j] * va;
       }
     } else {
       const V vb = S::splat(beta);
@@ -264,10 +266,24 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
       for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 8
         for (std::size_t j = 0; j < NV; ++j) {
-          float* ci = c + i * ldc + j * W;
-          S::store(ci, acc[i][j] * va + vb * S::load(ci));
+          acc[i][j] = acc[i][j] * va + vb * S::load(c + i * ldc + j * W);
         }
       }
+    }
+    if (bias != nullptr) {
+      V bv[NV];
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < NV; ++j) bv[j] = S::load(bias + j * W);
+#pragma GCC unroll 32
+      for (std::size_t i = 0; i < ROWS; ++i) {
+#pragma GCC unroll 8
+        for (std::size_t j = 0; j < NV; ++j) acc[i][j] = acc[i][j] + bv[j];
+      }
+    }
+#pragma GCC unroll 32
+    for (std::size_t i = 0; i < ROWS; ++i) {
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < NV; ++j) S::store(c + i * ldc + j * W, acc[i][j]);
     }
     return;
   }
@@ -286,28 +302,31 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     } else {
       for (std::size_t j = 0; j < n; ++j) ci[j] = ti[j] + beta * ci[j];
     }
+    if (bias != nullptr) {
+      for (std::size_t j = 0; j < n; ++j) ci[j] = ci[j] + bias[j];
+    }
   }
 }
 
 template <class Arch, std::size_t NV, bool kRowStridedA, std::size_t... I>
 void ukernel_any_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
                       std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                      float alpha, float beta, std::index_sequence<I...>) {
+                      float alpha, float beta, const float* bias, std::index_sequence<I...>) {
   using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
-                      std::size_t, std::size_t, float, float);
+                      std::size_t, std::size_t, float, float, const float*);
   static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA>...};
-  rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta);
+  rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta, bias);
 }
 
 // GemmKernels::ukernel: packed A and B.
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-             std::size_t m, std::size_t n, float alpha, float beta) {
+             std::size_t m, std::size_t n, float alpha, float beta, const float* bias) {
   constexpr std::size_t NR = NV * Simd<Arch>::width;
   if (m == MR) {
-    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta);
+    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta, bias);
   } else {
-    ukernel_any_rows<Arch, NV, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta,
+    ukernel_any_rows<Arch, NV, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta, bias,
                                       std::make_index_sequence<MR>{});
   }
 }
@@ -319,10 +338,10 @@ void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_
                       const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
                       std::size_t n, float alpha, float beta) {
   if (csa == 1 && rsa != 1) {
-    ukernel_any_rows<Arch, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta,
+    ukernel_any_rows<Arch, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta, nullptr,
                                      std::make_index_sequence<MR>{});
   } else {
-    ukernel_any_rows<Arch, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta,
+    ukernel_any_rows<Arch, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta, nullptr,
                                       std::make_index_sequence<MR>{});
   }
 }
