@@ -14,11 +14,11 @@
 namespace mha::detail {
 namespace {
 
-// Below this many floats moved a call stays on the calling thread: 64K floats
-// (512 KB read + written) copy in ~15-30 us here, so a fork/join of a few us
-// is amortised only above it. Not tuned further: on the shared 2-core test
-// machine a second thread gave no measurable gain at any size.
-constexpr std::size_t kParallelMinElements = 1 << 16;
+// Below this many floats moved a call stays on the calling thread. Measured
+// (Zen5, quiet, split_heads + merge_heads at H12 d64, best of 3000, 2 threads
+// / 1 thread, the threshold forced to 0): 25K floats 1.20, 49K 1.19, 98K
+// 1.08, 197K 0.86, 393K 0.63.
+constexpr std::size_t kParallelMinElements = 1 << 17;
 // merge_heads writes with non-temporal stores from this many floats on: its
 // output no longer fits the cache, and skipping the read-for-ownership of each
 // destination line helps. Measured (B4 S2048 H12 d64, 25 MB, 1 thread, Zen5,
