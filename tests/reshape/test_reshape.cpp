@@ -19,14 +19,21 @@ struct Dims {
 };
 
 std::vector<Dims> shapes() {
-  std::vector<Dims> v = {{1, 1, 1, 1},   {2, 3, 4, 5},  {1, 7, 3, 16}, {2, 5, 2, 17},
-                         {1, 9, 12, 64}, {3, 4, 2, 33}, {1, 2, 5, 80}, {2, 3, 1, 128},
+  std::vector<Dims> v = {{1, 1, 1, 1},
+                         {2, 3, 4, 5},
+                         {1, 7, 3, 16},
+                         {2, 5, 2, 17},
+                         {1, 9, 12, 64},
+                         {3, 4, 2, 33},
+                         {1, 2, 5, 80},
+                         {2, 3, 1, 128},
                          // Several token blocks with a partial last one (85
                          // tokens a block at this row width, 28 for split_qkv),
                          // and rows so wide that a block is its minimum 8.
-                         {2, 300, 12, 64}, {1, 20, 1, 9000}};
+                         {2, 300, 12, 64},
+                         {1, 20, 1, 9000}};
   if (mha::test::case_scale() >= 1) {
-    v.push_back({2, 65, 12, 64});     // above the threading threshold
+    v.push_back({2, 90, 12, 64});     // above the threading threshold (128K floats)
     v.push_back({1, 2731, 12, 128});  // 16 MiB: merge_heads' non-temporal stores
   }
   return v;
