@@ -247,7 +247,8 @@ constexpr std::size_t kSmallMaxN = 512;
 
 // Where packing does not pay back, for op(B) = B: N up to kSmallMaxN, where
 // B's rows are read in place from L2 and A's row streams from L1; and any
-// problem so small that the copies cost as much as the arithmetic.
+// problem so small that the copies cost as much as the arithmetic (sq64 on
+// the Xeon VM, 1 thread: 59 GFLOP/s packed, 120 unpacked).
 bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n, std::size_t k) {
   if (tb != Trans::N) return false;
   return n <= std::max(g.nr_u, kSmallMaxN) ||
