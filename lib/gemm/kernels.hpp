@@ -38,6 +38,10 @@ struct GemmKernels {
                  std::size_t ldb, float beta, float* c);
   void (*gemv_t)(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
                  std::size_t ldb, float beta, float* c);
+  // dst[p*ldd + j] = src[j*lds + p] for p < k, j < n (a stored Bᵀ made
+  // row-major for the in-place path).
+  void (*transpose)(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
+                    std::size_t ldd);
 };
 
 extern const GemmKernels gemm_kernels_scalar;

@@ -533,6 +533,30 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
   }
 }
 
+// dst[p*ldd + j] = src[j*lds + p] for p < k, j < n: op(B) = Bᵀ made
+// row-major, for the in-place kernel. W x W register transposes over the
+// full blocks, element copies at the edges.
+template <class Arch>
+void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd) {
+  constexpr std::size_t W = Simd<Arch>::width;
+  std::size_t j0 = 0;
+  if constexpr (W > 1) {
+    for (; j0 + W <= n; j0 += W) {
+      const float* rows[W];
+      for (std::size_t r = 0; r < W; ++r) rows[r] = src + (j0 + r) * lds;
+      std::size_t p = 0;
+      for (; p + W <= k; p += W) transpose_block<Arch>(rows, W, p, dst + p * ldd + j0, ldd);
+      for (; p < k; ++p) {
+        for (std::size_t r = 0; r < W; ++r) dst[p * ldd + j0 + r] = rows[r][p];
+      }
+    }
+  }
+  for (; j0 < n; ++j0) {
+    for (std::size_t p = 0; p < k; ++p) dst[p * ldd + j0] = src[j0 * lds + p];
+  }
+}
+
 // One ISA's table: an MR x (NV vectors) micro-kernel for packed operands,
 // an MRU x (NVU vectors) one for unpacked operands, and the cache blocks.
 template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size_t NVU>
@@ -550,7 +574,8 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      &pack_a<Arch, MR>,
                      &pack_b<Arch, NV * W>,
                      &gemv_n<Arch>,
-                     &gemv_t<Arch>};
+                     &gemv_t<Arch>,
+                     &transpose<Arch>};
 }
 
 }  // namespace mha::detail::gemm_ukernel

@@ -22,6 +22,7 @@
 #include <mha/isa.hpp>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dispatch/dispatch.hpp"
@@ -276,9 +277,18 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
     return;
   }
   std::mt19937_64 rng(79);
-  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
-           {300, 500, 200}, {1, 3000, 500}, {64, 2304, 96}, {1000, 33, 300}, {129, 129, 129}}) {
+  // The last two force op(B) = Bᵀ with widths whose thread column blocks do
+  // not line up with the in-place kernel's strips (the transposed path).
+  for (const auto& [m, n, k, force_t] :
+       std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{{300, 500, 200, false},
+                                                                            {1, 3000, 500, false},
+                                                                            {64, 2304, 96, false},
+                                                                            {1000, 33, 300, false},
+                                                                            {129, 129, 129, false},
+                                                                            {200, 100, 70, true},
+                                                                            {45, 1001, 33, true}}) {
     Shape s = random_shape(rng, m, n, k);
+    if (force_t) s.tb = 'T';
     const Problem p(s, m + n + k);
     INFO(describe(s));
     std::vector<std::vector<float>> plain, packed;
