@@ -257,8 +257,8 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 
 // op(B) = Bᵀ (a stored [n, k] B, as attention's K or a weight matrix) is
 // transposed whole into row-major scratch and multiplied in place, instead
-// of packed per panel, up to this many floats of B (8 MiB of scratch per
-// calling thread). Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
+// of packed per panel, while that scratch is at most this many floats
+// (8 MiB per calling thread). Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
 // 1 thread): qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246,
 // qk_s2048 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768
 // 216-219 -> 220-227, m128 n2304 and m512 n2304 unchanged.
@@ -267,8 +267,16 @@ constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 21;
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
 constexpr std::size_t kTransposeCols = 256;
 
-bool transpose_pays(std::size_t n, std::size_t k) {
-  return static_cast<double>(n) * static_cast<double>(k) <= kTransposeMaxFloats;
+// Row stride of the transposed B: padded by nr_u zero floats past
+// round_up(n, nr_u) (see sgemm).
+std::size_t transposed_ld(const GemmKernels& g, std::size_t n) {
+  return round_up(n, g.nr_u) + g.nr_u;
+}
+
+// The cap is on the scratch, k x transposed_ld, not on B: a skinny B (n = 1)
+// would otherwise take 128 floats of scratch per element.
+bool transpose_pays(const GemmKernels& g, std::size_t n, std::size_t k) {
+  return static_cast<double>(k) * static_cast<double>(transposed_ld(g, n)) <= kTransposeMaxFloats;
 }
 
 }  // namespace
@@ -384,14 +392,14 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     return;
   }
 
-  if (tb == Trans::T && transpose_pays(n, k)) {
+  if (tb == Trans::T && transpose_pays(g, n, k)) {
     // op(B) = Bᵀ made row-major once, then the in-place path: neither A nor
     // B is packed per block. Rows are padded by nr_u zero floats past
     // round_up(n, nr_u): a thread's column block may start at any multiple
     // of nr and the kernel reads round_up(cols, nr_u) floats from there
     // (never stored to C); the padding also keeps the stride off powers of
     // two, whose rows would alias in L1.
-    const std::size_t ldt = round_up(n, g.nr_u) + g.nr_u;
+    const std::size_t ldt = transposed_ld(g, n);
     float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
     parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
       const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
