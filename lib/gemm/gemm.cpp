@@ -95,6 +95,23 @@ Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_
   return make_grid(g, m, n, want, 1);
 }
 
+// Runs block(i0, j0, rows, cols) over C: once, on the whole of it, at one
+// thread; otherwise over split_longer's grid in parallel. For the drivers
+// whose blocks each pack (or read) their own operands.
+template <class Block>
+void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads,
+                Block&& block) {
+  if (threads <= 1) {
+    block(0, 0, m, n);
+    return;
+  }
+  const Grid grid = split_longer(g, m, n, threads);
+  parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+    block(i0, j0, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0));
+  });
+}
+
 // The MR strips of a packed A block (m rows; strip s at a + s*a_strip, the
 // k-range of bk) against the NR strips of bk, each A strip reused across
 // the panel. bias (the panel's columns), if given, is added by the
@@ -408,42 +425,26 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
         for (std::size_t p = 0; p < k; ++p) std::fill(bt + p * ldt + n, bt + (p + 1) * ldt, 0.f);
       }
     });
-    if (threads <= 1) {
-      gemm_serial_inplace(g, ta, m, n, k, alpha, a, lda, bt, ldt, beta, c, ldc);
-      return;
-    }
-    const Grid grid = split_longer(g, m, n, threads);
-    parallel_for(grid.tasks(), threads, [&](std::size_t t) {
-      const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-      gemm_serial_inplace(g, ta, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k, alpha,
-                          a_at(ta, a, lda, i0, 0), lda, bt + j0, ldt, beta, c + i0 * ldc + j0, ldc);
-    });
+    run_blocks(g, m, n, threads,
+               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                 gemm_serial_inplace(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
+                                     bt + j0, ldt, beta, c + i0 * ldc + j0, ldc);
+               });
     return;
   }
   if (small_problem(g, tb, m, n, k)) {
-    if (threads <= 1) {
-      gemm_serial_small(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-      return;
-    }
-    const Grid grid = split_longer(g, m, n, threads);
-    parallel_for(grid.tasks(), threads, [&](std::size_t t) {
-      const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-      gemm_serial_small(g, ta, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k, alpha,
-                        a_at(ta, a, lda, i0, 0), lda, b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
-    });
+    run_blocks(g, m, n, threads,
+               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                 gemm_serial_small(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
+                                   b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
+               });
     return;
   }
-  if (threads <= 1) {
-    gemm_serial_unpacked(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  const Grid grid = split_longer(g, m, n, threads);
-  parallel_for(grid.tasks(), threads, [&](std::size_t t) {
-    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-    gemm_serial_unpacked(g, ta, tb, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0), k,
-                         alpha, a_at(ta, a, lda, i0, 0), lda, b_at(tb, b, ldb, 0, j0), ldb, beta,
-                         c + i0 * ldc + j0, ldc);
-  });
+  run_blocks(g, m, n, threads,
+             [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+               gemm_serial_unpacked(g, ta, tb, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
+                                    b_at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
+             });
 }
 
 }  // namespace mha::detail
