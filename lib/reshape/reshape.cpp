@@ -91,6 +91,20 @@ void for_each_block(const Shape& s, std::size_t row, std::size_t moved,
   });
 }
 
+// The in-cache split of [B, S, H·d] rows read at stride src_ld (H·d for
+// split_heads, 3·H·d for one part of split_qkv) into [B, H, S, d]; `moved`
+// is what the whole call moves, for the parallel threshold.
+void split_blocks(const Shape& s, const float* x, std::size_t src_ld, float* y, std::size_t moved) {
+  const CopyRows copy = kernels().reshape->copy_rows;
+  const std::size_t seq = s.seq, heads = s.heads, d = s.head_dim;
+  for_each_block(s, heads * d, moved, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+    for (std::size_t h = 0; h < heads; ++h) {
+      copy(x + (b * seq + t0) * src_ld + h * d, src_ld, y + ((b * heads + h) * seq + t0) * d, d,
+           t1 - t0, d);
+    }
+  });
+}
+
 }  // namespace
 }  // namespace mha::detail
 
@@ -114,12 +128,7 @@ void split_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
     });
     return;
   }
-  for_each_block(s, row, s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
-    for (std::size_t h = 0; h < heads; ++h) {
-      copy(x + (b * seq + t0) * row + h * head_dim, row,
-           y + ((b * heads + h) * seq + t0) * head_dim, head_dim, t1 - t0, head_dim);
-    }
-  });
+  split_blocks(s, x, row, y, s.elements);
 }
 
 void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
@@ -179,14 +188,7 @@ void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_
   // Each of q, k and v as split_heads of its third of the rows (blocks sized
   // by that third): a third as many blocks, each copy call three times as
   // long as with blocks of whole rows.
-  for (std::size_t p = 0; p < 3; ++p) {
-    for_each_block(s, part, 3 * s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
-      for (std::size_t h = 0; h < heads; ++h) {
-        copy(qkv + (b * seq + t0) * row + p * part + h * head_dim, row,
-             out[p] + ((b * heads + h) * seq + t0) * head_dim, head_dim, t1 - t0, head_dim);
-      }
-    });
-  }
+  for (std::size_t p = 0; p < 3; ++p) split_blocks(s, qkv + p * part, row, out[p], 3 * s.elements);
 }
 
 }  // namespace mha
