@@ -16,15 +16,18 @@
 //   aligned, but the kernels use unaligned loads (same speed on aligned data
 //   on every target CPU) so views at any row offset work.
 // Micro-kernel: C[m x n] = alpha * A·B + beta * C (+ bias[j], if bias is
-//   given) for 1 <= m <= MR, 1 <= n <= NR, k >= 1. It is instantiated for every row count 1..MR, so
-//   a short strip (M edge, m == 1 decode) computes only its m rows; the N edge is computed full
-//   width in registers (B's padding is zero) and stored through a small stack tile, so edges cost
-//   one tile copy, never a scalar loop over k. beta == 0: C is never read (NaN/Inf in C do not
-//   propagate). Every element is alpha*acc + beta*c (the product first, then the sum), then +
-//   bias[j] (a separate rounding, as adding the bias to the stored C afterwards would be; drivers
-//   pass it on the last K block only), with acc an fma chain over p in order from 0, whatever the
-//   tile, its position or the operands' addressing, so results do not depend on how the driver
-//   partitions M and N (threads) nor on whether operands were packed.
+//   given) for 1 <= m <= MR, 1 <= n <= NR, k >= 1. It is instantiated for
+//   every row count 1..MR, so a short strip (M edge, m == 1 decode) computes
+//   only its m rows; the N edge is computed full width in registers (B's
+//   padding is zero) and stored through a small stack tile, so edges cost
+//   one tile copy, never a scalar loop over k. beta == 0: C is never read
+//   (NaN/Inf in C do not propagate). Every element is alpha*acc + beta*c
+//   (the product first, then the sum), then + bias[j] (a separate rounding,
+//   as adding the bias to the stored C afterwards would be; drivers pass it
+//   on the last K block only), with acc an fma chain over p in order from 0,
+//   whatever the tile, its position or the operands' addressing, so results
+//   do not depend on how the driver partitions M and N (threads) nor on
+//   whether operands were packed.
 // Unpacked micro-kernel (small problems): the same on a tile of its own
 //   (MRU x NRU), reading A at any row/column stride and B rows at any stride
 //   in place; NRU floats must be readable in each B row.
