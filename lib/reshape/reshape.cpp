@@ -1,5 +1,6 @@
 // Public head split/merge: argument checks and the task split; the copies
-// are the per-ISA copy_rows kernel, one call per (batch, head) slice.
+// are the per-ISA copy_rows kernels, one call per (token block, head), or
+// per token for a split streamed out of cache.
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -19,13 +20,29 @@ namespace {
 // / 1 thread, the threshold forced to 0): 25K floats 1.20, 49K 1.19, 98K
 // 1.08, 197K 0.86, 393K 0.63.
 constexpr std::size_t kParallelMinElements = 1 << 17;
-// merge_heads writes with non-temporal stores from this many floats on: its
-// output no longer fits the cache, and skipping the read-for-ownership of each
-// destination line helps. Measured (B4 S2048 H12 d64, 25 MB, 1 thread, Zen5,
-// loaded machine, best of 8): merge 16.5-18.2 ms streamed vs 22-35 ms plain,
-// memcpy 16.5 ms. split_heads and split_qkv stay on plain stores: streamed
-// they took 33-41 ms vs 16.6-21.5 ms (split) and 142 vs 66-75 ms (qkv).
+// From this many floats moved on, the output no longer fits the cache and
+// the copies write it with non-temporal stores, which skip the
+// read-for-ownership of each destination line (2 instead of 3 bytes of
+// memory traffic per byte copied), in the order that keeps every written
+// line whole (see streams_whole_lines). Measured (Zen5, B4 S2048 H12 d64,
+// 25 MB per tensor, 1 thread, 64-byte-aligned buffers, best of 30, memcpy
+// 799 us): split token by token, streamed 613 us, against 1155 us for the
+// in-cache blocked order with plain stores and 922 streamed; merge in that
+// blocked order, streamed 859 us, against 1104 head by head streamed, 968
+// token by token streamed and 1228 blocked with plain stores.
 constexpr std::size_t kStreamMinElements = std::size_t{4} << 20;  // 16 MiB
+
+// Whether non-temporal stores of head rows (head_dim floats each, at
+// 64-byte-aligned offsets from dst when this holds) write whole cache lines
+// only. A line that a streamed row shares with a plain-stored neighbour
+// leaves the write-combining buffer partial and costs a read-modify-write in
+// memory: merge_heads out of cache into a 16-byte-aligned std::vector ran at
+// 0.42x memcpy streamed head by head, so such calls use plain stores.
+bool streams_whole_lines(const float* dst, std::size_t head_dim) {
+  constexpr std::size_t kLine = 64;
+  return reinterpret_cast<std::uintptr_t>(dst) % kLine == 0 &&
+         head_dim * sizeof(float) % kLine == 0;
+}
 
 using CopyRows = void (*)(const float*, std::size_t, float*, std::size_t, std::size_t, std::size_t);
 
@@ -48,59 +65,62 @@ bool disjoint(const float* a, std::size_t na, const float* b, std::size_t nb) {
   return pa + na * sizeof(float) <= pb || pb + nb * sizeof(float) <= pa;
 }
 
-// Runs body(b, h) for every (batch, head) slice, in parallel: the order for
-// sizes past kStreamMinElements (out of cache), as measured there.
-void for_each_head(const Shape& s, std::size_t moved,
-                   const std::function<void(std::size_t, std::size_t)>& body) {
-  const std::size_t tasks = s.batch * s.heads;
-  parallel_for(tasks, moved < kParallelMinElements ? 1 : 0,
-               [&](std::size_t t) { body(t / s.heads, t % s.heads); });
-}
-
 // Tokens per block: the token-major side of a block (tokens x row floats,
 // row = heads*head_dim, or 3x that for split_qkv) stays in L2 while every
 // head's piece of it is moved, and each head's side is one contiguous run of
-// tokens*head_dim floats. Used below kStreamMinElements; it replaced a
-// per-token order there, in which every store of a token landed
-// seq*head_dim floats from the last (64 KiB at d = 32: one L1 set,
-// 4K-aliased against the loads). Measured on Zen5 (B1 S512, 1 thread,
-// memcpy time / ours, per-token -> blocked): split_qkv d = 32 0.18 -> 0.74,
-// d = 64 0.47 -> 0.79; merge d = 32 0.66 -> 0.82; split d = 64 0.88 ->
-// 0.96. 32K-float blocks: within noise of 64K in cache.
+// tokens*head_dim floats. In cache it replaced a per-token order, in which
+// every store of a token landed seq*head_dim floats from the last (64 KiB
+// at d = 32: one L1 set, 4K-aliased against the loads). Measured on Zen5
+// (B1 S512, 1 thread, memcpy time / ours, per-token -> blocked): split_qkv
+// d = 32 0.18 -> 0.74, d = 64 0.47 -> 0.79; merge d = 32 0.66 -> 0.82;
+// split d = 64 0.88 -> 0.96. 3K to 32K-float blocks: within noise of 64K
+// (split, merge and split_qkv at d = 64, 1 and 2 threads).
 constexpr std::size_t kBlockFloats = 64 * 1024;
 
-// Blocks a parallel call is cut into at least (copies give the same result
-// however they are split): 7 blocks of 85 tokens (B1 S512 H48 d16) left two
-// threads slower than one, 34 -> 40 us.
-constexpr std::size_t kMinParallelBlocks = 16;
-
-// Runs body(b, t0, t1) for every batch row and block of tokens [t0, t1),
-// in parallel for large sizes.
-void for_each_block(const Shape& s, std::size_t row, std::size_t moved,
+// Runs body(b, t0, t1) for every batch row and block of tokens [t0, t1).
+// A parallel call gives each thread one contiguous share of the blocks
+// (copies give the same result however they are split), so a thread keeps
+// touching the same rows call after call, as a split memcpy does: with 16
+// blocks dealt out dynamically, 2 threads were no faster than 1 on an
+// in-cache merge (B1 S512 H12 d64: 35.9 vs 42.3 us; 28.7 us in two shares).
+// `streamed`: the body used copy_rows_stream, so each share ends with the
+// kernels' stream_fence, on the thread that made the stores.
+void for_each_block(const Shape& s, std::size_t row, std::size_t moved, bool streamed,
                     const std::function<void(std::size_t, std::size_t, std::size_t)>& body) {
-  const bool parallel = moved >= kParallelMinElements && effective_threads() > 1;
-  std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
-  if (parallel) {
-    const std::size_t per_row = ceil_div(kMinParallelBlocks, s.batch);
-    tokens = std::max<std::size_t>(1, std::min(tokens, ceil_div(s.seq, per_row)));
-  }
-  const std::size_t blocks = ceil_div(s.seq, tokens);
-  parallel_for(s.batch * blocks, parallel ? 0 : 1, [&](std::size_t t) {
-    const std::size_t b = t / blocks, t0 = (t % blocks) * tokens;
-    body(b, t0, std::min(s.seq, t0 + tokens));
+  const std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
+  const std::size_t blocks = ceil_div(s.seq, tokens), total = s.batch * blocks;
+  const std::size_t shares =
+      std::min(moved >= kParallelMinElements ? effective_threads() : 1, total);
+  parallel_for(shares, shares, [&](std::size_t share) {
+    for (std::size_t t = total * share / shares; t < total * (share + 1) / shares; ++t) {
+      const std::size_t b = t / blocks, t0 = (t % blocks) * tokens;
+      body(b, t0, std::min(s.seq, t0 + tokens));
+    }
+    if (streamed) kernels().reshape->stream_fence();
   });
 }
 
-// The in-cache split of [B, S, H·d] rows read at stride src_ld (H·d for
-// split_heads, 3·H·d for one part of split_qkv) into [B, H, S, d]; `moved`
-// is what the whole call moves, for the parallel threshold.
+// The split of [B, S, H·d] rows read at stride src_ld (H·d for split_heads,
+// 3·H·d for one part of split_qkv) into [B, H, S, d]; `moved` is what the
+// whole call moves, for the thresholds. In cache: per block, head by head.
+// Streamed: token by token, each source row read once front to back and its
+// H pieces written to the H outputs with non-temporal stores.
 void split_blocks(const Shape& s, const float* x, std::size_t src_ld, float* y, std::size_t moved) {
-  const CopyRows copy = kernels().reshape->copy_rows;
+  const ReshapeKernels& k = *kernels().reshape;
   const std::size_t seq = s.seq, heads = s.heads, d = s.head_dim;
-  for_each_block(s, heads * d, moved, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+  if (moved >= kStreamMinElements && streams_whole_lines(y, d)) {
+    for_each_block(s, heads * d, moved, true, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t) {
+        k.copy_rows_stream(x + (b * seq + t) * src_ld, d, y + (b * heads * seq + t) * d, seq * d,
+                           heads, d);
+      }
+    });
+    return;
+  }
+  for_each_block(s, heads * d, moved, false, [&](std::size_t b, std::size_t t0, std::size_t t1) {
     for (std::size_t h = 0; h < heads; ++h) {
-      copy(x + (b * seq + t0) * src_ld + h * d, src_ld, y + ((b * heads + h) * seq + t0) * d, d,
-           t1 - t0, d);
+      k.copy_rows(x + (b * seq + t0) * src_ld + h * d, src_ld, y + ((b * heads + h) * seq + t0) * d,
+                  d, t1 - t0, d);
     }
   });
 }
@@ -119,16 +139,7 @@ void split_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   check_arg(x != nullptr && y != nullptr, "split_heads: x and y must not be null");
   check_arg(disjoint(x, s.elements, y, s.elements),
             "split_heads: y overlaps x (expected disjoint)");
-  const CopyRows copy = kernels().reshape->copy_rows;
-  const std::size_t row = heads * head_dim;
-  if (s.elements >= kStreamMinElements) {
-    for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-      copy(x + b * seq * row + h * head_dim, row, y + (b * heads + h) * seq * head_dim, head_dim,
-           seq, head_dim);
-    });
-    return;
-  }
-  split_blocks(s, x, row, y, s.elements);
+  split_blocks(s, x, heads * head_dim, y, s.elements);
 }
 
 void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
@@ -140,19 +151,16 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   check_arg(x != nullptr && y != nullptr, "merge_heads: x and y must not be null");
   check_arg(disjoint(x, s.elements, y, s.elements),
             "merge_heads: y overlaps x (expected disjoint)");
+  // Block by block in both cases: each token row of y is written whole
+  // within a block, so streamed stores complete their lines.
   const ReshapeKernels& k = *kernels().reshape;
+  const bool streamed = s.elements >= kStreamMinElements && streams_whole_lines(y, head_dim);
+  const CopyRows copy = streamed ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;
-  if (s.elements >= kStreamMinElements) {
-    for_each_head(s, s.elements, [&](std::size_t b, std::size_t h) {
-      k.copy_rows_stream(x + (b * heads + h) * seq * head_dim, head_dim,
-                         y + b * seq * row + h * head_dim, row, seq, head_dim);
-    });
-    return;
-  }
-  for_each_block(s, row, s.elements, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+  for_each_block(s, row, s.elements, streamed, [&](std::size_t b, std::size_t t0, std::size_t t1) {
     for (std::size_t h = 0; h < heads; ++h) {
-      k.copy_rows(x + ((b * heads + h) * seq + t0) * head_dim, head_dim,
-                  y + (b * seq + t0) * row + h * head_dim, row, t1 - t0, head_dim);
+      copy(x + ((b * heads + h) * seq + t0) * head_dim, head_dim,
+           y + (b * seq + t0) * row + h * head_dim, row, t1 - t0, head_dim);
     }
   });
 }
@@ -172,19 +180,8 @@ void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_
   check_arg(disjoint(q, s.elements, k, s.elements) && disjoint(q, s.elements, v, s.elements) &&
                 disjoint(k, s.elements, v, s.elements),
             "split_qkv: q, k and v overlap each other (expected disjoint)");
-  const CopyRows copy = kernels().reshape->copy_rows;
   const std::size_t part = heads * head_dim, row = 3 * part;
   float* const out[3] = {q, k, v};
-  if (3 * s.elements >= kStreamMinElements) {
-    for_each_head(s, 3 * s.elements, [&](std::size_t b, std::size_t h) {
-      const float* src = qkv + b * seq * row + h * head_dim;
-      const std::size_t dst = (b * heads + h) * seq * head_dim;
-      for (std::size_t p = 0; p < 3; ++p) {
-        copy(src + p * part, row, out[p] + dst, head_dim, seq, head_dim);
-      }
-    });
-    return;
-  }
   // Each of q, k and v as split_heads of its third of the rows (blocks sized
   // by that third): a third as many blocks, each copy call three times as
   // long as with blocks of whole rows.

@@ -48,7 +48,6 @@ struct ReshapeImpl {
       for (; j + W <= cols; j += W) put(d + j, L::load(s + j));
       for (; j < cols; ++j) d[j] = s[j];
     }
-    if constexpr (nontemporal) L::stream_fence();
   }
 
   static void copy_rows(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
@@ -60,7 +59,9 @@ struct ReshapeImpl {
     copy_rows_impl<L::has_stream>(src, src_ld, dst, dst_ld, rows, cols);
   }
 
-  static constexpr ReshapeKernels table() { return ReshapeKernels{&copy_rows, &copy_rows_stream}; }
+  static constexpr ReshapeKernels table() {
+    return ReshapeKernels{&copy_rows, &copy_rows_stream, &L::stream_fence};
+  }
 };
 
 }  // namespace

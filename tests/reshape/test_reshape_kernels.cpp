@@ -18,6 +18,7 @@ TEST_CASE("copy_rows and copy_rows_stream copy exactly and stay inside the rows"
         std::vector<float> dst(rows * dst_ld, -7.f);
         // dst_ld = cols + 5 puts rows at every alignment.
         copy(src.data(), src_ld, dst.data(), dst_ld, rows, cols);
+        k.stream_fence();
         INFO("rows=" << rows << " cols=" << cols);
         for (std::size_t r = 0; r < rows; ++r) {
           for (std::size_t j = 0; j < dst_ld; ++j) {
