@@ -101,13 +101,31 @@ def physical_cores():
     return len(cores) or None
 
 
+def getconf_cache_sizes():
+    """Cache sizes from glibc (CPUID on x86), for kernels that do not expose
+    /sys/devices/system/cpu/cpu0/cache (seen on a KVM guest), in sysfs' style."""
+    names = {"LEVEL1_DCACHE_SIZE": "L1d", "LEVEL1_ICACHE_SIZE": "L1i",
+             "LEVEL2_CACHE_SIZE": "L2", "LEVEL3_CACHE_SIZE": "L3"}
+    try:
+        out = subprocess.run(["getconf", "-a"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    caches = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] in names and parts[1].isdigit() and int(parts[1]) > 0:
+            caches[names[parts[0]]] = "{}K".format(int(parts[1]) // 1024)
+    return caches
+
+
 def cache_sizes():
     base = "/sys/devices/system/cpu/cpu0/cache"
     caches = {}
     try:
         entries = sorted(e for e in os.listdir(base) if e.startswith("index"))
     except OSError:
-        return caches
+        return getconf_cache_sizes()
     for entry in entries:
         level = read_text(os.path.join(base, entry, "level"))
         kind = read_text(os.path.join(base, entry, "type")) or ""
@@ -116,7 +134,7 @@ def cache_sizes():
             continue
         suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
         caches["L" + level + suffix] = size
-    return caches
+    return caches or getconf_cache_sizes()
 
 
 def machine_section(runs, threads):
