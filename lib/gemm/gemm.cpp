@@ -188,7 +188,30 @@ std::size_t l2_block_cols(std::size_t kc, std::size_t align) {
 void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  const std::size_t kc = std::min(k, g.kc), nc = std::min(round_up(n, g.nr), g.nc);
+  const std::size_t kc = std::min(k, g.kc);
+  if (packed_a_floats(g, m, k) <= g.mc * g.kc) {
+    // A is one block at most: packed once, whole (its K blocks are views,
+    // as in gemm_serial_packed_a), so column panels cost nothing in A and B
+    // is packed in panels that stay in L2 for every A strip. Measured (Zen5,
+    // AVX-512, 1 thread, best GFLOP/s of runs interleaved with the NC = 768
+    // panels that re-packed A each): NN m128 n2304 k768 184 -> 192, m64
+    // n4096 k512 164 -> 172, m256 n1024 k1024 198 -> 204, m300 n2304 k2000
+    // 192 either way.
+    const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr));
+    float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
+    float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
+    g.pack_a(ta == Trans::T, m, k, a, lda, apack);
+    for (std::size_t j0 = 0; j0 < n; j0 += nc) {
+      const std::size_t nb = std::min(nc, n - j0);
+      for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+        const PackedBView bk =
+            pack_b(g, tb, std::min(kc, k - p0), nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
+        run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, p0 == 0 ? beta : 1.f, c + j0, ldc);
+      }
+    }
+    return;
+  }
+  const std::size_t nc = std::min(round_up(n, g.nr), g.nc);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
   for (std::size_t j0 = 0; j0 < n; j0 += nc) {
     const std::size_t nb = std::min(nc, n - j0);
@@ -275,11 +298,20 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 // op(B) = Bᵀ (a stored [n, k] B, as attention's K or a weight matrix) is
 // transposed whole into row-major scratch and multiplied in place, instead
 // of packed per panel, while that scratch is at most this many floats
-// (8 MiB per calling thread). Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
+// (8 MiB per calling thread), or kTransposeOneBlockMaxFloats for an A of one
+// block. Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
 // 1 thread): qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246,
 // qk_s2048 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768
 // 216-219 -> 220-227, m128 n2304 and m512 n2304 unchanged.
 constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 21;
+// An A of one block (m <= mc) amortizes the transpose over fewer rows, and
+// gemm_serial_unpacked packs it once: past this many floats (4 MiB, out of
+// L2) B is packed per L2 panel instead. Measured (Zen5, AVX-512, 1 thread,
+// interleaved runs, best GFLOP/s, transposed vs packed): m128 n2304 k768
+// (1.8M floats) 184-191 vs 197-203; m128 n1536 k768 195 vs 202; m128 n768
+// k768 (0.64M) 206 vs 204; qk_s128 (12K) 200 vs 181; m512 n2304 k768 (two
+// A blocks) 204 vs 200.
+constexpr std::size_t kTransposeOneBlockMaxFloats = std::size_t{1} << 20;
 // Columns of op(B) per task of the (parallel) transpose: done serially
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
 constexpr std::size_t kTransposeCols = 256;
@@ -292,8 +324,10 @@ std::size_t transposed_ld(const GemmKernels& g, std::size_t n) {
 
 // The cap is on the scratch, k x transposed_ld, not on B: a skinny B (n = 1)
 // would otherwise take 128 floats of scratch per element.
-bool transpose_pays(const GemmKernels& g, std::size_t n, std::size_t k) {
-  return static_cast<double>(k) * static_cast<double>(transposed_ld(g, n)) <= kTransposeMaxFloats;
+bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
+  const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(g, n));
+  return floats <=
+         static_cast<double>(m <= g.mc ? kTransposeOneBlockMaxFloats : kTransposeMaxFloats);
 }
 
 }  // namespace
@@ -409,7 +443,7 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     return;
   }
 
-  if (tb == Trans::T && transpose_pays(g, n, k)) {
+  if (tb == Trans::T && transpose_pays(g, m, n, k)) {
     // op(B) = Bᵀ made row-major once, then the in-place path: neither A nor
     // B is packed per block. Rows are padded by nr_u zero floats past
     // round_up(n, nr_u): a thread's column block may start at any multiple

@@ -246,8 +246,14 @@ TEST_CASE("prepacked B gives the same bits as sgemm, and the bias is added", "[g
   // Op(B) = B up to 512 columns is read in place (the unpacked small path,
   // in column blocks sized to L2) by sgemm: still the packed path's bits,
   // across several KC and column blocks and at the width limit either side.
-  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
-           {300, 512, 600}, {150, 450, 300}, {61, 513, 520}, {7, 64, 1000}, {20, 400, 2100}}) {
+  // Past it, an A of one block is packed once and viewed per K block against
+  // L2-sized panels of B (the last shape: 2 K blocks, 10 panels on AVX-512).
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{300, 512, 600},
+                                                                       {150, 450, 300},
+                                                                       {61, 513, 520},
+                                                                       {7, 64, 1000},
+                                                                       {20, 400, 2100},
+                                                                       {100, 1200, 1100}}) {
     for (char ta : {'N', 'T'}) {
       Shape s = random_shape(rng, m, n, k);
       s.ta = ta;
