@@ -345,25 +345,31 @@ RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best b
               "against the measured FMA peak of the ISA at that thread count.")
 
 
+# Our implementations: mha, and mha_prepacked (GEMM with B packed once, as the attention
+# engine uses its weights), which the tables list under "<config> prepacked".
+OURS = ("mha", "mha_prepacked")
+
+
 def headline_body(rows):
-    """Rows of the compact table: every mha result (or, for configs with no mha result,
-    nothing: baselines appear through the ratio)."""
-    ours = [r for r in rows if r["impl"] == "mha"]
+    """Rows of the compact table: every result of ours (or, for configs with none, nothing:
+    baselines appear through the ratio)."""
+    ours = [r for r in rows if r["impl"] in OURS]
     first_seen = {}
     for i, r in enumerate(ours):
         first_seen.setdefault((r["suite"], r["config"]), i)
     lead_isa = ours[0]["isa"] if ours else None
     ours.sort(key=lambda r: (suite_rank(r["suite"]), first_seen[(r["suite"], r["config"])],
-                             r["threads"], r["isa"] != lead_isa, r["isa"]))
+                             r["threads"], r["isa"] != lead_isa, r["isa"], r["impl"]))
     body = []
     for r in ours:
         base = best_baseline(rows, r)
+        label = r["suite"] + "/" + r["config"] + ("" if r["impl"] == "mha" else " prepacked")
         if r["ms"] is None:
-            body.append([r["suite"] + "/" + r["config"], r["threads"], r["isa"], "-", "-", "-",
+            body.append([label, r["threads"], r["isa"], "-", "-", "-",
                          "-", "error: " + (r["error"] or "?"), "-"])
             continue
         body.append([
-            r["suite"] + "/" + r["config"], r["threads"], r["isa"], fmt(r["ms"], ".3f"),
+            label, r["threads"], r["isa"], fmt(r["ms"], ".3f"),
             fmt(r["gflops"], ".1f"), fmt(r["peak_pct"], ".1f"), fmt(r["gbps"], ".1f"),
             "{} {:.3f} ms".format(base["impl"], base["ms"]) if base else "-",
             "{:.2f}x".format(base["ms"] / r["ms"]) if base and r["ms"] > 0 else "-",

@@ -110,6 +110,17 @@ class ResultsTest(unittest.TestCase):
         decode = self.rows[("attention", "decode_kv2048", "mha", 1, "avx512")]
         self.assertEqual(mha_bench.best_baseline(rows, decode)["impl"], "memcpy")
 
+    def test_prepacked_rows_are_listed_after_mha_with_their_ratio(self):
+        def row(impl, ms):
+            return {"suite": "gemm", "config": "proj_m128_n768_k768_nt", "impl": impl,
+                    "threads": 1, "isa": "avx512", "ms": ms, "gflops": None, "peak_pct": None,
+                    "gbps": None, "error": None}
+        body = mha_bench.headline_body([row("onednn", 1.0), row("mha_prepacked", 0.8),
+                                        row("mha", 1.25)])
+        self.assertEqual([(r[0], r[-1]) for r in body],
+                         [("gemm/proj_m128_n768_k768_nt", "0.80x"),
+                          ("gemm/proj_m128_n768_k768_nt prepacked", "1.25x")])
+
     def test_ere_escape(self):
         self.assertEqual(mha_bench.ere_escape("a.b(c)/threads:1"), r"a\.b\(c\)/threads:1")
 
