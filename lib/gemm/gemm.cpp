@@ -146,15 +146,30 @@ void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
   }
 }
 
+// A kc-deep B panel of this many floats (8 MiB) or fewer is read from L3
+// well enough: see panel_cols.
+constexpr std::size_t kWholePanelFloats = std::size_t{1} << 21;
+
+// Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns. The A
+// blocks are packed again for every column panel, so a B whose panels
+// together take at most kWholePanelFloats is one panel; wider ones use the
+// ISA's NC. Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of interleaved
+// runs, NC 768 vs one panel): sq1024 201 vs 205, sq2048 200 vs 205, NN m4096
+// n2304 k768 201 vs 207. Column panels never change the arithmetic.
+std::size_t panel_cols(const GemmKernels& g, std::size_t kc, std::size_t n) {
+  const std::size_t whole = round_up(n, g.nr);
+  return kc * whole <= kWholePanelFloats ? whole : g.nc;
+}
+
 // The NC x KC loops over a packed B (BLIS's 5th and 4th loops), shared by
 // the drivers that take one: panel(view, j0, p0, beta_p, last) for each
 // KC x NC panel in order, beta_p being beta for the first K block and 1
 // after it, last true on a column panel's final K block.
 template <class Panel>
 void for_each_panel(const GemmKernels& g, const PackedBView& b, float beta, Panel&& panel) {
-  const std::size_t n = b.n, k = b.k, kc = std::min(k, g.kc);
-  for (std::size_t j0 = 0; j0 < n; j0 += g.nc) {
-    const PackedBView cols = b.cols(j0, std::min(n, j0 + g.nc));
+  const std::size_t n = b.n, k = b.k, kc = std::min(k, g.kc), nc = panel_cols(g, kc, n);
+  for (std::size_t j0 = 0; j0 < n; j0 += nc) {
+    const PackedBView cols = b.cols(j0, std::min(n, j0 + nc));
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t p1 = std::min(k, p0 + kc);
       panel(cols.rows(p0, p1), j0, p0, p0 == 0 ? beta : 1.f, p1 == k);
@@ -184,7 +199,8 @@ std::size_t l2_block_cols(std::size_t kc, std::size_t align) {
 // took 0.6 ms, a fifth of the m = 128 projection). Same KC blocking and
 // kernels as gemm_serial, so the same bits. NC is not shrunk to keep the
 // panel in L2 when KC is large: re-packing A for more column panels cost
-// more (sq2048, KC 1024: 220 GFLOP/s at NC 192, 235 at NC 768).
+// more (sq2048, KC 1024: 220 GFLOP/s at NC 192, 235 at NC 768), and up to
+// kWholePanelFloats the panel is all of B (panel_cols).
 void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
@@ -211,7 +227,7 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
     }
     return;
   }
-  const std::size_t nc = std::min(round_up(n, g.nr), g.nc);
+  const std::size_t nc = panel_cols(g, kc, n);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
   for (std::size_t j0 = 0; j0 < n; j0 += nc) {
     const std::size_t nb = std::min(nc, n - j0);
