@@ -321,13 +321,14 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 // 216-219 -> 220-227, m128 n2304 and m512 n2304 unchanged.
 constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 21;
 // An A of one block (m <= mc) amortizes the transpose over fewer rows, and
-// gemm_serial_unpacked packs it once: past this many floats (4 MiB, out of
-// L2) B is packed per L2 panel instead. Measured (Zen5, AVX-512, 1 thread,
-// interleaved runs, best GFLOP/s, transposed vs packed): m128 n2304 k768
-// (1.8M floats) 184-191 vs 197-203; m128 n1536 k768 195 vs 202; m128 n768
-// k768 (0.64M) 206 vs 204; qk_s128 (12K) 200 vs 181; m512 n2304 k768 (two
-// A blocks) 204 vs 200.
-constexpr std::size_t kTransposeOneBlockMaxFloats = std::size_t{1} << 20;
+// gemm_serial_unpacked packs it once: past this many floats (1 MiB, the L2)
+// B is packed per L2 panel instead. Measured (Zen5, AVX-512, GFLOP/s,
+// transposed vs packed): 1 thread, best of interleaved runs, m128 n2304
+// k768 (1.8M floats) 184-191 vs 197-203, m128 n1536 k768 195 vs 202, qk_s128
+// (12K) 200 vs 181, m512 n2304 k768 (two A blocks) 204 vs 200; m128 n768
+// k768 (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs
+// 419-427 us (its 3 transpose slices of 256 columns split 2:1).
+constexpr std::size_t kTransposeOneBlockMaxFloats = std::size_t{1} << 18;
 // Columns of op(B) per task of the (parallel) transpose: done serially
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
 constexpr std::size_t kTransposeCols = 256;
