@@ -283,8 +283,10 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
     return;
   }
   std::mt19937_64 rng(79);
-  // The last two force op(B) = Bᵀ with widths whose thread column blocks do
-  // not line up with the in-place kernel's strips (the transposed path).
+  // The two before last force op(B) = Bᵀ with widths whose thread column
+  // blocks do not line up with the in-place kernel's strips (the transposed
+  // path); the last one's Bᵀ is too large to transpose for an A of one
+  // block, which is packed once per thread block instead.
   for (const auto& [m, n, k, force_t] :
        std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{{300, 500, 200, false},
                                                                             {1, 3000, 500, false},
@@ -292,7 +294,8 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
                                                                             {1000, 33, 300, false},
                                                                             {129, 129, 129, false},
                                                                             {200, 100, 70, true},
-                                                                            {45, 1001, 33, true}}) {
+                                                                            {45, 1001, 33, true},
+                                                                            {100, 2000, 300, true}}) {
     Shape s = random_shape(rng, m, n, k);
     if (force_t) s.tb = 'T';
     const Problem p(s, m + n + k);
