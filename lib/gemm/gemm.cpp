@@ -149,16 +149,23 @@ void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
 // A kc-deep B panel of this many floats (8 MiB) or fewer is read from L3
 // well enough: see panel_cols.
 constexpr std::size_t kWholePanelFloats = std::size_t{1} << 21;
+// The L2 of the machines the blocks were tuned on (1 MiB), in floats.
+constexpr std::size_t kL2Floats = 256 * 1024;
 
 // Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns. The A
-// blocks are packed again for every column panel, so a B whose panels
-// together take at most kWholePanelFloats is one panel; wider ones use the
-// ISA's NC. Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of interleaved
-// runs, NC 768 vs one panel): sq1024 201 vs 205, sq2048 200 vs 205, NN m4096
-// n2304 k768 201 vs 207. Column panels never change the arithmetic.
+// blocks are packed again for every column panel. Where the ISA's panel
+// already exceeds L2 (AVX-512: KC x NC = 1024 x 768), B streams from L3
+// whatever its width, so a B whose panels together take at most
+// kWholePanelFloats is one panel. Measured (Zen5, AVX-512, 1 thread, best
+// GFLOP/s of interleaved runs, NC 768 vs one panel): sq1024 201 vs 205,
+// sq2048 200 vs 205, NN m4096 n2304 k768 201 vs 207. Where the panel is
+// sized to stay in L2 (AVX2, NEON: 256 x 768) NC is kept: one panel was
+// 0-3 % slower there (AVX2 sq1024, sq2048, m4096 n2304 k768). Column panels
+// never change the arithmetic.
 std::size_t panel_cols(const GemmKernels& g, std::size_t kc, std::size_t n) {
   const std::size_t whole = round_up(n, g.nr);
-  return kc * whole <= kWholePanelFloats ? whole : g.nc;
+  const bool panel_in_l2 = g.kc * g.nc <= kL2Floats;
+  return !panel_in_l2 && kc * whole <= kWholePanelFloats ? whole : g.nc;
 }
 
 // The NC x KC loops over a packed B (BLIS's 5th and 4th loops), shared by
