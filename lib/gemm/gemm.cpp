@@ -200,6 +200,12 @@ std::size_t l2_block_cols(std::size_t kc, std::size_t align) {
   return std::max(align, kL2BlockFloats / kc / align * align);
 }
 
+// Whether op(A) [m x k] packed whole takes no more than one MC x KC block:
+// gemm_serial_unpacked then packs it once for the whole call.
+bool a_is_one_block(const GemmKernels& g, std::size_t m, std::size_t k) {
+  return packed_a_floats(g, m, k) <= g.mc * g.kc;
+}
+
 // gemm_serial for an unpacked B: each KC x NC panel is packed into this
 // thread's kGemmB just before use, so it is still in cache when read
 // (packing all of B first went through memory: pack_b('T') of 768 x 2304
@@ -212,7 +218,7 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t kc = std::min(k, g.kc);
-  if (packed_a_floats(g, m, k) <= g.mc * g.kc) {
+  if (a_is_one_block(g, m, k)) {
     // A is one block at most: packed once, whole (its K blocks are views,
     // as in gemm_serial_packed_a), so column panels cost nothing in A and B
     // is packed in panels that stay in L2 for every A strip. Measured (Zen5,
@@ -327,14 +333,14 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 // qk_s2048 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768
 // 216-219 -> 220-227, m128 n2304 and m512 n2304 unchanged.
 constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 21;
-// An A of one block (m <= mc) amortizes the transpose over fewer rows, and
-// gemm_serial_unpacked packs it once: past this many floats (1 MiB, the L2)
-// B is packed per L2 panel instead. Measured (Zen5, AVX-512, GFLOP/s,
-// transposed vs packed): 1 thread, best of interleaved runs, m128 n2304
-// k768 (1.8M floats) 184-191 vs 197-203, m128 n1536 k768 195 vs 202, qk_s128
-// (12K) 200 vs 181, m512 n2304 k768 (two A blocks) 204 vs 200; m128 n768
-// k768 (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs
-// 419-427 us (its 3 transpose slices of 256 columns split 2:1).
+// An A of one block (a_is_one_block) amortizes the transpose over fewer rows,
+// and gemm_serial_unpacked packs it once: past this many floats (1 MiB, the
+// L2) B is packed per L2 panel instead. Measured (Zen5, AVX-512, GFLOP/s,
+// transposed vs packed): 1 thread, best of interleaved runs, m128 n2304 k768
+// (1.8M floats) 184-191 vs 197-203, m128 n1536 k768 195 vs 202, qk_s128 (12K)
+// 200 vs 181, m512 n2304 k768 (two A blocks) 204 vs 200; m128 n768 k768
+// (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs 419-427
+// us (its 3 transpose slices of 256 columns split 2:1).
 constexpr std::size_t kTransposeOneBlockMaxFloats = std::size_t{1} << 18;
 // Columns of op(B) per task of the (parallel) transpose: done serially
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
@@ -350,8 +356,8 @@ std::size_t transposed_ld(const GemmKernels& g, std::size_t n) {
 // would otherwise take 128 floats of scratch per element.
 bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
   const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(g, n));
-  return floats <=
-         static_cast<double>(m <= g.mc ? kTransposeOneBlockMaxFloats : kTransposeMaxFloats);
+  return floats <= static_cast<double>(a_is_one_block(g, m, k) ? kTransposeOneBlockMaxFloats
+                                                               : kTransposeMaxFloats);
 }
 
 }  // namespace
