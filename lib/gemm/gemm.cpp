@@ -327,12 +327,15 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 // op(B) = Bᵀ (a stored [n, k] B, as attention's K or a weight matrix) is
 // transposed whole into row-major scratch and multiplied in place, instead
 // of packed per panel, while that scratch is at most this many floats
-// (8 MiB per calling thread), or kTransposeOneBlockMaxFloats for an A of one
+// (4 MiB per calling thread), or kTransposeOneBlockMaxFloats for an A of one
 // block. Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
 // 1 thread): qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246,
 // qk_s2048 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768
-// 216-219 -> 220-227, m128 n2304 and m512 n2304 unchanged.
-constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 21;
+// 216-219 -> 220-227. Past 1M floats it stops paying (best GFLOP/s of
+// interleaved runs, transposed vs packed, k768 n2304 = 1.8M floats): AVX2
+// m128 97 vs 102, m512 104 vs 106, m4096 107 vs 105; AVX-512 m512 202 vs
+// 203, m4096 213 vs 211.
+constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
 // An A of one block (a_is_one_block) amortizes the transpose over fewer rows,
 // and gemm_serial_unpacked packs it once: past this many floats (1 MiB, the
 // L2) B is packed per L2 panel instead. Measured (Zen5, AVX-512, GFLOP/s,
