@@ -218,37 +218,32 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t kc = std::min(k, g.kc);
-  if (a_is_one_block(g, m, k)) {
-    // A is one block at most: packed once, whole (its K blocks are views,
-    // as in gemm_serial_packed_a), so column panels cost nothing in A and B
-    // is packed in panels that stay in L2 for every A strip. Measured (Zen5,
-    // AVX-512, 1 thread, best GFLOP/s of runs interleaved with the NC = 768
-    // panels that re-packed A each): NN m128 n2304 k768 184 -> 192, m64
-    // n4096 k512 164 -> 172, m256 n1024 k1024 198 -> 204, m300 n2304 k2000
-    // 192 either way.
-    const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr));
-    float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
-    float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
+  // An A of one block is packed once, whole (its K blocks are views, as in
+  // gemm_serial_packed_a), so column panels cost nothing in A and B is packed
+  // in panels that stay in L2 for every A strip. Measured (Zen5, AVX-512, 1
+  // thread, best GFLOP/s of runs interleaved with the NC = 768 panels that
+  // re-packed A each): NN m128 n2304 k768 184 -> 192, m64 n4096 k512 164 ->
+  // 172, m256 n1024 k1024 198 -> 204, m300 n2304 k2000 192 either way.
+  const bool a_once = a_is_one_block(g, m, k);
+  const std::size_t nc =
+      a_once ? std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr)) : panel_cols(g, kc, n);
+  float* apack = nullptr;
+  if (a_once) {
+    apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
     g.pack_a(ta == Trans::T, m, k, a, lda, apack);
-    for (std::size_t j0 = 0; j0 < n; j0 += nc) {
-      const std::size_t nb = std::min(nc, n - j0);
-      for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-        const PackedBView bk =
-            pack_b(g, tb, std::min(kc, k - p0), nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
-        run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, p0 == 0 ? beta : 1.f, c + j0, ldc);
-      }
-    }
-    return;
   }
-  const std::size_t nc = panel_cols(g, kc, n);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
   for (std::size_t j0 = 0; j0 < n; j0 += nc) {
     const std::size_t nb = std::min(nc, n - j0);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
       const PackedBView bk = pack_b(g, tb, kb, nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
-      macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, bk, alpha, p0 == 0 ? beta : 1.f, c + j0,
-                   ldc);
+      const float beta_p = p0 == 0 ? beta : 1.f;
+      if (a_once) {
+        run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, beta_p, c + j0, ldc);
+      } else {
+        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, bk, alpha, beta_p, c + j0, ldc);
+      }
     }
   }
 }
