@@ -83,9 +83,10 @@ constexpr std::size_t kBlockFloats = 64 * 1024;
 // touching the same rows call after call, as a split memcpy does: with 16
 // blocks dealt out dynamically, 2 threads were no faster than 1 on an
 // in-cache merge (B1 S512 H12 d64: 35.9 vs 42.3 us; 28.7 us in two shares).
-// `streamed`: the body used copy_rows_stream, so each share ends with the
-// kernels' stream_fence, on the thread that made the stores.
-void for_each_block(const Shape& s, std::size_t row, std::size_t moved, bool streamed,
+// `fence`, when the body streams its stores (copy_rows_stream), is the same
+// table's stream_fence: each share ends with it, on the thread that made the
+// stores.
+void for_each_block(const Shape& s, std::size_t row, std::size_t moved, void (*fence)(),
                     const std::function<void(std::size_t, std::size_t, std::size_t)>& body) {
   const std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
   const std::size_t blocks = ceil_div(s.seq, tokens), total = s.batch * blocks;
@@ -96,7 +97,7 @@ void for_each_block(const Shape& s, std::size_t row, std::size_t moved, bool str
       const std::size_t b = t / blocks, t0 = (t % blocks) * tokens;
       body(b, t0, std::min(s.seq, t0 + tokens));
     }
-    if (streamed) kernels().reshape->stream_fence();
+    if (fence != nullptr) fence();
   });
 }
 
@@ -109,15 +110,16 @@ void split_blocks(const Shape& s, const float* x, std::size_t src_ld, float* y, 
   const ReshapeKernels& k = *kernels().reshape;
   const std::size_t seq = s.seq, heads = s.heads, d = s.head_dim;
   if (moved >= kStreamMinElements && streams_whole_lines(y, d)) {
-    for_each_block(s, heads * d, moved, true, [&](std::size_t b, std::size_t t0, std::size_t t1) {
-      for (std::size_t t = t0; t < t1; ++t) {
-        k.copy_rows_stream(x + (b * seq + t) * src_ld, d, y + (b * heads * seq + t) * d, seq * d,
-                           heads, d);
-      }
-    });
+    for_each_block(s, heads * d, moved, k.stream_fence,
+                   [&](std::size_t b, std::size_t t0, std::size_t t1) {
+                     for (std::size_t t = t0; t < t1; ++t) {
+                       k.copy_rows_stream(x + (b * seq + t) * src_ld, d,
+                                          y + (b * heads * seq + t) * d, seq * d, heads, d);
+                     }
+                   });
     return;
   }
-  for_each_block(s, heads * d, moved, false, [&](std::size_t b, std::size_t t0, std::size_t t1) {
+  for_each_block(s, heads * d, moved, nullptr, [&](std::size_t b, std::size_t t0, std::size_t t1) {
     for (std::size_t h = 0; h < heads; ++h) {
       k.copy_rows(x + (b * seq + t0) * src_ld + h * d, src_ld, y + ((b * heads + h) * seq + t0) * d,
                   d, t1 - t0, d);
@@ -157,12 +159,13 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   const bool streamed = s.elements >= kStreamMinElements && streams_whole_lines(y, head_dim);
   const CopyRows copy = streamed ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;
-  for_each_block(s, row, s.elements, streamed, [&](std::size_t b, std::size_t t0, std::size_t t1) {
-    for (std::size_t h = 0; h < heads; ++h) {
-      copy(x + ((b * heads + h) * seq + t0) * head_dim, head_dim,
-           y + (b * seq + t0) * row + h * head_dim, row, t1 - t0, head_dim);
-    }
-  });
+  for_each_block(s, row, s.elements, streamed ? k.stream_fence : nullptr,
+                 [&](std::size_t b, std::size_t t0, std::size_t t1) {
+                   for (std::size_t h = 0; h < heads; ++h) {
+                     copy(x + ((b * heads + h) * seq + t0) * head_dim, head_dim,
+                          y + (b * seq + t0) * row + h * head_dim, row, t1 - t0, head_dim);
+                   }
+                 });
 }
 
 void split_qkv(std::size_t batch, std::size_t seq, std::size_t heads, std::size_t head_dim,
