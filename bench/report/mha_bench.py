@@ -42,8 +42,22 @@ NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 # Environment that changes what a bench binary measures; recorded per run.
 RECORDED_ENV = ("MHA_ISA", "MHA_BENCH_THREADS", "MHA_NUM_THREADS", "OMP_WAIT_POLICY",
-                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
 ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
+# The baselines' instruction sets belong to the tool: oneDNN's ONEDNN_MAX_CPU_ISA and
+# the kernel family of OpenBLAS's DYNAMIC_ARCH build (OPENBLAS_CORETYPE). A run with
+# no MHA_ISA clears both, so each library picks its best for the CPU as mha does: the
+# development VM's image sets OPENBLAS_CORETYPE=Haswell globally, which had held
+# OpenBLAS to its AVX2 kernels (sq1024, 1 thread: 23.1 ms, 11.8 ms as SkylakeX, where
+# oneDNN takes 12.0). A run under MHA_ISA=<isa> caps both to that ISA, so its rows
+# are compared on the same instruction set (an AVX2 row had been compared with
+# AVX-512 oneDNN: the headline's sq1024 avx2 "0.54x").
+BASELINE_ISA_ENV = {
+    "scalar": {"ONEDNN_MAX_CPU_ISA": "SSE41", "OPENBLAS_CORETYPE": "Nehalem"},
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+    "avx512": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE", "OPENBLAS_CORETYPE": "SkylakeX"},
+}
 SKIP_EXIT = 77  # bench binaries: MHA_ISA names an ISA this CPU cannot run
 
 
@@ -698,6 +712,7 @@ class Runner:
         self.runs = []
         self.skipped = []
         self.step = 0
+        self.dropped = set()  # environment variables the runs override, reported once
         # On a shared machine the load says how far to trust the numbers.
         self.load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -712,6 +727,13 @@ class Runner:
         env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
         if isa:
             env["MHA_ISA"] = isa
+        for key in ("ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+            ambient = env.pop(key, None)
+            if ambient is not None and key not in self.dropped:
+                self.dropped.add(key)
+                print("  note: {}={} from the environment is not passed on (BASELINE_ISA_ENV)"
+                      .format(key, ambient), flush=True)
+        env.update(BASELINE_ISA_ENV.get(isa, {}) if isa else {})
         # One process hosts three thread pools (oneTBB for mha, libgomp for oneDNN,
         # OpenBLAS's pthreads). Idle libgomp and OpenBLAS workers spin (OpenBLAS
         # for 2^28 cycles by default) on the cores the next benchmark needs.
@@ -909,18 +931,18 @@ def cmd_headline(args):
         two = "bert_b1_s128|tiny[^/]*|decode_kv2048"  # cheap enough to add 2 threads
         runner.run("attention", r"^attention/(({})/[^/]+/threads:1|({})/[^/]+/threads:2)(/|$)"
                    .format(one, two), [1, 2], repetitions=reps, min_time=min_time)
-    # AVX2 next to AVX-512 for two shapes, when both run here (mha only; the
-    # baselines do not follow MHA_ISA).
+    # AVX2 next to AVX-512 for two shapes, when both run here, with the baselines
+    # capped to AVX2 as well (BASELINE_ISA_ENV).
     available = []
     if runner.runs:
         ctx = runner.runs[0]["gbench"].get("context", {})
         available = ctx.get("mha_isas_available", "").split(",")
         if "avx2" in available and ctx.get("mha_isa") != "avx2":
             if "gemm" in suites:
-                runner.run("gemm", r"^gemm/sq1024/mha/threads:1(/|$)", [1], isa="avx2",
+                runner.run("gemm", r"^gemm/sq1024/[^/]+/threads:1(/|$)", [1], isa="avx2",
                            repetitions=reps, min_time=min_time)
             if "attention" in suites:
-                runner.run("attention", r"^attention/bert_b1_s128/mha/threads:1(/|$)", [1],
+                runner.run("attention", r"^attention/bert_b1_s128/[^/]+/threads:1(/|$)", [1],
                            isa="avx2", repetitions=reps, min_time=min_time)
     finish(runner, "headline", [1, 2], out)
 
@@ -944,15 +966,11 @@ def cmd_run(args):
     t_re = "|".join(str(t) for t in threads)
     for suite in suites:
         prefixes = "|".join(SUITE_PREFIXES[suite])
-        baselines_ran = False
         for isa in isas:
+            # Baselines run at every ISA of the sweep, capped to it (BASELINE_ISA_ENV).
             regex = r"^({})/.*/threads:({})(/|$)".format(prefixes, t_re)
-            # The baselines ignore MHA_ISA: run them with the first ISA that runs.
-            extra = [args.filter] + ([r"/mha/threads:"] if baselines_ran else [])
-            before = len(runner.runs)
             runner.run(suite, regex, threads, isa=isa, repetitions=args.repetitions,
-                       min_time=args.min_time, extra=extra)
-            baselines_ran = baselines_ran or len(runner.runs) > before
+                       min_time=args.min_time, extra=[args.filter])
     finish(runner, "run", threads, out)
 
 

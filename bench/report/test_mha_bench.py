@@ -262,19 +262,50 @@ class RunTest(TempDirTest):
         self.assertEqual(record["skipped"],
                          ["bench_gemm MHA_ISA=neon: ISA not supported on this CPU"])
 
-    def test_run_isa_sweep_runs_baselines_once(self):
+    def test_run_isa_sweep_runs_baselines_capped_to_each_isa(self):
         build = self.fake_build(["gemm"])
         out_dir = os.path.join(self.tmp, "out")
-        status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
-                                    "--isa", "neon,avx512,avx2", "--repetitions", "1",
-                                    "--filter", "sq1024", "--out", out_dir)
+        # The tool owns these: an ambient value (some images set one) is replaced.
+        ambient = os.environ.get("OPENBLAS_CORETYPE")
+        os.environ["OPENBLAS_CORETYPE"] = "Prescott"
+        try:
+            status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads",
+                                        "1", "--isa", "neon,avx512,avx2", "--repetitions", "1",
+                                        "--filter", "sq1024", "--out", out_dir)
+        finally:
+            if ambient is None:
+                del os.environ["OPENBLAS_CORETYPE"]
+            else:
+                os.environ["OPENBLAS_CORETYPE"] = ambient
         self.assertEqual(status, 0, err)
+        self.assertEqual(out.count("note: OPENBLAS_CORETYPE=Prescott from the environment"), 1)
         record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
         impls = [[mha_bench.parse_name(b["name"])[2] for b in r["gbench"]["benchmarks"]]
                  for r in record["runs"]]
-        self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha"]])
+        self.assertEqual(impls, [["mha", "openblas", "onednn"], ["mha", "openblas", "onednn"]])
+        self.assertEqual([(r["env"].get("ONEDNN_MAX_CPU_ISA"), r["env"].get("OPENBLAS_CORETYPE"))
+                          for r in record["runs"]],
+                         [("AVX512_CORE", "SkylakeX"), ("AVX2", "Haswell")])
         self.assertIn("gemm/sq1024      1  avx2    17.000    126.3   63.2     -  onednn 11.000 ms  "
                       "0.65x", out)
+
+    def test_a_run_without_isa_lets_the_baselines_pick_their_best(self):
+        build = self.fake_build(["gemm"])
+        out_dir = os.path.join(self.tmp, "out")
+        ambient = os.environ.get("OPENBLAS_CORETYPE")
+        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+        try:
+            status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
+                                      "--repetitions", "1", "--filter", "sq1024", "--out", out_dir)
+        finally:
+            if ambient is None:
+                del os.environ["OPENBLAS_CORETYPE"]
+            else:
+                os.environ["OPENBLAS_CORETYPE"] = ambient
+        self.assertEqual(status, 0, err)
+        record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
+        self.assertNotIn("OPENBLAS_CORETYPE", record["runs"][0]["env"])
+        self.assertNotIn("ONEDNN_MAX_CPU_ISA", record["runs"][0]["env"])
 
     def test_a_failing_binary_is_named_with_its_last_error_line(self):
         build = self.fake_build(["gemm"])
