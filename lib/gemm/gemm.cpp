@@ -124,7 +124,16 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
     const float* as = a + is * a_strip;
     const std::size_t mm = std::min(mr, m - is * mr);
     float* ci = c + is * mr * ldc;
-    for (std::size_t js = 0; js * nr < nb; ++js) {
+    std::size_t js = 0;
+    if (mm == 1 && g.row_strips > 1) {
+      // One row (a decode step through prepacked weights): row_strips B
+      // strips per call (ukernel.hpp, kRowStrips), then the rest one by one.
+      for (; (js + g.row_strips) * nr <= nb; js += g.row_strips) {
+        g.ukernel_row(bk.k, as, bk.data + js * bk.strip_stride, bk.strip_stride, ci + js * nr,
+                      alpha, beta, bias != nullptr ? bias + js * nr : nullptr);
+      }
+    }
+    for (; js * nr < nb; ++js) {
       g.ukernel(bk.k, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
                 std::min(nr, nb - js * nr), alpha, beta,
                 bias != nullptr ? bias + js * nr : nullptr);

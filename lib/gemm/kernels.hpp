@@ -14,6 +14,12 @@ struct GemmKernels {
   // b: packed B strip [k][nr]; beta == 0: C not read.
   void (*ukernel)(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
                   std::size_t m, std::size_t n, float alpha, float beta, const float* bias);
+  // ukernel for m == 1 and n == row_strips*nr: the first row of packed A
+  // strip a against the row_strips full B strips at b + s*strip_stride, with
+  // the same arithmetic per element as ukernel, so the same bits.
+  std::size_t row_strips;
+  void (*ukernel_row)(std::size_t k, const float* a, const float* b, std::size_t strip_stride,
+                      float* c, float alpha, float beta, const float* bias);
   // The same for unpacked operands (the small-problem path), on its own
   // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
   // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb with

@@ -275,6 +275,23 @@ TEST_CASE("m == 1 (GEMV) through the packed API matches the reference", "[gemm]"
     INFO(describe(s));
     REQUIRE(p.check(run_packed(p)));
   }
+  // A one-row call runs several B strips per micro-kernel call (ukernel_row),
+  // then the rest one by one: each column must still get the bits it gets as
+  // a row of a two-row call (ukernel_rows<2>), with and without beta and bias.
+  for (std::size_t n : {33, 128, 130, 300, 517}) {
+    const std::size_t k = 200;
+    const auto a = mha::test::random_vector(2 * k, n), b = mha::test::random_vector(k * n, n + 1);
+    const auto bias = mha::test::random_vector(n, n + 2),
+               c0 = mha::test::random_vector(2 * n, n + 3);
+    const mha::PackedB pb('N', k, n, b.data(), n);
+    for (float beta : {0.f, 0.75f}) {
+      std::vector<float> one(c0.begin(), c0.begin() + n), two = c0;
+      mha::sgemm('N', 1, 1.5f, a.data(), k, pb, beta, one.data(), n, bias.data());
+      mha::sgemm('N', 2, 1.5f, a.data(), k, pb, beta, two.data(), n, bias.data());
+      INFO("n=" << n << " beta=" << beta);
+      CHECK(std::memcmp(one.data(), two.data(), n * sizeof(float)) == 0);
+    }
+  }
 }
 
 TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") {
@@ -288,14 +305,15 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
   // path); the last one's Bᵀ is too large to transpose for an A of one
   // block, which is packed once per thread block instead.
   for (const auto& [m, n, k, force_t] :
-       std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{{300, 500, 200, false},
-                                                                            {1, 3000, 500, false},
-                                                                            {64, 2304, 96, false},
-                                                                            {1000, 33, 300, false},
-                                                                            {129, 129, 129, false},
-                                                                            {200, 100, 70, true},
-                                                                            {45, 1001, 33, true},
-                                                                            {100, 2000, 300, true}}) {
+       std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{
+           {300, 500, 200, false},
+           {1, 3000, 500, false},
+           {64, 2304, 96, false},
+           {1000, 33, 300, false},
+           {129, 129, 129, false},
+           {200, 100, 70, true},
+           {45, 1001, 33, true},
+           {100, 2000, 300, true}}) {
     Shape s = random_shape(rng, m, n, k);
     if (force_t) s.tb = 'T';
     const Problem p(s, m + n + k);
