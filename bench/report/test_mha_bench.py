@@ -47,6 +47,20 @@ def run_tool(*argv):
                           timeout=300)
 
 
+@contextlib.contextmanager
+def ambient_env(key, value):
+    """os.environ[key] = value for the block, then as it was."""
+    before = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before
+
+
 class TempDirTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="mha_bench_test_")
@@ -266,17 +280,10 @@ class RunTest(TempDirTest):
         build = self.fake_build(["gemm"])
         out_dir = os.path.join(self.tmp, "out")
         # The tool owns these: an ambient value (some images set one) is replaced.
-        ambient = os.environ.get("OPENBLAS_CORETYPE")
-        os.environ["OPENBLAS_CORETYPE"] = "Prescott"
-        try:
+        with ambient_env("OPENBLAS_CORETYPE", "Prescott"):
             status, out, err = run_main("run", "--build", build, "--suite", "gemm", "--threads",
                                         "1", "--isa", "neon,avx512,avx2", "--repetitions", "1",
                                         "--filter", "sq1024", "--out", out_dir)
-        finally:
-            if ambient is None:
-                del os.environ["OPENBLAS_CORETYPE"]
-            else:
-                os.environ["OPENBLAS_CORETYPE"] = ambient
         self.assertEqual(status, 0, err)
         self.assertEqual(out.count("note: OPENBLAS_CORETYPE=Prescott from the environment"), 1)
         record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
@@ -292,16 +299,9 @@ class RunTest(TempDirTest):
     def test_a_run_without_isa_lets_the_baselines_pick_their_best(self):
         build = self.fake_build(["gemm"])
         out_dir = os.path.join(self.tmp, "out")
-        ambient = os.environ.get("OPENBLAS_CORETYPE")
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-        try:
+        with ambient_env("OPENBLAS_CORETYPE", "Haswell"):
             status, _, err = run_main("run", "--build", build, "--suite", "gemm", "--threads", "1",
                                       "--repetitions", "1", "--filter", "sq1024", "--out", out_dir)
-        finally:
-            if ambient is None:
-                del os.environ["OPENBLAS_CORETYPE"]
-            else:
-                os.environ["OPENBLAS_CORETYPE"] = ambient
         self.assertEqual(status, 0, err)
         record = mha_bench.load_record(os.path.join(out_dir, "record.json"))
         self.assertNotIn("OPENBLAS_CORETYPE", record["runs"][0]["env"])
