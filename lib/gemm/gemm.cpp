@@ -348,7 +348,7 @@ constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
 // 200 vs 181, m512 n2304 k768 (two A blocks) 204 vs 200; m128 n768 k768
 // (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs 419-427
 // us (its 3 transpose slices of 256 columns split 2:1).
-constexpr std::size_t kTransposeOneBlockMaxFloats = std::size_t{1} << 18;
+constexpr std::size_t kTransposeOneBlockMaxFloats = kL2Floats;
 // Columns of op(B) per task of the (parallel) transpose: done serially
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
 constexpr std::size_t kTransposeCols = 256;
