@@ -24,7 +24,7 @@ constexpr std::size_t kParallelMinElements = 1 << 17;
 // the copies write it with non-temporal stores, which skip the
 // read-for-ownership of each destination line (2 instead of 3 bytes of
 // memory traffic per byte copied), in the order that keeps every written
-// line whole (see streams_whole_lines). Measured (Zen5, B4 S2048 H12 d64,
+// line whole (see streams). Measured (Zen5, B4 S2048 H12 d64,
 // 25 MB per tensor, 1 thread, 64-byte-aligned buffers, best of 30, memcpy
 // 799 us): split token by token, streamed 613 us, against 1155 us for the
 // in-cache blocked order with plain stores and 922 streamed; merge in that
@@ -32,15 +32,17 @@ constexpr std::size_t kParallelMinElements = 1 << 17;
 // token by token streamed and 1228 blocked with plain stores.
 constexpr std::size_t kStreamMinElements = std::size_t{4} << 20;  // 16 MiB
 
-// Whether non-temporal stores of head rows (head_dim floats each, at
-// 64-byte-aligned offsets from dst when this holds) write whole cache lines
-// only. A line that a streamed row shares with a plain-stored neighbour
-// leaves the write-combining buffer partial and costs a read-modify-write in
-// memory: merge_heads out of cache into a 16-byte-aligned std::vector ran at
-// 0.42x memcpy streamed head by head, so such calls use plain stores.
-bool streams_whole_lines(const float* dst, std::size_t head_dim) {
+// Whether a call that moves `moved` floats into head rows of dst streams its
+// stores: out of cache (kStreamMinElements), and only where the head rows
+// (head_dim floats each, at 64-byte-aligned offsets from dst when this
+// holds) are whole cache lines. A line that a streamed row shares with a
+// plain-stored neighbour leaves the write-combining buffer partial and costs
+// a read-modify-write in memory: merge_heads out of cache into a
+// 16-byte-aligned std::vector ran at 0.42x memcpy streamed head by head, so
+// such calls use plain stores.
+bool streams(std::size_t moved, const float* dst, std::size_t head_dim) {
   constexpr std::size_t kLine = 64;
-  return reinterpret_cast<std::uintptr_t>(dst) % kLine == 0 &&
+  return moved >= kStreamMinElements && reinterpret_cast<std::uintptr_t>(dst) % kLine == 0 &&
          head_dim * sizeof(float) % kLine == 0;
 }
 
@@ -109,7 +111,7 @@ void for_each_block(const Shape& s, std::size_t row, std::size_t moved, void (*f
 void split_blocks(const Shape& s, const float* x, std::size_t src_ld, float* y, std::size_t moved) {
   const ReshapeKernels& k = *kernels().reshape;
   const std::size_t seq = s.seq, heads = s.heads, d = s.head_dim;
-  if (moved >= kStreamMinElements && streams_whole_lines(y, d)) {
+  if (streams(moved, y, d)) {
     for_each_block(s, heads * d, moved, k.stream_fence,
                    [&](std::size_t b, std::size_t t0, std::size_t t1) {
                      for (std::size_t t = t0; t < t1; ++t) {
@@ -156,7 +158,7 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
   // Block by block in both cases: each token row of y is written whole
   // within a block, so streamed stores complete their lines.
   const ReshapeKernels& k = *kernels().reshape;
-  const bool streamed = s.elements >= kStreamMinElements && streams_whole_lines(y, head_dim);
+  const bool streamed = streams(s.elements, y, head_dim);
   const CopyRows copy = streamed ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;
   for_each_block(s, row, s.elements, streamed ? k.stream_fence : nullptr,
