@@ -41,9 +41,10 @@ NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:
                      r"(?P<rest>/.*)?$")
 TIME_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 # Environment that changes what a bench binary measures; recorded per run.
+BASELINE_ISA_KEYS = ("ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")  # see BASELINE_ISA_ENV
 RECORDED_ENV = ("MHA_ISA", "MHA_BENCH_THREADS", "MHA_NUM_THREADS", "OMP_WAIT_POLICY",
-                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE")
+                "OPENBLAS_THREAD_TIMEOUT", "OMP_NUM_THREADS",
+                "OPENBLAS_NUM_THREADS") + BASELINE_ISA_KEYS
 ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
 # The baselines' instruction sets belong to the tool: oneDNN's ONEDNN_MAX_CPU_ISA and
 # the kernel family of OpenBLAS's DYNAMIC_ARCH build (OPENBLAS_CORETYPE). A run with
@@ -117,7 +118,7 @@ def physical_cores():
 
 def getconf_cache_sizes():
     """Cache sizes from glibc (CPUID on x86), for kernels that do not expose
-    /sys/devices/system/cpu/cpu0/cache (seen on a KVM guest), in sysfs' style."""
+    /sys/devices/system/cpu/cpu0/cache (seen on a Firecracker guest), in sysfs' style."""
     names = {"LEVEL1_DCACHE_SIZE": "L1d", "LEVEL1_ICACHE_SIZE": "L1i",
              "LEVEL2_CACHE_SIZE": "L2", "LEVEL3_CACHE_SIZE": "L3"}
     try:
@@ -139,7 +140,7 @@ def cache_sizes():
     try:
         entries = sorted(e for e in os.listdir(base) if e.startswith("index"))
     except OSError:
-        return getconf_cache_sizes()
+        entries = []
     for entry in entries:
         level = read_text(os.path.join(base, entry, "level"))
         kind = read_text(os.path.join(base, entry, "type")) or ""
@@ -727,13 +728,13 @@ class Runner:
         env = dict(os.environ, MHA_BENCH_THREADS=",".join(str(t) for t in threads))
         if isa:
             env["MHA_ISA"] = isa
-        for key in ("ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE"):
+        for key in BASELINE_ISA_KEYS:
             ambient = env.pop(key, None)
             if ambient is not None and key not in self.dropped:
                 self.dropped.add(key)
                 print("  note: {}={} from the environment is not passed on (BASELINE_ISA_ENV)"
                       .format(key, ambient), flush=True)
-        env.update(BASELINE_ISA_ENV.get(isa, {}) if isa else {})
+        env.update(BASELINE_ISA_ENV.get(isa, {}))
         # One process hosts three thread pools (oneTBB for mha, libgomp for oneDNN,
         # OpenBLAS's pthreads). Idle libgomp and OpenBLAS workers spin (OpenBLAS
         # for 2^28 cycles by default) on the cores the next benchmark needs.
