@@ -97,22 +97,22 @@ MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed);
  * is not NULL; bias has n elements and is added once, after the product).
  * For m >= 2 bit-identical to mha_sgemm with the same arguments on the same
  * ISA (m == 1 takes mha_sgemm's unpacked GEMV path, which rounds differently). */
-MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a,
-                                    size_t lda, const mha_sgemm_packed_b* b, float beta, float* c,
-                                    size_t ldc, const float* bias);
+MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a, size_t lda,
+                                    const mha_sgemm_packed_b* b, float beta, float* c, size_t ldc,
+                                    const float* bias);
 
 /* ---- Softmax and head reshape ---------------------------------------- */
 
 /* Options of mha_softmax. A zero-initialised struct switches everything off
  * (plain softmax). */
 typedef struct {
-  float scale;              /* z = x * scale (+ additive); 0 means 1. Finite. */
-  const float* additive;    /* NULL, or an additive mask [rows x cols] added after scaling
-                               (-inf masks a column) */
-  size_t additive_ld;       /* row stride of additive (>= cols), or 0: row 0 for every row */
-  int causal;               /* nonzero: row i keeps only columns j <= i + causal_offset */
-  ptrdiff_t causal_offset;  /* e.g. kv_len - q_len for a query block at the end */
-  const size_t* valid_len;  /* NULL, or [rows]: row i keeps only columns j < valid_len[i] */
+  float scale;             /* z = x * scale (+ additive); 0 means 1. Finite. */
+  const float* additive;   /* NULL, or an additive mask [rows x cols] added after scaling
+                              (-inf masks a column) */
+  size_t additive_ld;      /* row stride of additive (>= cols), or 0: row 0 for every row */
+  int causal;              /* nonzero: row i keeps only columns j <= i + causal_offset */
+  ptrdiff_t causal_offset; /* e.g. kv_len - q_len for a query block at the end */
+  const size_t* valid_len; /* NULL, or [rows]: row i keeps only columns j < valid_len[i] */
 } mha_softmax_options;
 
 /* Row-wise softmax of row-major x [rows x cols] (row stride ldx >= cols)
