@@ -6,6 +6,8 @@ Subcommands (see bench/results/README.md for the full story):
   run --build DIR [--suite S] [--threads 1,2] [--isa avx2,avx512] [--repetitions N] [--out DIR]
   report RECORD.json [--out DIR]     table + plots + report.md from a record
   compare A.json B.json [...]        side-by-side times and ratios of configs common to all
+  spread A.json B.json [...]         repeated runs of one machine: ours, oneDNN, OpenBLAS and
+                                     the lowest/median/highest ratio per config
   smoke --build DIR                  tiny end-to-end run (CI): one config per suite, plots
 
 A record is a JSON file holding the Google Benchmark JSON of every binary run
@@ -666,6 +668,75 @@ def compare_plot(out_dir, labels, keys, times):
     return name
 
 
+def spread(records):
+    """Text of the table of our rows (mha, mha_prepacked) common to all records, each record
+    at its primary ISA: the median over the records of ours, oneDNN and OpenBLAS, and the
+    lowest, median and highest of ours against the best baseline, one ratio per record.
+
+    For repeated runs of one machine, where a single run's ratio moves with the noise: a
+    configuration is below or above 1.0 only if it is so in every record."""
+    per_record = []
+    for record in records:
+        rows = results(record)
+        isa = primary_isa(record, rows)
+        per_record.append({(r["suite"], r["config"], r["impl"], r["threads"]): r["ms"]
+                           for r in rows if r["isa"] == isa and r["ms"] is not None and
+                           r["impl"] in OURS + BASELINES})
+
+    def best(times, suite, config, threads):
+        found = [times[(suite, config, b, threads)] for b in BASELINES
+                 if (suite, config, b, threads) in times]
+        return min(found) if found else None
+
+    keys = [k for k in per_record[0] if k[2] in OURS and
+            all(k in m and best(m, k[0], k[1], k[3]) is not None for m in per_record)]
+    if not keys:
+        raise UserError("no configuration of ours with a baseline is common to all {} records"
+                        .format(len(records)))
+    first_seen = {}
+    for i, k in enumerate(per_record[0]):
+        first_seen.setdefault(k[:2], i)
+    keys.sort(key=lambda k: (suite_rank(k[0]), first_seen[k[:2]], k[3], k[2]))
+
+    def median_of(values):
+        values = sorted(v for v in values if v is not None)
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    headers = ["configuration", "thr", "ours ms", "onednn ms", "openblas ms", "ratio min",
+               "median", "max", "in every record"]
+    aligns = ["<", ">", ">", ">", ">", ">", ">", ">", "<"]
+    body, below = [], []
+    counts = {"above": 0, "below": 0, "mixed": 0}
+    for suite, config, impl, threads in keys:
+        ratios = [best(m, suite, config, threads) / m[(suite, config, impl, threads)]
+                  for m in per_record if m[(suite, config, impl, threads)] > 0]
+        label = suite + "/" + config + ("" if impl == "mha" else " prepacked")
+        verdict = ("above" if min(ratios) >= 1.0 else "below" if max(ratios) < 1.0 else "mixed")
+        counts[verdict] += 1
+        if verdict == "below":
+            below.append("{} {}t".format(label, threads))
+        base_ms = [median_of(m.get((suite, config, b, threads)) for m in per_record)
+                   for b in BASELINES]
+        body.append([label, threads,
+                     fmt(median_of(m[(suite, config, impl, threads)] for m in per_record), ".3f")]
+                    + [fmt(t, ".3f") for t in base_ms]
+                    + ["{:.2f}x".format(min(ratios)), "{:.2f}x".format(median_of(ratios)),
+                       "{:.2f}x".format(max(ratios)),
+                       {"above": ">= 1.0", "below": "< 1.0", "mixed": "-"}[verdict]])
+    lines = ["{}: {}".format(chr(ord("A") + i), record_label(r)) for i, r in enumerate(records)]
+    lines += ["", render_table(headers, body, aligns), "",
+              "ms = median over the {} records of each record's median; ratio = best baseline "
+              "time / ours, one per record (>1: ours is faster).".format(len(records)),
+              "{} configurations: {} at or above 1.0 in every record, {} below 1.0 in every "
+              "record{}, {} mixed.".format(len(keys), counts["above"], counts["below"],
+                                           " (" + ", ".join(below) + ")" if below else "",
+                                           counts["mixed"])]
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- running
 
 
@@ -1020,6 +1091,17 @@ def cmd_compare(args):
             print("plot: " + os.path.join(args.out, plot))
 
 
+def cmd_spread(args):
+    if len(args.records) < 2:
+        raise UserError("spread needs at least two records")
+    text = spread([load_record(p) for p in args.records])
+    print(text, end="")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "spread.txt"), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UserError(message)
@@ -1076,6 +1158,11 @@ def main(argv=None):
     p.add_argument("--impl", default="mha", help="implementations to compare (default mha)")
     p.add_argument("--out", help="directory for compare.txt and compare_ratio.png")
     p.set_defaults(fn=cmd_compare)
+
+    p = sub.add_parser("spread", help="ours vs baselines over repeated runs: ratio min/median/max")
+    p.add_argument("records", nargs="+")
+    p.add_argument("--out", help="directory for spread.txt")
+    p.set_defaults(fn=cmd_spread)
 
     p = sub.add_parser("smoke", help="tiny end-to-end run for CI")
     add_build(p)

@@ -184,6 +184,65 @@ class CompareTest(TempDirTest):
         self.assertIn("gemm/sq1024    openblas    1  20.000  44.000  0.45x", out)
 
 
+def write_record(path, times_ms, isa="avx512"):
+    """A minimal record of one run: {benchmark name: ms}, one iteration each."""
+    benchmarks = [{"name": name, "run_name": name, "run_type": "iteration", "real_time": ms * 1e6,
+                   "time_unit": "ns"} for name, ms in times_ms.items()]
+    record = {"format": "mha-bench-record", "format_version": 1,
+              "machine": {"cpu_model": "Test CPU", "isa_chosen": isa},
+              "runs": [{"gbench": {"context": {"mha_isa": isa}, "benchmarks": benchmarks}}]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    return path
+
+
+class SpreadTest(TempDirTest):
+    """spread: one ratio per record against that record's best baseline."""
+
+    def records(self, runs):
+        paths = []
+        for i, (mha, prepacked, onednn, openblas) in enumerate(runs):
+            times = {"gemm/proj/mha/threads:1/real_time": mha,
+                     "gemm/proj/mha_prepacked/threads:1/real_time": prepacked,
+                     "gemm/proj/onednn/threads:1/real_time": onednn,
+                     "gemm/proj/openblas/threads:1/real_time": openblas,
+                     "gemm/solo/mha/threads:1/real_time": 1.0}  # no baseline: not listed
+            paths.append(write_record(os.path.join(self.tmp, "r{}.json".format(i)), times))
+        return paths
+
+    def test_ratio_range_and_verdicts(self):
+        # mha: 1.0/1.1, 1.2/1.0 (the best baseline is oneDNN, then OpenBLAS, then oneDNN)
+        # and 1.0/0.8: ratios 0.91, 1.20, 1.25, mixed. prepacked: 2.0, 2.4, 2.0, above.
+        paths = self.records([(1.1, 0.5, 1.0, 2.0), (1.0, 0.5, 1.3, 1.2), (0.8, 0.5, 1.0, 3.0)])
+        status, out, err = run_main("spread", *paths, "--out", self.tmp)
+        self.assertEqual(status, 0, err)
+        lines = out.splitlines()
+        self.assertIn("A: Test / avx512 / r0.json", lines)  # short_cpu
+        mha = [l for l in lines if l.startswith("gemm/proj ")][0].split()
+        self.assertEqual(mha, ["gemm/proj", "1", "1.000", "1.000", "2.000", "0.91x", "1.20x",
+                               "1.25x", "-"])
+        prepacked = [l for l in lines if l.startswith("gemm/proj prepacked")][0].split()
+        self.assertEqual(prepacked[-5:], ["2.00x", "2.00x", "2.40x", ">=", "1.0"])
+        self.assertNotIn("gemm/solo", out)
+        self.assertIn("2 configurations: 1 at or above 1.0 in every record, 0 below 1.0 in "
+                      "every record, 1 mixed.", out)
+        self.assertEqual(read(os.path.join(self.tmp, "spread.txt")), out)
+
+    def test_below_in_every_record_is_named(self):
+        paths = self.records([(1.2, 0.5, 1.0, 2.0), (1.1, 0.5, 1.0, 2.0)])
+        status, out, err = run_main("spread", *paths)
+        self.assertEqual(status, 0, err)
+        self.assertIn("1 below 1.0 in every record (gemm/proj 1t)", out)
+
+    def test_needs_two_records_with_a_common_baseline(self):
+        self.assertEqual(run_main("spread", fixture("record_a.json"))[0], 2)
+        lone = write_record(os.path.join(self.tmp, "lone.json"),
+                            {"gemm/sq64/mha/threads:1/real_time": 1.0})
+        status, _, err = run_main("spread", lone, lone)
+        self.assertEqual(status, 2)
+        self.assertIn("no configuration of ours with a baseline", err)
+
+
 class ErrorTest(unittest.TestCase):
     """Every user error: one line on stderr, exit status 2, no traceback."""
 
