@@ -604,9 +604,14 @@ def write_report(record, out_dir, require_plots=False):
 
 
 def record_label(record):
+    """CPU / ISA / file: the file's name, or folder/record.json for the record that
+    'run' and 'headline' write into their --out folder (all named record.json)."""
     rows = results(record)
-    return "{} / {} / {}".format(short_cpu(record["machine"]), primary_isa(record, rows),
-                                 os.path.basename(record.get("path", "?")))
+    path = record.get("path", "?")
+    name = os.path.basename(path)
+    if name == "record.json":
+        name = os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))), name)
+    return "{} / {} / {}".format(short_cpu(record["machine"]), primary_isa(record, rows), name)
 
 
 def compare(records, impls):

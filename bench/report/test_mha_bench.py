@@ -228,6 +228,18 @@ class SpreadTest(TempDirTest):
                       "every record, 1 mixed.", out)
         self.assertEqual(read(os.path.join(self.tmp, "spread.txt")), out)
 
+    def test_records_named_record_json_are_told_apart_by_folder(self):
+        paths = []
+        for run in ("run-a", "run-b"):
+            os.makedirs(os.path.join(self.tmp, run))
+            paths.append(write_record(os.path.join(self.tmp, run, "record.json"),
+                                      {"gemm/sq64/mha/threads:1/real_time": 1.0,
+                                       "gemm/sq64/onednn/threads:1/real_time": 1.0}))
+        status, out, err = run_main("spread", *paths)
+        self.assertEqual(status, 0, err)
+        self.assertIn("A: Test / avx512 / run-a/record.json", out)
+        self.assertIn("B: Test / avx512 / run-b/record.json", out)
+
     def test_below_in_every_record_is_named(self):
         paths = self.records([(1.2, 0.5, 1.0, 2.0), (1.1, 0.5, 1.0, 2.0)])
         status, out, err = run_main("spread", *paths)
