@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 import threading
@@ -367,6 +368,10 @@ RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best b
 OURS = ("mha", "mha_prepacked")
 
 
+def our_label(suite, config, impl):
+    return suite + "/" + config + ("" if impl == "mha" else " prepacked")
+
+
 def headline_body(rows):
     """Rows of the compact table: every result of ours (or, for configs with none, nothing:
     baselines appear through the ratio)."""
@@ -380,7 +385,7 @@ def headline_body(rows):
     body = []
     for r in ours:
         base = best_baseline(rows, r)
-        label = r["suite"] + "/" + r["config"] + ("" if r["impl"] == "mha" else " prepacked")
+        label = our_label(r["suite"], r["config"], r["impl"])
         if r["ms"] is None:
             body.append([label, r["threads"], r["isa"], "-", "-", "-",
                          "-", "error: " + (r["error"] or "?"), "-"])
@@ -704,11 +709,8 @@ def spread(records):
     keys.sort(key=lambda k: (suite_rank(k[0]), first_seen[k[:2]], k[3], k[2]))
 
     def median_of(values):
-        values = sorted(v for v in values if v is not None)
-        if not values:
-            return None
-        mid = len(values) // 2
-        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+        present = [v for v in values if v is not None]
+        return statistics.median(present) if present else None
 
     headers = ["configuration", "thr", "ours ms", "onednn ms", "openblas ms", "ratio min",
                "median", "max", "in every record"]
@@ -718,7 +720,7 @@ def spread(records):
     for suite, config, impl, threads in keys:
         ratios = [best(m, suite, config, threads) / m[(suite, config, impl, threads)]
                   for m in per_record if m[(suite, config, impl, threads)] > 0]
-        label = suite + "/" + config + ("" if impl == "mha" else " prepacked")
+        label = our_label(suite, config, impl)
         verdict = ("above" if min(ratios) >= 1.0 else "below" if max(ratios) < 1.0 else "mixed")
         counts[verdict] += 1
         if verdict == "below":
