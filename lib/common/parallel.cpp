@@ -53,8 +53,7 @@ std::size_t effective_threads() noexcept {
   return limit == 0 ? arena : std::min(limit, arena);
 }
 
-void parallel_for(std::size_t tasks, std::size_t max_threads,
-                  const std::function<void(std::size_t)>& body) {
+void parallel_for(std::size_t tasks, std::size_t max_threads, FunctionRef<void(std::size_t)> body) {
   std::size_t threads = std::min(effective_threads(), tasks);
   if (max_threads != 0) threads = std::min(threads, max_threads);
   if (threads <= 1) {

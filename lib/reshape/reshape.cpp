@@ -3,7 +3,6 @@
 // per token for a split streamed out of cache.
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <mha/reshape.hpp>
 
 #include "common/aligned.hpp"
@@ -89,7 +88,7 @@ constexpr std::size_t kBlockFloats = 64 * 1024;
 // table's stream_fence: each share ends with it, on the thread that made the
 // stores.
 void for_each_block(const Shape& s, std::size_t row, std::size_t moved, void (*fence)(),
-                    const std::function<void(std::size_t, std::size_t, std::size_t)>& body) {
+                    FunctionRef<void(std::size_t, std::size_t, std::size_t)> body) {
   const std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
   const std::size_t blocks = ceil_div(s.seq, tokens), total = s.batch * blocks;
   const std::size_t shares =

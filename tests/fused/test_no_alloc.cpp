@@ -1,0 +1,196 @@
+// "Hot paths do not allocate": after warm-up calls (which size the
+// thread-local scratch), steady-state calls of every public entry point make
+// no heap allocation at all. This binary replaces the C allocator (malloc and
+// friends, which operator new and the library's aligned scratch both reach)
+// with counting wrappers around glibc's own entry points, so it is a suite of
+// its own and is skipped under the sanitizers, whose runtimes own malloc.
+#include <mha/mha.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <functional>
+#include <mha/attention.hpp>
+#include <mha/gemm.hpp>
+#include <mha/kv_cache.hpp>
+#include <string>
+#include <vector>
+
+#include "support/reference.hpp"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MHA_TEST_COUNT_MALLOC 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MHA_TEST_COUNT_MALLOC 0
+#endif
+#endif
+#if !defined(MHA_TEST_COUNT_MALLOC) && defined(__GLIBC__)
+#define MHA_TEST_COUNT_MALLOC 1
+#endif
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+void note() {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1);
+}
+}  // namespace
+
+#if MHA_TEST_COUNT_MALLOC
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+
+void* malloc(std::size_t n) {
+  note();
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t count, std::size_t n) {
+  note();
+  return __libc_calloc(count, n);
+}
+void* realloc(void* p, std::size_t n) {
+  note();
+  return __libc_realloc(p, n);
+}
+void* aligned_alloc(std::size_t alignment, std::size_t n) {
+  note();
+  return __libc_memalign(alignment, n);
+}
+void* memalign(std::size_t alignment, std::size_t n) {
+  note();
+  return __libc_memalign(alignment, n);
+}
+int posix_memalign(void** out, std::size_t alignment, std::size_t n) {
+  note();
+  void* p = __libc_memalign(alignment, n);
+  if (p == nullptr) return 12;  // ENOMEM
+  *out = p;
+  return 0;
+}
+void free(void* p) {
+  __libc_free(p);
+}
+}
+#endif
+
+namespace {
+
+using mha::test::random_vector;
+
+// Allocations made by `calls` runs of f after `warmup` runs.
+long steady_allocations(const std::function<void()>& f, int warmup = 3, int calls = 20) {
+  for (int i = 0; i < warmup; ++i) f();
+  allocations = 0;
+  counting = true;
+  for (int i = 0; i < calls; ++i) f();
+  counting = false;
+  return allocations.load();
+}
+
+// At one thread: none. At more, a TBB worker that meets a task for the
+// first time inside the counted calls sizes its own scratch then, once per
+// scratch slot (4): allowed, while an allocation per call (20 or more) is not.
+void check_entry_points(std::size_t threads) {
+  mha_set_num_threads(threads);
+  const long allowed = threads == 1 ? 0 : 4 * static_cast<long>(threads - 1);
+  // The allocator is really counted: one std::vector is one allocation.
+  CHECK(steady_allocations([] { std::vector<float> v(100); }) == 20);
+
+  // Each sgemm path: in place (small N), transposed B, packed panels, GEMV,
+  // and a prepacked B with bias.
+  struct Gemm {
+    char ta, tb;
+    std::size_t m, n, k;
+  };
+  for (const Gemm& s :
+       {Gemm{'N', 'N', 37, 50, 20}, Gemm{'T', 'T', 64, 64, 64}, Gemm{'N', 'N', 300, 700, 300},
+        Gemm{'N', 'T', 200, 900, 700}, Gemm{'N', 'N', 1, 300, 77}, Gemm{'N', 'T', 1, 300, 77}}) {
+    const std::vector<float> a = random_vector(s.m * s.k, 1), b = random_vector(s.k * s.n, 2);
+    std::vector<float> c(s.m * s.n);
+    const std::size_t lda = s.ta == 'N' ? s.k : s.m, ldb = s.tb == 'N' ? s.n : s.k;
+    INFO("sgemm " << s.ta << s.tb << " m=" << s.m << " n=" << s.n << " k=" << s.k);
+    CHECK(steady_allocations([&] {
+            mha_sgemm(s.ta, s.tb, s.m, s.n, s.k, 1.f, a.data(), lda, b.data(), ldb, 0.f, c.data(),
+                      s.n);
+          }) <= allowed);
+  }
+  {
+    const std::size_t m = 128, n = 768, k = 768;
+    const std::vector<float> a = random_vector(m * k, 1), w = random_vector(n * k, 2),
+                             bias = random_vector(n, 3);
+    std::vector<float> c(m * n);
+    const mha::PackedB packed('T', k, n, w.data(), k);
+    CHECK(steady_allocations([&] {
+            mha::sgemm('N', m, 1.f, a.data(), k, packed, 0.f, c.data(), n, bias.data());
+          }) <= allowed);
+  }
+
+  // Softmax (a causal mask) and the head reshapes.
+  {
+    const std::size_t rows = 96, cols = 300;
+    const std::vector<float> x = random_vector(rows * cols, 4);
+    std::vector<float> y(rows * cols);
+    mha_softmax_options opt{};
+    opt.causal = 1;
+    CHECK(steady_allocations(
+              [&] { mha_softmax(rows, cols, x.data(), cols, y.data(), cols, &opt); }) <= allowed);
+    const std::size_t B = 2, S = 100, H = 12, d = 64;
+    const std::vector<float> t = random_vector(B * S * H * d, 5);
+    std::vector<float> u(t.size());
+    CHECK(steady_allocations([&] { mha_split_heads(B, S, H, d, t.data(), u.data()); }) <= allowed);
+    CHECK(steady_allocations([&] { mha_merge_heads(B, S, H, d, t.data(), u.data()); }) <= allowed);
+  }
+
+  // Attention: self-attention with a causal mask, cross-attention returning
+  // the weights, and a KV-cache decode step (the cache truncated back after
+  // each step, so every call does the same work).
+  {
+    const std::size_t E = 256, H = 4, B = 2, S = 77, T = 50;
+    const std::vector<float> w = random_vector(E * E, 6, -0.1f, 0.1f);
+    const mha_config cfg{E, H, 0, 0, 0};
+    const mha_weights weights{w.data(), w.data(), w.data(), w.data(),
+                              nullptr,  nullptr,  nullptr,  nullptr};
+    const mha::MultiheadAttention attn(cfg, weights);
+    const std::vector<float> x = random_vector(B * S * E, 7), kv = random_vector(B * T * E, 8);
+    std::vector<float> out(B * S * E), p(B * H * S * T);
+    mha_mask causal{};
+    causal.causal = 1;
+    CHECK(steady_allocations([&] { attn.forward_self(B, S, x.data(), &causal, out.data()); }) <=
+          allowed);
+    CHECK(steady_allocations([&] {
+            attn.forward(B, S, T, x.data(), kv.data(), kv.data(), nullptr, out.data(), p.data());
+          }) <= allowed);
+    mha::KvCache cache(attn, B, 64);
+    const std::vector<float> prompt = random_vector(B * 10 * E, 9), tok = random_vector(B * E, 10);
+    std::vector<float> prompt_out(prompt.size()), tok_out(tok.size());
+    cache.step_self(10, prompt.data(), prompt_out.data());
+    CHECK(steady_allocations([&] {
+            cache.step_self(1, tok.data(), tok_out.data());
+            cache.truncate(10);
+          }) <= allowed);
+  }
+  mha_set_num_threads(0);
+}
+
+}  // namespace
+
+TEST_CASE("steady-state calls make no heap allocation", "[memory][alloc]") {
+#if !MHA_TEST_COUNT_MALLOC
+  WARN("skipped: the sanitizer runtimes own malloc, which this test replaces");
+  return;
+#else
+  SECTION("1 thread") {
+    check_entry_points(1);
+  }
+  if (mha::test::threads_allowed()) {
+    SECTION("2 threads") {
+      check_entry_points(2);
+    }
+  }
+#endif
+}
