@@ -193,7 +193,7 @@ KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t 
                      std::size_t capacity) {
   KvPacking p;
   p.k_stride = round_up(packed_b_floats(g, s.head_dim, capacity), 16);
-  p.ldv = round_up(s.head_dim, g.nr_u);
+  p.ldv = round_up(s.head_dim, 16);
   p.v_stride = round_up(capacity * p.ldv, 16);
   p.floats = batch * s.num_kv_heads * (p.k_stride + p.v_stride);
   return p;
@@ -214,7 +214,6 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
     float* vt = vdst + t * p.v_stride;
     for (std::size_t j = 0; j < kv_len; ++j) {
       std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
-      std::fill(vt + j * p.ldv + d, vt + (j + 1) * p.ldv, 0.0f);
     }
   });
   return {kdst, vdst, kv_len, kvh, d, g.nr, p.k_stride, p.v_stride, p.ldv};

@@ -16,9 +16,9 @@ namespace mha::detail {
 
 // K and V of every (batch, kv head) block, at a fixed stride per block:
 // K packed as the GEMM's op(B) = Kᵀ ([head_dim x len], strips of nr keys),
-// V row-major [len x ldv] with ldv = head_dim rounded up to the unpacked
-// tile's width (zero columns past head_dim), so that P·V reads V in place
-// (gemm_serial_inplace) and P is never packed. The same view describes
+// V row-major [len x ldv] with ldv = head_dim rounded up to whole cache
+// lines (the columns past head_dim are never read), so that P·V reads V in
+// place (gemm_serial_inplace) and P is never packed. The same view describes
 // per-call packing and the KV cache (whose blocks have room for max_len
 // keys; only `len` are used).
 struct KvCacheView {

@@ -229,8 +229,7 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
   const Projected p = project(g, m, s, fused, rows, rows, query, key, value, ws);
 
   // Append the new K/V in place, in the layouts of core.hpp: K block
-  // [strip = pos / nr][d][nr], V block [max_len][ldv] (columns past d stay
-  // zero from the constructor).
+  // [strip = pos / nr][d][nr], V block [max_len][ldv].
   const KvPacking& pk = cache.storage_->packing;
   float* kbase = cache.storage_->data.get();
   float* vbase = kbase + B * kvh * pk.k_stride;

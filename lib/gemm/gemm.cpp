@@ -257,16 +257,13 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// The unpacked path's loops, for op(B) = B: per block of columns (sized to
-// stay in L2) and KC block, the mr_u-row strips of A read in place against
-// the nr_u-column strips of B read in place, except that a strip from column
-// `edge_from` on comes from edge(p0, kb) (a copy with nr_u readable floats
-// per row, ld nr_u) when that is given. Same KC blocking and arithmetic as
-// the packed path, so the same bits.
-template <class Edge>
+// The unpacked path, for op(B) = B read in place (row p at b + p*ldb, up to
+// column n): per block of columns (sized to stay in L2) and KC block, the
+// mr_u-row strips of A read in place against the nr_u-column strips of B.
+// Same KC blocking and arithmetic as the packed path, so the same bits.
 void inplace_loops(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
                    float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                   float beta, float* c, std::size_t ldc, std::size_t edge_from, Edge&& edge) {
+                   float beta, float* c, std::size_t ldc) {
   const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
   const std::size_t nc = l2_block_cols(kc, nr);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
@@ -275,41 +272,17 @@ void inplace_loops(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
       const float beta_p = p0 == 0 ? beta : 1.f;
-      const float* last = edge_from < jend ? edge(p0, kb) : nullptr;
       for (std::size_t i0 = 0; i0 < m; i0 += mr) {
         const float* ai = a_at(ta, a, lda, i0, p0);
         const std::size_t mm = std::min(mr, m - i0);
         float* ci = c + i0 * ldc;
         for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
-          const bool in_place = j0 < edge_from;
-          g.ukernel_unpacked(kb, ai, rsa, csa, in_place ? b + p0 * ldb + j0 : last,
-                             in_place ? ldb : nr, ci + j0, ldc, mm, std::min(nr, n - j0), alpha,
-                             beta_p);
+          g.ukernel_unpacked(kb, ai, rsa, csa, b + p0 * ldb + j0, ldb, ci + j0, ldc, mm,
+                             std::min(nr, n - j0), alpha, beta_p);
         }
       }
     }
   }
-}
-
-// gemm_serial_unpacked without packing, for op(B) = B (not transposed): A
-// and B are read in place by the unpacked-operand kernel; only a partial last
-// strip of B is copied (zero-padded) so the kernel can read nr_u floats per
-// row.
-void gemm_serial_small(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
-                       float alpha, const float* a, std::size_t lda, const float* b,
-                       std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  const std::size_t nr = g.nr_u, full = n / nr * nr;  // columns read in place
-  float* edge = thread_scratch(ScratchSlot::kGemmB, std::min(k, g.kc) * nr);
-  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, full,
-                [&](std::size_t p0, std::size_t kb) {
-                  for (std::size_t p = 0; p < kb; ++p) {
-                    const float* src = b + (p0 + p) * ldb + full;
-                    for (std::size_t j = 0; j < nr; ++j) {
-                      edge[p * nr + j] = full + j < n ? src[j] : 0.f;
-                    }
-                  }
-                  return static_cast<const float*>(edge);
-                });
 }
 
 // Widest op(B) = B read in place (in blocks of l2_block_cols). Measured
@@ -353,16 +326,16 @@ constexpr std::size_t kTransposeOneBlockMaxFloats = kL2Floats;
 // first, it cost 2 threads 13 % on the m128 n2304 projection.
 constexpr std::size_t kTransposeCols = 256;
 
-// Row stride of the transposed B: padded by nr_u zero floats past
-// round_up(n, nr_u) (see sgemm).
-std::size_t transposed_ld(const GemmKernels& g, std::size_t n) {
-  return round_up(n, g.nr_u) + g.nr_u;
+// Row stride of the transposed B: whole cache lines (rows start 64-byte
+// aligned, as the scratch does) plus one, which keeps the stride off powers
+// of two, whose rows would alias in L1.
+std::size_t transposed_ld(std::size_t n) {
+  return round_up(n, 16) + 16;
 }
 
-// The cap is on the scratch, k x transposed_ld, not on B: a skinny B (n = 1)
-// would otherwise take 128 floats of scratch per element.
+// The cap is on the scratch, k x transposed_ld, not on B.
 bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
-  const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(g, n));
+  const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(n));
   return floats <= static_cast<double>(a_is_one_block(g, m, k) ? kTransposeOneBlockMaxFloats
                                                                : kTransposeMaxFloats);
 }
@@ -428,8 +401,7 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     scale_c(m, n, beta, c, ldc, nullptr);
     return;
   }
-  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, n,
-                [](std::size_t, std::size_t) -> const float* { return nullptr; });
+  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
@@ -482,19 +454,12 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
 
   if (tb == Trans::T && transpose_pays(g, m, n, k)) {
     // op(B) = Bᵀ made row-major once, then the in-place path: neither A nor
-    // B is packed per block. Rows are padded by nr_u zero floats past
-    // round_up(n, nr_u): a thread's column block may start at any multiple
-    // of nr and the kernel reads round_up(cols, nr_u) floats from there
-    // (never stored to C); the padding also keeps the stride off powers of
-    // two, whose rows would alias in L1.
-    const std::size_t ldt = transposed_ld(g, n);
+    // B is packed per block.
+    const std::size_t ldt = transposed_ld(n);
     float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
     parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
       const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
       g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
-      if (j1 == n) {
-        for (std::size_t p = 0; p < k; ++p) std::fill(bt + p * ldt + n, bt + (p + 1) * ldt, 0.f);
-      }
     });
     run_blocks(g, m, n, threads,
                [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
@@ -506,8 +471,8 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
   if (small_problem(g, tb, m, n, k)) {
     run_blocks(g, m, n, threads,
                [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                 gemm_serial_small(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                   b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
+                 inplace_loops(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda, b + j0,
+                               ldb, beta, c + i0 * ldc + j0, ldc);
                });
     return;
   }

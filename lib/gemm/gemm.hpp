@@ -59,8 +59,8 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
 // C[m x n] = alpha * op(A)·B + beta * C with both operands read in place by
 // the unpacked micro-kernel (row p of B at b + p*ldb), single-threaded, no
 // packing or allocation: for a B that is already row-major in cache, as V in
-// the attention core. Each row of B must have round_up(n, g.nr_u) readable
-// floats; those past n never reach C. The same bits as gemm_serial.
+// the attention core. Only the first n floats of each row of B are read.
+// The same bits as gemm_serial.
 void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
                          std::size_t k, float alpha, const float* a, std::size_t lda,
                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);

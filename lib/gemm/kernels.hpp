@@ -22,9 +22,9 @@ struct GemmKernels {
                       float* c, float alpha, float beta, const float* bias);
   // The same for unpacked operands (the small-problem path), on its own
   // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
-  // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb with
-  // nr_u floats readable there even when n < nr_u. Every element gets the
-  // same arithmetic as in ukernel, so the same bits.
+  // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb, of
+  // which only the first n floats are read. Every element gets the same
+  // arithmetic as in ukernel, so the same bits.
   std::size_t mr_u, nr_u;
   void (*ukernel_unpacked)(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
                            const float* b, std::size_t ldb, float* c, std::size_t ldc,

@@ -19,8 +19,9 @@
 //   given) for 1 <= m <= MR, 1 <= n <= NR, k >= 1. It is instantiated for
 //   every row count 1..MR, so a short strip (M edge, m == 1 decode) computes
 //   only its m rows; the N edge is computed full width in registers (B's
-//   padding is zero) and stored through a small stack tile, so edges cost
-//   one tile copy, never a scalar loop over k. beta == 0: C is never read
+//   padding is zero) and stored with masked (x86) or partial vector stores,
+//   never a scalar loop over k and nothing written past column n. beta ==
+//   0: C is never read
 //   (NaN/Inf in C do not propagate). Every element is alpha*acc + beta*c
 //   (the product first, then the sum), then + bias[j] (a separate rounding,
 //   as adding the bias to the stored C afterwards would be; drivers pass it
@@ -30,7 +31,8 @@
 //   whether operands were packed.
 // Unpacked micro-kernel (small problems): the same on a tile of its own
 //   (MRU x NRU), reading A at any row/column stride and B rows at any stride
-//   in place; NRU floats must be readable in each B row.
+//   in place, never past column n: its N edges load B with masked loads and
+//   compute only the vectors that hold columns below n.
 // Micro-kernels never allocate and never thread.
 #pragma once
 
@@ -73,6 +75,22 @@ struct Simd {
   static V fma(const V& x, const V& y, const V& z) noexcept { return xsimd::fma(x, y, z); }
   static float sum(const V& v) noexcept { return xsimd::hadd(v); }
   static void transpose(V* r) noexcept;
+  // The first `lanes` (1 <= lanes <= W) floats at p, the rest zero, reading
+  // nothing past them; and the first `lanes` of v stored to p. What the
+  // tiles' N edges use: no copies of B, no C tile on the stack. The portable
+  // form goes through a small array; x86 uses masked loads and stores.
+  static V load_n(const float* p, std::size_t lanes) noexcept {
+    if (lanes == width) return load(p);
+    alignas(64) float t[width] = {};
+    for (std::size_t i = 0; i < lanes; ++i) t[i] = p[i];
+    return load(t);
+  }
+  static void store_n(float* p, const V& v, std::size_t lanes) noexcept {
+    if (lanes == width) return store(p, v);
+    alignas(64) float t[width];
+    store(t, v);
+    for (std::size_t i = 0; i < lanes; ++i) p[i] = t[i];
+  }
 };
 
 template <>
@@ -87,6 +105,8 @@ struct Simd<scalar_arch> {
   static V fma(V x, V y, V z) noexcept { return x * y + z; }
   static float sum(V v) noexcept { return v; }
   static void transpose(V*) noexcept {}
+  static V load_n(const float* p, std::size_t) noexcept { return *p; }
+  static void store_n(float* p, V v, std::size_t) noexcept { *p = v; }
 };
 
 #if defined(__AVX512F__)
@@ -101,6 +121,16 @@ struct Simd<xsimd::avx512f> {
   static V splat(float x) noexcept { return V(x); }
   static V fma(const V& x, const V& y, const V& z) noexcept { return _mm512_fmadd_ps(x, y, z); }
   static float sum(const V& v) noexcept { return xsimd::hadd(v); }
+  // Masked: lanes past `lanes` are neither read (no fault) nor written.
+  static __mmask16 mask(std::size_t lanes) noexcept {
+    return static_cast<__mmask16>((1u << lanes) - 1u);
+  }
+  static V load_n(const float* p, std::size_t lanes) noexcept {
+    return _mm512_maskz_loadu_ps(mask(lanes), p);
+  }
+  static void store_n(float* p, const V& v, std::size_t lanes) noexcept {
+    _mm512_mask_storeu_ps(p, mask(lanes), v);
+  }
   // 16 x 16: 4 x 4 transposes inside each 128-bit lane (unpack, shuffle),
   // then a 4 x 4 transpose of the lanes themselves (two shuffle_f32x4 rounds).
   static void transpose(V* r) noexcept {
@@ -135,6 +165,22 @@ struct Simd<xsimd::avx512f> {
 // Only in the AVX2 TU: the AVX-512 TU also has __AVX2__, and a copy built
 // with its flags must never be the one the AVX2 kernels call.
 #if defined(MHA_ISA_AVX2)
+// vmaskmovps: lanes past `lanes` are neither read (no fault) nor written.
+inline __m256i avx2_lane_mask(std::size_t lanes) noexcept {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+template <>
+inline Simd<xsimd::fma3<xsimd::avx2>>::V Simd<xsimd::fma3<xsimd::avx2>>::load_n(
+    const float* p, std::size_t lanes) noexcept {
+  return _mm256_maskload_ps(p, avx2_lane_mask(lanes));
+}
+template <>
+inline void Simd<xsimd::fma3<xsimd::avx2>>::store_n(float* p, const V& v,
+                                                    std::size_t lanes) noexcept {
+  _mm256_maskstore_ps(p, avx2_lane_mask(lanes), v);
+}
+
 // 8 x 8: 4 x 4 transposes inside each 128-bit lane, then swap lane halves.
 template <>
 inline void Simd<xsimd::fma3<xsimd::avx2>>::transpose(V* r) noexcept {
@@ -193,16 +239,65 @@ void asan_check(const void* p, std::size_t floats) {
 #define MHA_GEMM_KERNEL_NO_ASAN
 #endif
 
+// C = alpha*acc + beta*C (+ bias[j]) for the first n (<= NVT*W) columns of
+// a ROWS x NVT-vector tile: each vector stored whole, partly (store_n, the
+// N edge) or, past column n, not at all. kBeta false: C is never read.
+// Per element: alpha*acc, then + beta*c, then + bias[j] (separate roundings).
+// Always inlined, and with no lambda capturing acc: if acc's address escapes
+// to a call, GCC keeps the accumulators in memory through the whole k loop
+// (a load and a store per FMA; the 6 x 32 edge kernel ran at a third of its
+// rate).
+template <class S, bool kBeta, std::size_t ROWS, std::size_t NVT>
+[[gnu::always_inline]] MHA_GEMM_KERNEL_NO_ASAN inline void update_c(typename S::V (&acc)[ROWS][NVT],
+                                                                    float* c, std::size_t ldc,
+                                                                    std::size_t n, float alpha,
+                                                                    float beta,
+                                                                    const float* bias) noexcept {
+  using V = typename S::V;
+  constexpr std::size_t W = S::width;
+  const V va = S::splat(alpha), vb = S::splat(beta);
+  V bv[NVT];
+#pragma GCC unroll 8
+  for (std::size_t j = 0; j < NVT; ++j) {
+    const std::size_t lanes = j * W + W <= n ? W : n - j * W;
+    bv[j] = bias == nullptr || j * W >= n ? S::splat(0.f)
+            : lanes == W                  ? S::load(bias + j * W)
+                                          : S::load_n(bias + j * W, lanes);
+  }
+#pragma GCC unroll 32
+  for (std::size_t i = 0; i < ROWS; ++i) {
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NVT; ++j) {
+      if (j * W >= n) continue;
+      const std::size_t lanes = j * W + W <= n ? W : n - j * W;
+      float* p = c + i * ldc + j * W;
+      V x = acc[i][j] * va;
+      if constexpr (kBeta) x = x + vb * (lanes == W ? S::load(p) : S::load_n(p, lanes));
+      if (bias != nullptr) x = x + bv[j];
+      if (lanes == W) {
+        S::store(p, x);
+      } else {
+        S::store_n(p, x, lanes);
+      }
+    }
+  }
+}
+
 // The micro-kernel for exactly ROWS (<= MR) rows: short strips (the M edge,
 // m == 1 decode steps) cost ROWS/MR of a full one instead of a full one.
 // A is read at a[p*sa + i] (kRowStridedA == false: a packed strip with
 // sa = MR, or a column-major op(A)) or a[i*sa + p] (kRowStridedA: row-major
 // op(A), unpacked); row p of B at b + p*ldb (ldb = NR when packed). The
 // addressing never changes the arithmetic, so packed and unpacked calls give
-// the same bits. STRIPS > 1 computes that many B strips side by side (strip
-// s at b + s*bstride, its columns at c + s*NV*W): what the one-row kernel
-// below uses; every column still gets its own fma chain, so the same bits.
-template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA, std::size_t STRIPS = 1>
+// the same bits. kPartialB: B is read in place and this tile is its N edge,
+// NV vectors wide with n - (NV-1)*W columns in the last, which is loaded
+// with load_n so that nothing past column n is read (a packed strip is
+// zero-padded instead and computed full width). STRIPS > 1 computes that
+// many B strips side by side (strip s at b + s*bstride, its columns at
+// c + s*NV*W): what the one-row kernel below uses; every column still gets
+// its own fma chain, so the same bits.
+template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA, bool kPartialB = false,
+          std::size_t STRIPS = 1>
 MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::size_t sa,
                                           const float* b, std::size_t ldb, float* c,
                                           std::size_t ldc, std::size_t n, float alpha, float beta,
@@ -212,6 +307,8 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   constexpr std::size_t W = S::width;
   constexpr std::size_t NVT = STRIPS * NV;  // vectors across the tile
   constexpr std::size_t NR = NVT * W;
+  static_assert(!kPartialB || STRIPS == 1, "a partial B tile is one strip");
+  const std::size_t tail = kPartialB ? n - (NV - 1) * W : W;  // columns in the last vector
 #if defined(__SANITIZE_ADDRESS__)
   if (bias != nullptr) asan_check<Arch>(bias, n);
   for (std::size_t i = 0; i < ROWS; ++i) {
@@ -220,7 +317,9 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   }
   for (std::size_t p = 0; p < k; ++p) {
     if (!kRowStridedA) asan_check<Arch>(a + p * sa, ROWS);
-    for (std::size_t s = 0; s < STRIPS; ++s) asan_check<Arch>(b + s * bstride + p * ldb, NV * W);
+    for (std::size_t s = 0; s < STRIPS; ++s) {
+      asan_check<Arch>(b + s * bstride + p * ldb, kPartialB ? n : NV * W);
+    }
   }
 #endif
   V acc[ROWS][NVT];
@@ -248,7 +347,10 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     }
     V bv[NVT];
 #pragma GCC unroll 8
-    for (std::size_t j = 0; j < NVT; ++j) bv[j] = S::load(b + (j / NV) * bstride + (j % NV) * W);
+    for (std::size_t j = 0; j < NVT; ++j) {
+      const float* bj = b + (j / NV) * bstride + (j % NV) * W;
+      bv[j] = kPartialB && j == NVT - 1 ? S::load_n(bj, tail) : S::load(bj);
+    }
 #pragma GCC unroll 32
     for (std::size_t i = 0; i < ROWS; ++i) {
       const V av = S::splat(kRowStridedA ? a[i * sa + p] : a[i]);
@@ -258,71 +360,33 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     if (!kRowStridedA) a += sa;
     b += ldb;
   }
-
-  const V va = S::splat(alpha);
+  // A whole tile with n known at compile time, so update_c has no lane
+  // arithmetic; the N edge with masked (or partial) stores.
   if (n == NR) {
     if (beta == 0.f) {
-#pragma GCC unroll 32
-      for (std::size_t i = 0; i < ROWS; ++i) {
-#pragma GCC unroll 8
-        for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = acc[i][j] * va;
-      }
+      update_c<S, false>(acc, c, ldc, NR, alpha, beta, bias);
     } else {
-      const V vb = S::splat(beta);
-#pragma GCC unroll 32
-      for (std::size_t i = 0; i < ROWS; ++i) {
-#pragma GCC unroll 8
-        for (std::size_t j = 0; j < NVT; ++j) {
-          acc[i][j] = acc[i][j] * va + vb * S::load(c + i * ldc + j * W);
-        }
-      }
+      update_c<S, true>(acc, c, ldc, NR, alpha, beta, bias);
     }
-    if (bias != nullptr) {
-      V bv[NVT];
-#pragma GCC unroll 8
-      for (std::size_t j = 0; j < NVT; ++j) bv[j] = S::load(bias + j * W);
-#pragma GCC unroll 32
-      for (std::size_t i = 0; i < ROWS; ++i) {
-#pragma GCC unroll 8
-        for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = acc[i][j] + bv[j];
-      }
-    }
-#pragma GCC unroll 32
-    for (std::size_t i = 0; i < ROWS; ++i) {
-#pragma GCC unroll 8
-      for (std::size_t j = 0; j < NVT; ++j) S::store(c + i * ldc + j * W, acc[i][j]);
-    }
-    return;
-  }
-  // N edge: the same arithmetic (alpha*acc, then + beta*c), element-wise.
-  alignas(64) float tile[ROWS * NR];
-#pragma GCC unroll 32
-  for (std::size_t i = 0; i < ROWS; ++i) {
-#pragma GCC unroll 8
-    for (std::size_t j = 0; j < NVT; ++j) S::store(tile + i * NR + j * W, acc[i][j] * va);
-  }
-  for (std::size_t i = 0; i < ROWS; ++i) {
-    float* ci = c + i * ldc;
-    const float* ti = tile + i * NR;
-    if (beta == 0.f) {
-      for (std::size_t j = 0; j < n; ++j) ci[j] = ti[j];
-    } else {
-      for (std::size_t j = 0; j < n; ++j) ci[j] = ti[j] + beta * ci[j];
-    }
-    if (bias != nullptr) {
-      for (std::size_t j = 0; j < n; ++j) ci[j] = ci[j] + bias[j];
-    }
+  } else if (beta == 0.f) {
+    update_c<S, false>(acc, c, ldc, n, alpha, beta, bias);
+  } else {
+    update_c<S, true>(acc, c, ldc, n, alpha, beta, bias);
   }
 }
 
-template <class Arch, std::size_t NV, bool kRowStridedA, std::size_t... I>
+// ukernel_rows<ROWS = m> for any 1 <= m <= MR, through a table.
+template <class Arch, std::size_t MR, std::size_t NV, bool kRowStridedA, bool kPartialB>
 void ukernel_any_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
                       std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                      float alpha, float beta, const float* bias, std::index_sequence<I...>) {
+                      float alpha, float beta, const float* bias) {
   using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
                       std::size_t, std::size_t, float, float, const float*, std::size_t);
-  static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA>...};
-  rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta, bias, 0);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA, kPartialB>...};
+    rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta, bias, 0);
+  }
+  (std::make_index_sequence<MR>{});
 }
 
 // GemmKernels::ukernel: packed A and B.
@@ -333,8 +397,7 @@ void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_
   if (m == MR) {
     ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta, bias, 0);
   } else {
-    ukernel_any_rows<Arch, NV, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta, bias,
-                                      std::make_index_sequence<MR>{});
+    ukernel_any_rows<Arch, MR, NV, false, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta, bias);
   }
 }
 
@@ -354,22 +417,46 @@ template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t strip_stride, float* c,
                  float alpha, float beta, const float* bias) {
   constexpr std::size_t NR = NV * Simd<Arch>::width;
-  ukernel_rows<Arch, NV, 1, false, kRowStrips<Arch, NV>>(
+  ukernel_rows<Arch, NV, 1, false, false, kRowStrips<Arch, NV>>(
       k, a, MR, b, NR, c, 0, kRowStrips<Arch, NV> * NR, alpha, beta, bias, strip_stride);
 }
 
 // GemmKernels::ukernel_unpacked: op(A)(i, p) at a[i*rsa + p*csa] with
-// rsa == 1 or csa == 1, B rows at b + p*ldb.
+// rsa == 1 or csa == 1, B rows at b + p*ldb, read up to column n only. A
+// whole tile (n == NV*W) runs the full-width kernel; an N edge runs the one
+// of ceil(n/W) vectors, its last loaded partly (kPartialB), so narrow
+// products (n = 8 or 40 on AVX-512) compute no padding columns. Measured
+// against the full-width edge tile it replaces (copied B strip, C through a
+// stack tile; Zen5, AVX-512, 1 thread, NN squares through mha_sgemm, ns per
+// call): s = 8 248-261 -> 48, 16 521-535 -> 85-87, 32 1312 -> 349-358,
+// 96 12885-12951 -> 8078-8236 (OpenBLAS 25-29, 67-89, 307-331, 7876-8573).
+template <class Arch, std::size_t MR, std::size_t NV, bool kRowStridedA>
+void ukernel_in_place(std::size_t k, const float* a, std::size_t sa, const float* b,
+                      std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                      float alpha, float beta) {
+  constexpr std::size_t W = Simd<Arch>::width;
+  if (n == NV * W) {
+    ukernel_any_rows<Arch, MR, NV, kRowStridedA, false>(k, a, sa, b, ldb, c, ldc, m, n, alpha, beta,
+                                                        nullptr);
+    return;
+  }
+  using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
+                      std::size_t, std::size_t, std::size_t, float, float, const float*);
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    static constexpr Fn edge[] = {&ukernel_any_rows<Arch, MR, J + 1, kRowStridedA, true>...};
+    edge[(n + W - 1) / W - 1](k, a, sa, b, ldb, c, ldc, m, n, alpha, beta, nullptr);
+  }
+  (std::make_index_sequence<NV>{});
+}
+
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
                       const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
                       std::size_t n, float alpha, float beta) {
   if (csa == 1 && rsa != 1) {
-    ukernel_any_rows<Arch, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta, nullptr,
-                                     std::make_index_sequence<MR>{});
+    ukernel_in_place<Arch, MR, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta);
   } else {
-    ukernel_any_rows<Arch, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta, nullptr,
-                                      std::make_index_sequence<MR>{});
+    ukernel_in_place<Arch, MR, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta);
   }
 }
 
