@@ -37,7 +37,10 @@ struct Shape {
 
 std::vector<Shape> shapes() {
   std::vector<Shape> r;
-  for (std::size_t s : {64, 128, 256, 512, 1024, 2048}) {
+  // The squares 64..2048, plus small ones and 96 (a full tile and an
+  // N edge of half a tile on AVX-512), where per-call costs and edge tiles
+  // decide.
+  for (std::size_t s : {8, 16, 32, 64, 96, 128, 256, 512, 1024, 2048}) {
     r.push_back({"sq" + std::to_string(s), s, s, s, false});
   }
   for (std::size_t m : {128, 512, 4096}) {
