@@ -36,6 +36,7 @@
 // Micro-kernels never allocate and never thread.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -375,19 +376,16 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   }
 }
 
-// ukernel_rows<ROWS = m> for any 1 <= m <= MR, through a table.
+// Every ukernel_rows instantiation has this signature.
+using RowsFn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
+                        std::size_t, std::size_t, float, float, const float*, std::size_t);
+
+// ukernel_rows<ROWS = r + 1> at [r], for any row count 1..MR.
 template <class Arch, std::size_t MR, std::size_t NV, bool kRowStridedA, bool kPartialB>
-void ukernel_any_rows(std::size_t k, const float* a, std::size_t sa, const float* b,
-                      std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                      float alpha, float beta, const float* bias) {
-  using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
-                      std::size_t, std::size_t, float, float, const float*, std::size_t);
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    static constexpr Fn rows[] = {&ukernel_rows<Arch, NV, I + 1, kRowStridedA, kPartialB>...};
-    rows[m - 1](k, a, sa, b, ldb, c, ldc, n, alpha, beta, bias, 0);
-  }
-  (std::make_index_sequence<MR>{});
+constexpr auto kRows = []<std::size_t... R>(std::index_sequence<R...>) {
+  return std::array<RowsFn, MR>{&ukernel_rows<Arch, NV, R + 1, kRowStridedA, kPartialB>...};
 }
+(std::make_index_sequence<MR>{});
 
 // GemmKernels::ukernel: packed A and B.
 template <class Arch, std::size_t MR, std::size_t NV>
@@ -397,7 +395,7 @@ void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_
   if (m == MR) {
     ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta, bias, 0);
   } else {
-    ukernel_any_rows<Arch, MR, NV, false, false>(k, a, MR, b, NR, c, ldc, m, n, alpha, beta, bias);
+    kRows<Arch, MR, NV, false, false>[m - 1](k, a, MR, b, NR, c, ldc, n, alpha, beta, bias, 0);
   }
 }
 
@@ -421,6 +419,15 @@ void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t stri
       k, a, MR, b, NR, c, 0, kRowStrips<Arch, NV> * NR, alpha, beta, bias, strip_stride);
 }
 
+// The in-place kernels by [v][rows - 1]: v = 0 the full-width tile, v >= 1
+// the N edge of v vectors. One table lookup per call.
+template <class Arch, std::size_t MR, std::size_t NV, bool kRowStridedA>
+constexpr auto kInPlaceRows = []<std::size_t... V>(std::index_sequence<V...>) {
+  return std::array<std::array<RowsFn, MR>, NV + 1>{kRows<Arch, MR, NV, kRowStridedA, false>,
+                                                    kRows<Arch, MR, V + 1, kRowStridedA, true>...};
+}
+(std::make_index_sequence<NV>{});
+
 // GemmKernels::ukernel_unpacked: op(A)(i, p) at a[i*rsa + p*csa] with
 // rsa == 1 or csa == 1, B rows at b + p*ldb, read up to column n only. A
 // whole tile (n == NV*W) runs the full-width kernel; an N edge runs the one
@@ -430,33 +437,18 @@ void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t stri
 // stack tile; Zen5, AVX-512, 1 thread, NN squares through mha_sgemm, ns per
 // call): s = 8 248-261 -> 48, 16 521-535 -> 85-87, 32 1312 -> 349-358,
 // 96 12885-12951 -> 8078-8236 (OpenBLAS 25-29, 67-89, 307-331, 7876-8573).
-template <class Arch, std::size_t MR, std::size_t NV, bool kRowStridedA>
-void ukernel_in_place(std::size_t k, const float* a, std::size_t sa, const float* b,
-                      std::size_t ldb, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                      float alpha, float beta) {
-  constexpr std::size_t W = Simd<Arch>::width;
-  if (n == NV * W) {
-    ukernel_any_rows<Arch, MR, NV, kRowStridedA, false>(k, a, sa, b, ldb, c, ldc, m, n, alpha, beta,
-                                                        nullptr);
-    return;
-  }
-  using Fn = void (*)(std::size_t, const float*, std::size_t, const float*, std::size_t, float*,
-                      std::size_t, std::size_t, std::size_t, float, float, const float*);
-  [&]<std::size_t... J>(std::index_sequence<J...>) {
-    static constexpr Fn edge[] = {&ukernel_any_rows<Arch, MR, J + 1, kRowStridedA, true>...};
-    edge[(n + W - 1) / W - 1](k, a, sa, b, ldb, c, ldc, m, n, alpha, beta, nullptr);
-  }
-  (std::make_index_sequence<NV>{});
-}
-
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
                       const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
                       std::size_t n, float alpha, float beta) {
+  constexpr std::size_t W = Simd<Arch>::width;
+  const std::size_t v = n == NV * W ? 0 : (n + W - 1) / W;
   if (csa == 1 && rsa != 1) {
-    ukernel_in_place<Arch, MR, NV, true>(k, a, rsa, b, ldb, c, ldc, m, n, alpha, beta);
+    kInPlaceRows<Arch, MR, NV, true>[v][m - 1](k, a, rsa, b, ldb, c, ldc, n, alpha, beta, nullptr,
+                                               0);
   } else {
-    ukernel_in_place<Arch, MR, NV, false>(k, a, csa, b, ldb, c, ldc, m, n, alpha, beta);
+    kInPlaceRows<Arch, MR, NV, false>[v][m - 1](k, a, csa, b, ldb, c, ldc, n, alpha, beta, nullptr,
+                                                0);
   }
 }
 
