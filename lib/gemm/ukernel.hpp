@@ -37,7 +37,6 @@
 #pragma once
 
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -327,9 +326,12 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   // alpha and beta are needed only after the k loop: held through it as
   // integers that an empty asm hides the origin of. Left as floats, GCC kept
   // them in two vector registers, and the AVX2 4 x 24 tile (16 ymm live)
-  // then read its B row from memory for every FMA: sq1024 17 % slower.
-  auto alpha_bits = std::bit_cast<std::uint32_t>(alpha);
-  auto beta_bits = std::bit_cast<std::uint32_t>(beta);
+  // then read its B row from memory for every FMA: sq1024 17 % slower. The
+  // builtin, not std::bit_cast: an out-of-line std::bit_cast (ASan builds)
+  // is a weak function shared by every ISA's object (tests/tools/
+  // check_symbols.sh).
+  auto alpha_bits = __builtin_bit_cast(std::uint32_t, alpha);
+  auto beta_bits = __builtin_bit_cast(std::uint32_t, beta);
   asm("" : "+r"(alpha_bits), "+r"(beta_bits));
   V acc[ROWS][NVT];
 #pragma GCC unroll 32
@@ -369,8 +371,8 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     if (!kRowStridedA) a += sa;
     b += ldb;
   }
-  alpha = std::bit_cast<float>(alpha_bits);
-  beta = std::bit_cast<float>(beta_bits);
+  alpha = __builtin_bit_cast(float, alpha_bits);
+  beta = __builtin_bit_cast(float, beta_bits);
   // A whole tile with n known at compile time, so update_c has no lane
   // arithmetic; the N edge with masked (or partial) stores.
   if (n == NR) {
