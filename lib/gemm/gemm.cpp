@@ -257,34 +257,6 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// The unpacked path, for op(B) = B read in place (row p at b + p*ldb, up to
-// column n): per block of columns (sized to stay in L2) and KC block, the
-// mr_u-row strips of A read in place against the nr_u-column strips of B.
-// Same KC blocking and arithmetic as the packed path, so the same bits.
-void inplace_loops(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
-                   float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                   float beta, float* c, std::size_t ldc) {
-  const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
-  const std::size_t nc = l2_block_cols(kc, nr);
-  const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
-  for (std::size_t jb = 0; jb < n; jb += nc) {
-    const std::size_t jend = std::min(n, jb + nc);
-    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-      const std::size_t kb = std::min(kc, k - p0);
-      const float beta_p = p0 == 0 ? beta : 1.f;
-      for (std::size_t i0 = 0; i0 < m; i0 += mr) {
-        const float* ai = a_at(ta, a, lda, i0, p0);
-        const std::size_t mm = std::min(mr, m - i0);
-        float* ci = c + i0 * ldc;
-        for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
-          g.ukernel_unpacked(kb, ai, rsa, csa, b + p0 * ldb + j0, ldb, ci + j0, ldc, mm,
-                             std::min(nr, n - j0), alpha, beta_p);
-        }
-      }
-    }
-  }
-}
-
 // Widest op(B) = B read in place (in blocks of l2_block_cols). Measured
 // (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked vs packed):
 // sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74 vs 89 (the
@@ -393,6 +365,10 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
                  });
 }
 
+// Per block of columns (sized to stay in L2) and KC block, the mr_u-row
+// strips of A read in place against the nr_u-column strips of B (row p at
+// b + p*ldb, up to column n). Same KC blocking and arithmetic as the packed
+// path, so the same bits.
 void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
                          std::size_t k, float alpha, const float* a, std::size_t lda,
                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
@@ -401,7 +377,25 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     scale_c(m, n, beta, c, ldc, nullptr);
     return;
   }
-  inplace_loops(g, ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
+  const std::size_t nc = l2_block_cols(kc, nr);
+  const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
+  for (std::size_t jb = 0; jb < n; jb += nc) {
+    const std::size_t jend = std::min(n, jb + nc);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0);
+      const float beta_p = p0 == 0 ? beta : 1.f;
+      for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+        const float* ai = a_at(ta, a, lda, i0, p0);
+        const std::size_t mm = std::min(mr, m - i0);
+        float* ci = c + i0 * ldc;
+        for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
+          g.ukernel_unpacked(kb, ai, rsa, csa, b + p0 * ldb + j0, ldb, ci + j0, ldc, mm,
+                             std::min(nr, n - j0), alpha, beta_p);
+        }
+      }
+    }
+  }
 }
 
 void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
@@ -452,27 +446,26 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     return;
   }
 
-  if (tb == Trans::T && transpose_pays(g, m, n, k)) {
-    // op(B) = Bᵀ made row-major once, then the in-place path: neither A nor
-    // B is packed per block.
-    const std::size_t ldt = transposed_ld(n);
-    float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
-    parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
-      const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
-      g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
-    });
+  const bool transposed = tb == Trans::T && transpose_pays(g, m, n, k);
+  if (transposed || small_problem(g, tb, m, n, k)) {
+    // Both operands read in place, neither packed per block. A transposed B
+    // is made row-major once first.
+    const float* bi = b;
+    std::size_t ldbi = ldb;
+    if (transposed) {
+      const std::size_t ldt = transposed_ld(n);
+      float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
+      parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
+        const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
+        g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
+      });
+      bi = bt;
+      ldbi = ldt;
+    }
     run_blocks(g, m, n, threads,
                [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
                  gemm_serial_inplace(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                     bt + j0, ldt, beta, c + i0 * ldc + j0, ldc);
-               });
-    return;
-  }
-  if (small_problem(g, tb, m, n, k)) {
-    run_blocks(g, m, n, threads,
-               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                 inplace_loops(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda, b + j0,
-                               ldb, beta, c + i0 * ldc + j0, ldc);
+                                     bi + j0, ldbi, beta, c + i0 * ldc + j0, ldc);
                });
     return;
   }
