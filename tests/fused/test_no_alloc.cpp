@@ -18,15 +18,10 @@
 
 #include "support/reference.hpp"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define MHA_TEST_COUNT_MALLOC 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MHA_TEST_COUNT_MALLOC 0
-#endif
-#endif
-#if !defined(MHA_TEST_COUNT_MALLOC) && defined(__GLIBC__)
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define MHA_TEST_COUNT_MALLOC 1
+#else
+#define MHA_TEST_COUNT_MALLOC 0
 #endif
 
 namespace {
