@@ -4,7 +4,12 @@
 #include <cpuid.h>
 #endif
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 
 namespace mha::detail {
 namespace {
@@ -60,11 +65,78 @@ CpuFeatures detect() {
 }
 #endif
 
+// The size of cpu0's cache of this level holding data ("Data" or
+// "Unified"), from sysfs; 0 if there is none.
+std::size_t sysfs_cache(int level) {
+  // Not std::to_string: it would export libstdc++'s digit table from
+  // libmha.so (tests/tools/check_symbols.sh).
+  for (char index = '0'; index <= '9'; ++index) {
+    const std::string dir = std::string("/sys/devices/system/cpu/cpu0/cache/index") + index;
+    std::ifstream level_file(dir + "/level"), type_file(dir + "/type"), size_file(dir + "/size");
+    int l = 0;
+    std::string type, size;
+    if (!(level_file >> l)) return 0;  // no more indices
+    if (l != level || !(type_file >> type) || type == "Instruction") continue;
+    return size_file >> size ? parse_cache_size(size.c_str()) : 0;
+  }
+  return 0;
+}
+
+std::size_t cache_size(int sysconf_name, int level) {
+  const long v = sysconf(sysconf_name);
+  return v > 0 ? static_cast<std::size_t>(v) : sysfs_cache(level);
+}
+
+CacheSizes detect_caches() {
+  CacheSizes c;
+  c.l1d = cache_size(_SC_LEVEL1_DCACHE_SIZE, 1);
+  c.l2 = cache_size(_SC_LEVEL2_CACHE_SIZE, 2);
+  const char* env = std::getenv("MHA_L2_CACHE_BYTES");
+  if (env != nullptr && *env != '\0') {
+    if (const std::size_t l2 = parse_cache_size(env)) {
+      c.l2 = l2;
+    } else {
+      c.error = std::string("MHA_L2_CACHE_BYTES=") + env +
+                " is not a cache size (expected bytes, optionally with K or M, e.g. 2M)";
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 const CpuFeatures& cpu_features() noexcept {
   static const CpuFeatures features = detect();
   return features;
+}
+
+const CacheSizes& cpu_caches() noexcept {
+  // Unknown sizes (the ISA tables' own blocks) if reading them fails.
+  static const CacheSizes caches = []() noexcept {
+    try {
+      return detect_caches();
+    } catch (...) {
+      return CacheSizes{};
+    }
+  }();
+  return caches;
+}
+
+std::size_t parse_cache_size(const char* text) noexcept {
+  if (text == nullptr || *text < '0' || *text > '9') return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  std::size_t scale = 1;
+  if (*end == 'K' || *end == 'k') {
+    scale = std::size_t{1} << 10;
+    ++end;
+  } else if (*end == 'M' || *end == 'm') {
+    scale = std::size_t{1} << 20;
+    ++end;
+  }
+  // Past 1 TiB it is no cache size (and the product could overflow).
+  if (*end != '\0' || v == 0 || v > (1ull << 40) / scale) return 0;
+  return static_cast<std::size_t>(v) * scale;
 }
 
 }  // namespace mha::detail

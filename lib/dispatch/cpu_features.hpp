@@ -3,6 +3,9 @@
 // save the ZMM state (fixed upstream only in xsimd 13.1).
 #pragma once
 
+#include <cstddef>
+#include <string>
+
 namespace mha::detail {
 
 struct CpuFeatures {
@@ -13,5 +16,24 @@ struct CpuFeatures {
 
 // Detected once; cheap afterwards.
 const CpuFeatures& cpu_features() noexcept;
+
+// One core's data caches, in bytes; 0 where unknown. From sysconf (glibc
+// reads CPUID leaf 4 or 0x8000001D on x86), else from
+// /sys/devices/system/cpu/cpu0/cache (aarch64; some VMs expose neither).
+// MHA_L2_CACHE_BYTES (a size: "2097152", "2048K", "2M") replaces the L2
+// size, for VMs that misreport it; a value that is not a size leaves the
+// caches as detected and sets `error`, which dispatch reports as it does a
+// bad MHA_ISA.
+struct CacheSizes {
+  std::size_t l1d = 0;
+  std::size_t l2 = 0;
+  std::string error;
+};
+
+// Detected once; cheap afterwards.
+const CacheSizes& cpu_caches() noexcept;
+
+// "48K", "2M", "1048576" -> bytes; 0 for anything else (or an empty string).
+std::size_t parse_cache_size(const char* text) noexcept;
 
 }  // namespace mha::detail

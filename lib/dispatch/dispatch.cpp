@@ -30,31 +30,39 @@ bool cpu_has(Isa isa) noexcept {
   return false;
 }
 
+// An ISA's GEMM table fitted to this CPU's caches, once per ISA.
+GemmKernels fitted(const GemmKernels& g) noexcept {
+  const CacheSizes& c = cpu_caches();
+  return fit_to_caches(g, c.l1d, c.l2);
+}
+
 const KernelSet* built_set(Isa isa) noexcept {
   switch (isa) {
     case Isa::scalar: {
-      static const KernelSet s{Isa::scalar, &gemm_kernels_scalar, &softmax_kernels_scalar,
+      static const GemmKernels gemm = fitted(gemm_kernels_scalar);
+      static const KernelSet s{Isa::scalar, &gemm, &softmax_kernels_scalar,
                                &reshape_kernels_scalar};
       return &s;
     }
 #if MHA_BUILD_AVX2
     case Isa::avx2: {
-      static const KernelSet s{Isa::avx2, &gemm_kernels_avx2, &softmax_kernels_avx2,
-                               &reshape_kernels_avx2};
+      static const GemmKernels gemm = fitted(gemm_kernels_avx2);
+      static const KernelSet s{Isa::avx2, &gemm, &softmax_kernels_avx2, &reshape_kernels_avx2};
       return &s;
     }
 #endif
 #if MHA_BUILD_AVX512
     case Isa::avx512: {
-      static const KernelSet s{Isa::avx512, &gemm_kernels_avx512, &softmax_kernels_avx512,
+      static const GemmKernels gemm = fitted(gemm_kernels_avx512);
+      static const KernelSet s{Isa::avx512, &gemm, &softmax_kernels_avx512,
                                &reshape_kernels_avx512};
       return &s;
     }
 #endif
 #if MHA_BUILD_NEON
     case Isa::neon: {
-      static const KernelSet s{Isa::neon, &gemm_kernels_neon, &softmax_kernels_neon,
-                               &reshape_kernels_neon};
+      static const GemmKernels gemm = fitted(gemm_kernels_neon);
+      static const KernelSet s{Isa::neon, &gemm, &softmax_kernels_neon, &reshape_kernels_neon};
       return &s;
     }
 #endif
@@ -80,6 +88,10 @@ struct Initial {
 
 Initial initial_choice() {
   Initial r;
+  if (const std::string& bad = cpu_caches().error; !bad.empty()) {
+    r.error = bad;
+    return r;
+  }
   const char* env = std::getenv("MHA_ISA");
   if (env == nullptr || *env == '\0') {
     r.set = best_set();

@@ -163,18 +163,18 @@ constexpr std::size_t kL2Floats = 256 * 1024;
 
 // Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns. The A
 // blocks are packed again for every column panel. Where the ISA's panel
-// already exceeds L2 (AVX-512: KC x NC = 1024 x 768), B streams from L3
-// whatever its width, so a B whose panels together take at most
-// kWholePanelFloats is one panel. Measured (Zen5, AVX-512, 1 thread, best
-// GFLOP/s of interleaved runs, NC 768 vs one panel): sq1024 201 vs 205,
-// sq2048 200 vs 205, NN m4096 n2304 k768 201 vs 207. Where the panel is
-// sized to stay in L2 (AVX2, NEON: 256 x 768) NC is kept: one panel was
+// already exceeds L2 (AVX-512 on a 1 MiB L2: KC x NC = 1024 x 768), B
+// streams from L3 whatever its width, so a B whose panels together take at
+// most kWholePanelFloats is one panel (GemmKernels::whole_panel_floats).
+// Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of interleaved runs, NC
+// 768 vs one panel): sq1024 201 vs 205, sq2048 200 vs 205, NN m4096 n2304
+// k768 201 vs 207. Where the panel is sized to stay in L2 (AVX2, NEON: 256
+// x 768; AVX-512 on a large L2, fit_to_caches) NC is kept: one panel was
 // 0-3 % slower there (AVX2 sq1024, sq2048, m4096 n2304 k768). Column panels
 // never change the arithmetic.
 std::size_t panel_cols(const GemmKernels& g, std::size_t kc, std::size_t n) {
   const std::size_t whole = round_up(n, g.nr);
-  const bool panel_in_l2 = g.kc * g.nc <= kL2Floats;
-  return !panel_in_l2 && kc * whole <= kWholePanelFloats ? whole : g.nc;
+  return kc * whole <= g.whole_panel_floats ? whole : g.nc;
 }
 
 // The NC x KC loops over a packed B (BLIS's 5th and 4th loops), shared by
@@ -257,19 +257,20 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// Widest op(B) = B read in place (in blocks of l2_block_cols). Measured
-// (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked vs packed):
-// sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74 vs 89 (the
-// 4 KiB row stride of B maps every row of a strip to one L1 set).
+// Widest op(B) = B read in place (in blocks of l2_block_cols) on a 1 MiB
+// L2. Measured (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked
+// vs packed): sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74
+// vs 89 (the 4 KiB row stride of B maps every row of a strip to one L1 set).
 constexpr std::size_t kSmallMaxN = 512;
 
-// Where packing does not pay back, for op(B) = B: N up to kSmallMaxN, where
-// B's rows are read in place from L2 and A's row streams from L1; and any
-// problem so small that the copies cost as much as the arithmetic (sq64 on
-// the Xeon VM, 1 thread: 59 GFLOP/s packed, 120 unpacked).
+// Where packing does not pay back, for op(B) = B: N up to
+// GemmKernels::small_max_n, where B's rows are read in place from L2 and A's
+// row streams from L1, or one unpacked tile wide; and any problem so small
+// that the copies cost as much as the arithmetic (sq64 on the Xeon VM, 1
+// thread: 59 GFLOP/s packed, 120 unpacked).
 bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n, std::size_t k) {
   if (tb != Trans::N) return false;
-  return n <= std::max(g.nr_u, kSmallMaxN) ||
+  return n <= std::max(g.nr_u, g.small_max_n) ||
          static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
 }
 
@@ -277,13 +278,14 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
 // transposed whole into row-major scratch and multiplied in place, instead
 // of packed per panel, while that scratch is at most this many floats
 // (4 MiB per calling thread), or kTransposeOneBlockMaxFloats for an A of one
-// block. Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed;
-// 1 thread): qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246,
-// qk_s2048 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768
-// 216-219 -> 220-227. Past 1M floats it stops paying (best GFLOP/s of
-// interleaved runs, transposed vs packed, k768 n2304 = 1.8M floats): AVX2
-// m128 97 vs 102, m512 104 vs 106, m4096 107 vs 105; AVX-512 m512 202 vs
-// 203, m4096 213 vs 211.
+// block: the limits on a 1 MiB L2 (GemmKernels::transpose_max_floats).
+// Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed; 1 thread):
+// qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246, qk_s2048
+// 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768 216-219 ->
+// 220-227. Past 1M floats it stops paying (best GFLOP/s of interleaved
+// runs, transposed vs packed, k768 n2304 = 1.8M floats): AVX2 m128 97 vs
+// 102, m512 104 vs 106, m4096 107 vs 105; AVX-512 m512 202 vs 203, m4096
+// 213 vs 211.
 constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
 // An A of one block (a_is_one_block) amortizes the transpose over fewer rows,
 // and gemm_serial_unpacked packs it once: past this many floats (1 MiB, the
@@ -308,11 +310,53 @@ std::size_t transposed_ld(std::size_t n) {
 // The cap is on the scratch, k x transposed_ld, not on B.
 bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
   const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(n));
-  return floats <= static_cast<double>(a_is_one_block(g, m, k) ? kTransposeOneBlockMaxFloats
-                                                               : kTransposeMaxFloats);
+  return floats <= static_cast<double>(a_is_one_block(g, m, k) ? g.transpose_one_block_max_floats
+                                                               : g.transpose_max_floats);
 }
 
+// The fewest columns of a B panel kept in a large L2: below this (Zen5's
+// 1 MiB L2 holds 256 columns at KC 512 in half of it) the blocks made for
+// a 1 MiB L2 stay. On Zen5, panels kept in its L2 (KC x NC 256 x 768, 384 x
+// 512) ran sq1024 at 176-180 GFLOP/s against 189 for KC 1024 streamed from
+// L3 (AVX-512, 1 thread, interleaved).
+constexpr std::size_t kMinL2PanelCols = 512;
+
 }  // namespace
+
+// The blocks of the ISA's table and the limits above were measured on a
+// 1 MiB L2 (Zen5), whose L3 feeds a streamed B panel well. An L2 that holds
+// a panel of l2_kc x at least kMinL2PanelCols in half of it (BLIS's rule for
+// the block read from L2) keeps B there instead: KC = l2_kc, NC filling half
+// the L2. Measured on a 2 MiB L2 (Xeon, AVX-512, 1 thread, best GFLOP/s of
+// runs interleaved in one process, 1 MiB-L2 blocks -> KC 512 x NC 512):
+// sq1024 173-177 -> 197-205, sq2048 146 -> 195, NT m512 n2304 k768 164 ->
+// 195-196, prepacked m128 n2304 145 -> 180; NC 768 (a 1.5 MiB panel) was
+// 2-4 % slower than 512. With B panels in L2 the packed path also beats
+// the in-place kernel, which reads B rows from L2 at 4 cache lines per k
+// step, everywhere except where B fits in L1: in-place vs packed, sq64 190
+// vs 179, sq96 173 vs 173, sq128 163 vs 183, sq256 186 vs 213, sq512 167 vs
+// 211; transposed Bᵀ vs packed, qk_s128 (40 KiB of scratch) 202 vs 177,
+// qk_s256 (72 KiB) 182 vs 200, qk_s2048 184 vs 206, NT m4096 n768 k768 173
+// vs 204. So the small path keeps only unpacked-tile-wide B (and problems
+// under 1M multiply-adds), and the transposed path a B that fits in L1d.
+GemmKernels fit_to_caches(GemmKernels g, std::size_t l1d_bytes, std::size_t l2_bytes) noexcept {
+  g.whole_panel_floats = g.kc * g.nc > kL2Floats ? kWholePanelFloats : 0;
+  g.small_max_n = kSmallMaxN;
+  g.transpose_max_floats = kTransposeMaxFloats;
+  g.transpose_one_block_max_floats = kTransposeOneBlockMaxFloats;
+  if (g.l2_kc == 0) return g;
+  const std::size_t nc = l2_bytes / 2 / (g.l2_kc * sizeof(float)) / g.nr * g.nr;
+  if (nc < kMinL2PanelCols) return g;
+  g.kc = g.l2_kc;
+  g.nc = nc;
+  g.whole_panel_floats = 0;
+  g.small_max_n = 0;
+  // An unknown L1d counts as 32 KiB, the smallest of the AVX-512 cores.
+  const std::size_t l1d_floats = (l1d_bytes != 0 ? l1d_bytes : 32 * 1024) / sizeof(float);
+  g.transpose_max_floats = l1d_floats;
+  g.transpose_one_block_max_floats = l1d_floats;
+  return g;
+}
 
 std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n) {
   return ceil_div(n, g.nr) * k * g.nr;

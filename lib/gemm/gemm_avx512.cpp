@@ -20,12 +20,17 @@
 // 250 / 251, m4096 n2304 k768 230 / 241 / 243 (AVX2 shows no difference).
 // The B panel (KC x NC = 3 MiB) is read from L3; the paths that must keep B
 // in L2 block N instead (gemm.cpp, kL2BlockFloats), which leaves the
-// arithmetic alone.
+// arithmetic alone. Those are the blocks for Zen5's 1 MiB L2. An L2 of 2 MiB
+// or more keeps KC x NC = 512 x (half the L2) panels in L2 instead
+// (fit_to_caches, gemm.cpp: sq2048 146 -> 195 GFLOP/s on a 2 MiB-L2 Xeon);
+// KC 512 against 384 there, at the same panel size: P·V at S = 2048 (k 2048,
+// read in place, a pass over C per K block) 168 vs 165, Q·Kᵀ 200 vs 188,
+// sq1024 205 vs 202.
 #include "gemm/ukernel.hpp"
 
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_avx512 =
-    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 6, 4>(336, 1024, 768);
+    gemm_ukernel::make_kernels<xsimd::avx512f, 14, 2, 6, 4>(336, 1024, 768, 512);
 
 }  // namespace mha::detail

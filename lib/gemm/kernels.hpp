@@ -7,8 +7,22 @@
 namespace mha::detail {
 
 struct GemmKernels {
-  std::size_t mr, nr;      // register tile of the micro-kernel (C block mr x nr)
-  std::size_t mc, kc, nc;  // cache blocks: A block mc x kc (L2), B panel kc x nc (L3)
+  std::size_t mr, nr;  // register tile of the micro-kernel (C block mr x nr)
+  // Cache blocks: A block mc x kc, B panel kc x nc. An ISA's table gives the
+  // blocks measured on a 1 MiB L2; fit_to_caches() keeps them or, with l2_kc
+  // and an L2 that holds such panels, replaces them.
+  std::size_t mc, kc, nc;
+  // KC of the B panels that fit_to_caches() keeps in a large L2; 0: this
+  // ISA's blocks stay as given on any L2 (no other L2 was measured).
+  std::size_t l2_kc;
+  // Set by fit_to_caches() (zero in the ISA tables before that):
+  // a kc-deep op(B) of at most this many floats is one panel (0: panels of
+  // nc columns); op(B) = B up to small_max_n columns is read in place (the
+  // small path); op(B) = Bᵀ is transposed whole into scratch of at most
+  // transpose_max_floats, or transpose_one_block_max_floats for an A of one
+  // MC x KC block.
+  std::size_t whole_panel_floats, small_max_n;
+  std::size_t transpose_max_floats, transpose_one_block_max_floats;
   // C[m x n] = alpha * A·B + beta * C (then + bias[j] if bias is non-null,
   // n floats), for m <= mr, n <= nr, k >= 1. a: packed A strip [k][mr];
   // b: packed B strip [k][nr]; beta == 0: C not read.
@@ -50,9 +64,14 @@ struct GemmKernels {
                     std::size_t ldd);
 };
 
+// The ISA tables, before fit_to_caches().
 extern const GemmKernels gemm_kernels_scalar;
 extern const GemmKernels gemm_kernels_avx2;
 extern const GemmKernels gemm_kernels_avx512;
 extern const GemmKernels gemm_kernels_neon;
+
+// An ISA table fitted to one core's L1d and L2 sizes (bytes, 0 if unknown):
+// what dispatch hands the drivers (gemm.cpp).
+GemmKernels fit_to_caches(GemmKernels g, std::size_t l1d_bytes, std::size_t l2_bytes) noexcept;
 
 }  // namespace mha::detail

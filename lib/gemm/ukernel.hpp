@@ -676,15 +676,22 @@ void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, 
 }
 
 // One ISA's table: an MR x (NV vectors) micro-kernel for packed operands,
-// an MRU x (NVU vectors) one for unpacked operands, and the cache blocks.
+// an MRU x (NVU vectors) one for unpacked operands, the cache blocks for a
+// 1 MiB L2 and the KC for a large one (GemmKernels::l2_kc).
 template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size_t NVU>
-constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc) {
+constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc,
+                                   std::size_t l2_kc = 0) {
   constexpr std::size_t W = Simd<Arch>::width;
   return GemmKernels{MR,
                      NV * W,
                      mc,
                      kc,
                      nc,
+                     l2_kc,
+                     0,
+                     0,
+                     0,
+                     0,
                      &ukernel<Arch, MR, NV>,
                      kRowStrips<Arch, NV>,
                      &ukernel_row<Arch, MR, NV>,

@@ -5,6 +5,7 @@
 #include <mha/isa.hpp>
 #include <string>
 
+#include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 
 TEST_CASE("the ISA forced through MHA_ISA is the one in use", "[dispatch]") {
@@ -46,4 +47,22 @@ TEST_CASE("set_isa switches and restores, and rejects what cannot run", "[dispat
 #endif
   CHECK(mha::current_isa() == before);
   CHECK(mha_isa_supported(nullptr) == 0);
+}
+
+TEST_CASE("cache sizes parse as sysfs and MHA_L2_CACHE_BYTES write them", "[dispatch]") {
+  using mha::detail::parse_cache_size;
+  CHECK(parse_cache_size("48K") == 48 * 1024);
+  CHECK(parse_cache_size("2048K") == 2 * 1024 * 1024);
+  CHECK(parse_cache_size("2M") == 2 * 1024 * 1024);
+  CHECK(parse_cache_size("2m") == 2 * 1024 * 1024);
+  CHECK(parse_cache_size("1048576") == 1024 * 1024);
+  for (const char* bad :
+       {"", "K", "0", "0K", "-1M", "2Q", "2 M", "2MB", " 2M", "99999999999999M"}) {
+    INFO("'" << bad << "'");
+    CHECK(parse_cache_size(bad) == 0);
+  }
+  CHECK(parse_cache_size(nullptr) == 0);
+  // This process started without a bad override (that case runs in a process
+  // of its own: dispatch_bad_cache_override).
+  CHECK(mha::detail::cpu_caches().error.empty());
 }

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mha/gemm.hpp>
@@ -25,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
 #include "support/reference.hpp"
@@ -195,9 +197,9 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
     shapes.push_back(
         random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
   }
-  // Shapes that cross the cache blocks (KC = 256 on AVX2 and 1024 on
-  // AVX-512, MC up to 336, several MC, column and thread blocks) and the GEMV
-  // path.
+  // Shapes that cross the cache blocks (KC = 256 on AVX2, and 1024 on
+  // AVX-512 or 512 on a large L2; MC up to 336, several MC, column and
+  // thread blocks) and the GEMV path.
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 30},
                                                                        {37, 300, 530},
                                                                        {1, 1000, 300},
@@ -244,7 +246,8 @@ TEST_CASE("prepacked B gives the same bits as sgemm, and the bias is added", "[g
     REQUIRE(pb.check(run_packed(pb)));
   }
   // Op(B) = B up to 512 columns is read in place (the unpacked small path,
-  // in column blocks sized to L2) by sgemm: still the packed path's bits,
+  // in column blocks sized to L2; on a 1 MiB L2) by sgemm: still the packed
+  // path's bits,
   // across several KC and column blocks and at the width limit either side.
   // Past it, an A of one block is packed once and viewed per K block against
   // L2-sized panels of B (the last shape: 2 K blocks, 10 panels on AVX-512).
@@ -331,6 +334,65 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
     CHECK(bitwise_equal(packed[0], packed[1]));
     CHECK(bitwise_equal(packed[0], packed[2]));
   }
+}
+
+TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large L2", "[gemm]") {
+  // A table shaped like AVX-512's (14 x 32 tile, 336 / 1024 / 768 blocks for
+  // a 1 MiB L2, KC 512 for a large one); the kernels themselves do not matter.
+  mha::detail::GemmKernels isa{};
+  isa.mr = 14;
+  isa.nr = 32;
+  isa.mc = 336;
+  isa.kc = 1024;
+  isa.nc = 768;
+  isa.l2_kc = 512;
+  const std::size_t KiB = 1024, MiB = 1024 * KiB;
+  // 1 MiB (Zen5, where these blocks were measured), or unknown: kept, B
+  // streamed as one panel up to 8 MiB, the 1 MiB-L2 path limits.
+  for (std::size_t l2 : {std::size_t{0}, MiB, 1280 * KiB}) {
+    INFO("L2 " << l2);
+    const auto g = mha::detail::fit_to_caches(isa, 48 * KiB, l2);
+    CHECK(g.kc == 1024);
+    CHECK(g.nc == 768);
+    CHECK(g.whole_panel_floats == std::size_t{1} << 21);
+    CHECK(g.small_max_n == 512);
+    CHECK(g.transpose_max_floats == std::size_t{1} << 20);
+    CHECK(g.transpose_one_block_max_floats == 256 * KiB);
+  }
+  // 2 MiB (the Xeon): 512 x 512 panels (half the L2) kept in L2, no whole
+  // panels, in place only where B fits in L1 (48 KiB = 12288 floats).
+  auto g = mha::detail::fit_to_caches(isa, 48 * KiB, 2 * MiB);
+  CHECK(g.mc == 336);
+  CHECK(g.kc == 512);
+  CHECK(g.nc == 512);
+  CHECK(g.whole_panel_floats == 0);
+  CHECK(g.small_max_n == 0);
+  CHECK(g.transpose_max_floats == 12 * KiB);
+  CHECK(g.transpose_one_block_max_floats == 12 * KiB);
+  // Larger L2s take wider panels, in whole strips; an unknown L1d counts as
+  // 32 KiB.
+  g = mha::detail::fit_to_caches(isa, 0, 3 * MiB);
+  CHECK(g.nc == 768);
+  CHECK(g.transpose_max_floats == 8 * KiB);
+  // The table calls run on is fitted to the L2 in use: MHA_L2_CACHE_BYTES
+  // where set (the avx512/l2-* runs of this suite), else the CPU's.
+  const auto& caches = mha::detail::cpu_caches();
+  if (const char* forced = std::getenv("MHA_L2_CACHE_BYTES")) {
+    CHECK(caches.l2 == mha::detail::parse_cache_size(forced));
+  }
+  if (mha::current_isa() == mha::Isa::avx512) {
+    const auto& used = *mha::detail::kernels().gemm;
+    CHECK(used.kc == (caches.l2 >= 2 * MiB ? 512 : 1024));
+    CHECK(used.nc == (caches.l2 >= 2 * MiB ? caches.l2 / 2 / (512 * 4) / 32 * 32 : 768));
+  }
+  // An ISA with no large-L2 KC keeps its blocks on any L2.
+  isa.l2_kc = 0;
+  isa.kc = 256;
+  g = mha::detail::fit_to_caches(isa, 48 * KiB, 2 * MiB);
+  CHECK(g.kc == 256);
+  CHECK(g.nc == 768);
+  CHECK(g.whole_panel_floats == 0);  // 256 x 768 is held in a 1 MiB L2
+  CHECK(g.small_max_n == 512);
 }
 
 TEST_CASE("zero sizes and alpha == 0 follow BLAS", "[gemm]") {
