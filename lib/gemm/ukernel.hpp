@@ -18,9 +18,10 @@
 // Micro-kernel: C[m x n] = alpha * A·B + beta * C (+ bias[j], if bias is
 //   given) for 1 <= m <= MR, 1 <= n <= NR, k >= 1. It is instantiated for
 //   every row count 1..MR, so a short strip (M edge, m == 1 decode) computes
-//   only its m rows; the N edge is computed full width in registers (B's
-//   padding is zero) and stored with masked (x86) or partial vector stores,
-//   never a scalar loop over k and nothing written past column n. beta ==
+//   only its m rows; likewise the N edge computes only the ceil(n/W)
+//   vectors that hold columns (the last one over B's zero padding) and
+//   stores them with masked (x86) or partial vector stores, never a scalar
+//   loop over k and nothing written past column n. beta ==
 //   0: C is never read
 //   (NaN/Inf in C do not propagate). Every element is alpha*acc + beta*c
 //   (the product first, then the sum), then + bias[j] (a separate rounding,
