@@ -21,9 +21,8 @@
 //   only its m rows; likewise the N edge computes only the ceil(n/W)
 //   vectors that hold columns (the last one over B's zero padding) and
 //   stores them with masked (x86) or partial vector stores, never a scalar
-//   loop over k and nothing written past column n. beta ==
-//   0: C is never read
-//   (NaN/Inf in C do not propagate). Every element is alpha*acc + beta*c
+//   loop over k and nothing written past column n. beta == 0: C is never
+//   read (NaN/Inf in C do not propagate). Every element is alpha*acc + beta*c
 //   (the product first, then the sum), then + bias[j] (a separate rounding,
 //   as adding the bias to the stored C afterwards would be; drivers pass it
 //   on the last K block only), with acc an fma chain over p in order from 0,
