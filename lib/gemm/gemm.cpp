@@ -1,7 +1,7 @@
 // BLIS-style SGEMM driver: the portable loops, packing and threading around
 // the per-ISA micro-kernels (ukernel.hpp). Loop nest of gemm_serial, for a B
 // already packed whole:
-//   NC columns > KC depth > MC rows (pack the A block) > MR strips (the
+//   MC rows > KC depth (pack the A block) > NC columns > MR strips (the
 //     KC x MR A strip, reused across the panel) > NR strips > micro-kernel.
 // The micro-kernel broadcasts A and loads B as vectors. With KC = 256 the A
 // strip (14 KiB for AVX-512) stays in L1 and the B panel in L2; keeping the
@@ -52,33 +52,52 @@ std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
   return static_cast<std::size_t>(std::max(1.0, flops / kFlopsPerThread));
 }
 
-// A threads' task grid over C: blocks of `rows` (a multiple of MR) x `cols`
-// (a multiple of NR). The grid may depend on the thread count: an element's
-// arithmetic does not depend on which block it falls in (ukernel.hpp), so
-// results stay bit-identical.
+// A threads' task grid over C: mblocks x nblocks blocks of whole MR x NR
+// tiles, spread as evenly as integers allow (block sizes differ by at most
+// one tile): sq2048's 147 row strips in 8 blocks take 18 or 19 each, where
+// blocks of a rounded-up size (19, and 14 for the last) left one of 2
+// threads idle 4 % of the time. The grid may depend on the thread count: an
+// element's arithmetic does not depend on which block it falls in
+// (ukernel.hpp), so results stay bit-identical.
 struct Grid {
-  std::size_t rows, mblocks, cols, nblocks;
+  std::size_t m, n, mr, nr, mstrips, nstrips, mblocks, nblocks;
   std::size_t tasks() const { return mblocks * nblocks; }
-  std::size_t row0(std::size_t t) const { return (t / nblocks) * rows; }
-  std::size_t col0(std::size_t t) const { return (t % nblocks) * cols; }
+  // Task t: rows(t) rows from row0(t), cols(t) columns from col0(t).
+  std::size_t row0(std::size_t t) const {
+    return std::min(m, (t / nblocks) * mstrips / mblocks * mr);
+  }
+  std::size_t col0(std::size_t t) const {
+    return std::min(n, (t % nblocks) * nstrips / nblocks * nr);
+  }
+  std::size_t rows(std::size_t t) const { return row0(t + nblocks) - row0(t); }
+  std::size_t cols(std::size_t t) const {
+    return std::min(n, (t % nblocks + 1) * nstrips / nblocks * nr) - col0(t);
+  }
 };
 
 Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t mblocks,
                std::size_t nblocks) {
-  const std::size_t strips = ceil_div(n, g.nr);
-  mblocks = std::clamp<std::size_t>(mblocks, 1, ceil_div(m, g.mr));
-  nblocks = std::clamp<std::size_t>(nblocks, 1, strips);
-  const std::size_t rows = round_up(ceil_div(m, mblocks), g.mr);
-  const std::size_t cols = ceil_div(strips, nblocks) * g.nr;
-  return {rows, ceil_div(m, rows), cols, ceil_div(n, cols)};
+  const std::size_t mstrips = ceil_div(m, g.mr), nstrips = ceil_div(n, g.nr);
+  return {m,
+          n,
+          g.mr,
+          g.nr,
+          mstrips,
+          nstrips,
+          std::clamp<std::size_t>(mblocks, 1, mstrips),
+          std::clamp<std::size_t>(nblocks, 1, nstrips)};
 }
 
-// For a prepacked B: split M into balanced MC-sized blocks (B is shared,
-// never re-packed); split N only as far as needed for every thread to get
-// an equal share, two tasks per thread when the row blocks do not divide
-// evenly, since each column block re-packs its A blocks.
+// For a packed B: split M into row blocks of at most MC (B is shared, never
+// re-packed), as many as a multiple of the thread count, so that every
+// thread gets an equal share (7 MC blocks on 2 threads left one idle an
+// eighth of the time).
+// Fewer MC blocks than threads: split N as well, into two tasks per thread
+// unless the row blocks divide evenly, since each column block re-packs its
+// A blocks.
 Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
   const std::size_t mblocks = ceil_div(m, g.mc);
+  if (mblocks >= threads) return make_grid(g, m, n, round_up(mblocks, threads), 1);
   const std::size_t want = mblocks % threads == 0 ? mblocks : 2 * threads;
   return make_grid(g, m, n, mblocks, ceil_div(want, mblocks));
 }
@@ -107,8 +126,7 @@ void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t 
   }
   const Grid grid = split_longer(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
-    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-    block(i0, j0, std::min(grid.rows, m - i0), std::min(grid.cols, n - j0));
+    block(grid.row0(t), grid.col0(t), grid.rows(t), grid.cols(t));
   });
 }
 
@@ -138,20 +156,6 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
                 std::min(nr, nb - js * nr), alpha, beta,
                 bias != nullptr ? bias + js * nr : nullptr);
     }
-  }
-}
-
-// One KC x NC panel of B (already packed) against all m rows of A: pack
-// each MC x KC block of A, then run its strips.
-void macro_kernel(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                  const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc,
-                  const float* bias = nullptr) {
-  const std::size_t kb = bk.k, mc = std::min(round_up(m, g.mr), g.mc);
-  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kb);
-  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
-    const std::size_t mb = std::min(mc, m - i0);
-    g.pack_a(ta == Trans::T, mb, kb, a_at(ta, a, lda, i0, 0), lda, apack);
-    run_strips(g, mb, apack, kb * g.mr, bk, alpha, beta, c + i0 * ldc, ldc, bias);
   }
 }
 
@@ -215,46 +219,41 @@ bool a_is_one_block(const GemmKernels& g, std::size_t m, std::size_t k) {
   return packed_a_floats(g, m, k) <= g.mc * g.kc;
 }
 
-// gemm_serial for an unpacked B: each KC x NC panel is packed into this
-// thread's kGemmB just before use, so it is still in cache when read
-// (packing all of B first went through memory: pack_b('T') of 768 x 2304
-// took 0.6 ms, a fifth of the m = 128 projection). Same KC blocking and
-// kernels as gemm_serial, so the same bits. NC is not shrunk to keep the
-// panel in L2 when KC is large: re-packing A for more column panels cost
-// more (sq2048, KC 1024: 220 GFLOP/s at NC 192, 235 at NC 768), and up to
-// kWholePanelFloats the panel is all of B (panel_cols).
+// gemm_serial for an unpacked B and an A of one block (a_is_one_block): A
+// is packed once, whole (its K blocks are views, as in
+// gemm_serial_packed_a), and B in blocks of l2_block_cols columns, each
+// packed into this thread's kGemmB just before use so that it is still in
+// L2 for every A strip (packing all of B first went through memory:
+// pack_b('T') of 768 x 2304 took 0.6 ms, a fifth of the m = 128
+// projection). Same KC blocking and kernels as gemm_serial, so the same
+// bits. Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of runs interleaved
+// with NC = 768 panels that re-packed A each): NN m128 n2304 k768 184 ->
+// 192, m64 n4096 k512 164 -> 172, m256 n1024 k1024 198 -> 204, m300 n2304
+// k2000 192 either way.
 void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t kc = std::min(k, g.kc);
-  // An A of one block is packed once, whole (its K blocks are views, as in
-  // gemm_serial_packed_a), so column panels cost nothing in A and B is packed
-  // in panels that stay in L2 for every A strip. Measured (Zen5, AVX-512, 1
-  // thread, best GFLOP/s of runs interleaved with the NC = 768 panels that
-  // re-packed A each): NN m128 n2304 k768 184 -> 192, m64 n4096 k512 164 ->
-  // 172, m256 n1024 k1024 198 -> 204, m300 n2304 k2000 192 either way.
-  const bool a_once = a_is_one_block(g, m, k);
-  const std::size_t nc =
-      a_once ? std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr)) : panel_cols(g, kc, n);
-  float* apack = nullptr;
-  if (a_once) {
-    apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
-    g.pack_a(ta == Trans::T, m, k, a, lda, apack);
-  }
+  const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr));
+  float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
+  g.pack_a(ta == Trans::T, m, k, a, lda, apack);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
   for (std::size_t j0 = 0; j0 < n; j0 += nc) {
     const std::size_t nb = std::min(nc, n - j0);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
       const PackedBView bk = pack_b(g, tb, kb, nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
-      const float beta_p = p0 == 0 ? beta : 1.f;
-      if (a_once) {
-        run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, beta_p, c + j0, ldc);
-      } else {
-        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, bk, alpha, beta_p, c + j0, ldc);
-      }
+      run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, p0 == 0 ? beta : 1.f, c + j0, ldc);
     }
   }
+}
+
+// Columns of op(B) that sgemm packs at once for an A of several blocks, as
+// gemm_packed's B: all of it up to kWholePanelFloats (8 MiB), else slabs of
+// whole NC panels. gemm_serial packs each A block once per slab.
+std::size_t slab_cols(const GemmKernels& g, std::size_t k, std::size_t n) {
+  const std::size_t cols = std::max(g.nc, kWholePanelFloats / k / g.nc * g.nc);
+  return std::min(round_up(n, g.nr), cols);
 }
 
 // Widest op(B) = B read in place (in blocks of l2_block_cols) on a 1 MiB
@@ -296,9 +295,9 @@ constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
 // (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs 419-427
 // us (its 3 transpose slices of 256 columns split 2:1).
 constexpr std::size_t kTransposeOneBlockMaxFloats = kL2Floats;
-// Columns of op(B) per task of the (parallel) transpose: done serially
-// first, it cost 2 threads 13 % on the m128 n2304 projection.
-constexpr std::size_t kTransposeCols = 256;
+// Columns of op(B) per task of sgemm's parallel transpose or pack: done
+// serially, the transpose cost 2 threads 13 % on the m128 n2304 projection.
+constexpr std::size_t kCopyTaskCols = 256;
 
 // Row stride of the transposed B: whole cache lines (rows start 64-byte
 // aligned, as the scratch does) plus one, which keeps the stride off powers
@@ -369,6 +368,17 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
   return {dst, k, n, g.nr, stride};
 }
 
+// MC rows > KC depth (pack the A block) > NC columns > strips: each A block
+// is packed once and multiplied by every column panel of B. Packed per
+// column panel instead (NC > KC > MC, as in BLIS, whose NC is several
+// thousand), A was re-packed for each 512-column panel that a 2 MiB L2
+// holds. Measured (2 MiB-L2 Xeon, AVX-512, 1 thread, best GFLOP/s of three
+// alternating processes, before -> after; prepacked B, then unpacked NT
+// through sgemm, which packs B for gemm_packed): NT m128 n2304 k768 201 ->
+// 211, 193 either way; m512 n2304 200 -> 204, 196 -> 202; m4096 n768 200 ->
+// 208, 204 -> 209; m4096 n2304 195 -> 203, 198 -> 208; sq1024 205 -> 214,
+// 205 -> 207; sq2048 195 -> 199, 201 -> 204 (NN 199 -> 194). Each C element
+// still sums its K blocks in order, so the same bits.
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {
@@ -377,12 +387,17 @@ void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
     scale_c(m, b.n, beta, c, ldc, bias);
     return;
   }
-  for_each_panel(
-      g, b, beta,
-      [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
-        macro_kernel(g, ta, m, a_at(ta, a, lda, 0, p0), lda, panel, alpha, beta_p, c + j0, ldc,
-                     last && bias != nullptr ? bias + j0 : nullptr);
-      });
+  const std::size_t k = b.k, mc = std::min(round_up(m, g.mr), g.mc), kc = std::min(k, g.kc);
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t mb = std::min(mc, m - i0);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t p1 = std::min(k, p0 + kc);
+      g.pack_a(ta == Trans::T, mb, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
+      gemm_serial_packed_a(g, mb, apack, b.rows(p0, p1), alpha, p0 == 0 ? beta : 1.f, c + i0 * ldc,
+                           ldc, p1 == k ? bias : nullptr);
+    }
+  }
 }
 
 std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k) {
@@ -395,18 +410,20 @@ void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const 
 }
 
 void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
-                          float alpha, float beta, float* c, std::size_t ldc) {
+                          float alpha, float beta, float* c, std::size_t ldc, const float* bias) {
   if (m == 0 || b.n == 0) return;
   if (b.k == 0 || alpha == 0.f) {
-    scale_c(m, b.n, beta, c, ldc, nullptr);
+    scale_c(m, b.n, beta, c, ldc, bias);
     return;
   }
   // Strip s of the packed A is [k][mr] at a + s*k*mr, so the K block from p0
   // is the same strips read from a + p0*mr on.
-  for_each_panel(g, b, beta,
-                 [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool) {
-                   run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc);
-                 });
+  for_each_panel(
+      g, b, beta,
+      [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
+        run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc,
+                   last && bias != nullptr ? bias + j0 : nullptr);
+      });
 }
 
 // Per block of columns (sized to stay in L2) and KC block, the mr_u-row
@@ -455,7 +472,7 @@ void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
   const Grid grid = split_m_first(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-    const std::size_t mb = std::min(grid.rows, m - i0), j1 = std::min(n, j0 + grid.cols);
+    const std::size_t mb = grid.rows(t), j1 = j0 + grid.cols(t);
     gemm_serial(g, ta, mb, a_at(ta, a, lda, i0, 0), lda, b.cols(j0, j1), alpha, beta,
                 c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
   });
@@ -499,8 +516,8 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     if (transposed) {
       const std::size_t ldt = transposed_ld(n);
       float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
-      parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
-        const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
+      parallel_for(ceil_div(n, kCopyTaskCols), threads, [&](std::size_t t) {
+        const std::size_t j0 = t * kCopyTaskCols, j1 = std::min(n, j0 + kCopyTaskCols);
         g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
       });
       bi = bt;
@@ -513,11 +530,29 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
                });
     return;
   }
-  run_blocks(g, m, n, threads,
-             [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-               gemm_serial_unpacked(g, ta, tb, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                    b_at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
-             });
+  if (a_is_one_block(g, m, k)) {
+    run_blocks(g, m, n, threads,
+               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                 gemm_serial_unpacked(g, ta, tb, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
+                                      b_at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
+               });
+    return;
+  }
+  // Several A blocks: B is packed (slab by slab, in parallel) for
+  // gemm_packed, which packs each A block once per slab. Per-task B panels
+  // (as gemm_serial_unpacked) would make every column panel re-pack A.
+  const std::size_t cols = slab_cols(g, k, n);
+  float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, cols));
+  for (std::size_t j0 = 0; j0 < n; j0 += cols) {
+    const std::size_t nb = std::min(cols, n - j0);
+    const std::size_t task_cols = round_up(kCopyTaskCols, g.nr);  // whole strips
+    parallel_for(ceil_div(nb, task_cols), threads, [&](std::size_t t) {
+      const std::size_t c0 = t * task_cols, c1 = std::min(nb, c0 + task_cols);
+      g.pack_b(tb == Trans::T, k, c1 - c0, b_at(tb, b, ldb, 0, j0 + c0), ldb,
+               bpack + c0 / g.nr * k * g.nr, k * g.nr);
+    });
+    gemm_packed(g, ta, m, a, lda, {bpack, k, nb, g.nr, k * g.nr}, alpha, beta, c + j0, ldc);
+  }
 }
 
 }  // namespace mha::detail

@@ -54,7 +54,8 @@ void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const 
 // gemm_serial with A packed by pack_a (m rows, b.k columns): the same bits,
 // and no packing or allocation at all.
 void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
-                          float alpha, float beta, float* c, std::size_t ldc);
+                          float alpha, float beta, float* c, std::size_t ldc,
+                          const float* bias = nullptr);
 
 // C[m x n] = alpha * op(A)·B + beta * C with both operands read in place by
 // the unpacked micro-kernel (row p of B at b + p*ldb), single-threaded, no

@@ -303,10 +303,13 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
     return;
   }
   std::mt19937_64 rng(79);
-  // The two before last force op(B) = Bᵀ with widths whose thread column
-  // blocks do not line up with the in-place kernel's strips (the transposed
-  // path); the last one's Bᵀ is too large to transpose for an A of one
-  // block, which is packed once per thread block instead.
+  // 700 x 900 x 1100 has A blocks and K blocks enough for the packed-B
+  // path (B packed whole, then row blocks); 200 x 2100 x 1030 packs B in
+  // two slabs on AVX-512. The two before last force op(B) = Bᵀ with widths
+  // whose thread column blocks do not line up with the in-place kernel's
+  // strips (the transposed path); the last one's Bᵀ is too large to
+  // transpose for an A of one block, which is packed once per thread block
+  // instead.
   for (const auto& [m, n, k, force_t] :
        std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{
            {300, 500, 200, false},
@@ -314,6 +317,8 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
            {64, 2304, 96, false},
            {1000, 33, 300, false},
            {129, 129, 129, false},
+           {700, 900, 1100, false},
+           {200, 2100, 1030, false},
            {200, 100, 70, true},
            {45, 1001, 33, true},
            {100, 2000, 300, true}}) {
