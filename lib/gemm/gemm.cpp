@@ -120,17 +120,44 @@ Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_
   return make_grid(g, m, n, want, 1);
 }
 
+// For blocks that each pack all of their A and B: one block per thread, in
+// the mblocks x nblocks = threads grid that packs the fewest floats
+// (A m x k once per column block, B k x n once per row block), as BLIS
+// factors its threads over its loops. Measured (2 MiB-L2 Xeon, AVX-512, 2
+// threads, NT, best GFLOP/s of alternating processes): m512 n2304 k768
+// 376-379 with B packed whole first and then split into row blocks, 402 in
+// this grid's 1 x 2 column blocks; m512 n768 374 -> 385; sq1024, sq2048 and
+// m4096 n768 within 2 % either way. Two blocks per thread (A packed four
+// times): m512 n2304 396, sq1024 389 against 402.
+Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
+  std::size_t best_m = 1;
+  double best = -1;
+  for (std::size_t mb = 1; mb <= threads; ++mb) {
+    if (threads % mb != 0) continue;
+    const double floats =
+        static_cast<double>(m) * static_cast<double>(threads / mb) + static_cast<double>(n * mb);
+    if (best < 0 || floats < best) {
+      best = floats;
+      best_m = mb;
+    }
+  }
+  return make_grid(g, m, n, best_m, threads / best_m);
+}
+
 // Runs block(i0, j0, rows, cols) over C: once, on the whole of it, at one
-// thread; otherwise over split_longer's grid in parallel. For the drivers
-// whose blocks each pack (or read) their own operands.
+// thread; otherwise over the grid made by split(g, m, n, threads) in
+// parallel. For the drivers whose blocks each pack (or read) their own
+// operands.
 template <class Block>
 void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads,
-                Block&& block) {
+                Block&& block,
+                Grid (*split)(const GemmKernels&, std::size_t, std::size_t,
+                              std::size_t) = split_longer) {
   if (threads <= 1) {
     block(0, 0, m, n);
     return;
   }
-  const Grid grid = split_longer(g, m, n, threads);
+  const Grid grid = split(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     block(grid.row0(t), grid.col0(t), grid.rows(t), grid.cols(t));
   });
@@ -207,6 +234,64 @@ const float* b_at(Trans tb, const float* b, std::size_t ldb, std::size_t p, std:
   return tb == Trans::N ? b + p * ldb + j : b + j * ldb + p;
 }
 
+// A packed B (a PackedBView over dst) that is filled panel by panel, each
+// just before its first use, from op(B) at b (the view's first row and
+// column).
+struct BFill {
+  Trans tb;
+  const float* b;
+  std::size_t ldb;
+  float* dst;
+  // The same fill for the view's rows from p0 on (view.rows(p0, ...)).
+  BFill from_row(std::size_t p0, std::size_t nr) const {
+    return {tb, b_at(tb, b, ldb, p0, 0), ldb, dst + p0 * nr};
+  }
+};
+
+// The panels of a packed B against a packed A (gemm_serial_packed_a),
+// filling each from `fill` first if given.
+void run_panels(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
+                float alpha, float beta, float* c, std::size_t ldc, const float* bias,
+                const BFill* fill) {
+  // Strip s of the packed A is [k][mr] at a + s*k*mr, so the K block from p0
+  // is the same strips read from a + p0*mr on.
+  for_each_panel(
+      g, b, beta,
+      [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
+        if (fill != nullptr) {
+          g.pack_b(fill->tb == Trans::T, panel.k, panel.n,
+                   b_at(fill->tb, fill->b, fill->ldb, p0, j0), fill->ldb,
+                   fill->dst + j0 / g.nr * b.strip_stride + p0 * g.nr, b.strip_stride);
+        }
+        run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc,
+                   last && bias != nullptr ? bias + j0 : nullptr);
+      });
+}
+
+// gemm_serial, with B filled from `fill` (if given) by the first A block.
+void gemm_serial_filling(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
+                         std::size_t lda, const PackedBView& b, float alpha, float beta, float* c,
+                         std::size_t ldc, const float* bias, const BFill* fill) {
+  if (m == 0 || b.n == 0) return;
+  if (b.k == 0 || alpha == 0.f) {
+    scale_c(m, b.n, beta, c, ldc, bias);
+    return;
+  }
+  const std::size_t k = b.k, mc = std::min(round_up(m, g.mr), g.mc), kc = std::min(k, g.kc);
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t mb = std::min(mc, m - i0);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t p1 = std::min(k, p0 + kc);
+      g.pack_a(ta == Trans::T, mb, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
+      const bool filling = fill != nullptr && i0 == 0;
+      const BFill fill_k = filling ? fill->from_row(p0, g.nr) : BFill{};
+      run_panels(g, mb, apack, b.rows(p0, p1), alpha, p0 == 0 ? beta : 1.f, c + i0 * ldc, ldc,
+                 p1 == k ? bias : nullptr, filling ? &fill_k : nullptr);
+    }
+  }
+}
+
 // Floats of an in-place B block (the small path) that the row strips read
 // from L2, on a 1 MiB L2: sq512 with KC = 1024 fell from 249 to 229 GFLOP/s
 // reading its 1 MiB B whole, and is back at 248 in two 256-column blocks.
@@ -254,9 +339,9 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// Columns of op(B) that sgemm packs at once for an A of several blocks, as
-// gemm_packed's B: all of it up to kWholePanelFloats (8 MiB), else slabs of
-// whole NC panels. gemm_serial packs each A block once per slab.
+// Columns of op(B) that an sgemm block packs at once for an A of several
+// blocks: all of them up to kWholePanelFloats (8 MiB), else slabs of whole
+// NC panels. Each A block is packed once per slab.
 std::size_t slab_cols(const GemmKernels& g, std::size_t k, std::size_t n) {
   const std::size_t cols = std::max(g.nc, kWholePanelFloats / k / g.nc * g.nc);
   return std::min(round_up(n, g.nr), cols);
@@ -301,9 +386,9 @@ constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
 // (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs 419-427
 // us (its 3 transpose slices of 256 columns split 2:1).
 constexpr std::size_t kTransposeOneBlockMaxFloats = kL2Floats;
-// Columns of op(B) per task of sgemm's parallel transpose or pack: done
-// serially, the transpose cost 2 threads 13 % on the m128 n2304 projection.
-constexpr std::size_t kCopyTaskCols = 256;
+// Columns of op(B) per task of the (parallel) transpose: done serially
+// first, it cost 2 threads 13 % on the m128 n2304 projection.
+constexpr std::size_t kTransposeCols = 256;
 
 // Row stride of the transposed B: whole cache lines (rows start 64-byte
 // aligned, as the scratch does) plus one, which keeps the stride off powers
@@ -388,22 +473,7 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {
-  if (m == 0 || b.n == 0) return;
-  if (b.k == 0 || alpha == 0.f) {
-    scale_c(m, b.n, beta, c, ldc, bias);
-    return;
-  }
-  const std::size_t k = b.k, mc = std::min(round_up(m, g.mr), g.mc), kc = std::min(k, g.kc);
-  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
-  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
-    const std::size_t mb = std::min(mc, m - i0);
-    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-      const std::size_t p1 = std::min(k, p0 + kc);
-      g.pack_a(ta == Trans::T, mb, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
-      gemm_serial_packed_a(g, mb, apack, b.rows(p0, p1), alpha, p0 == 0 ? beta : 1.f, c + i0 * ldc,
-                           ldc, p1 == k ? bias : nullptr);
-    }
-  }
+  gemm_serial_filling(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
 std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k) {
@@ -422,14 +492,7 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
     scale_c(m, b.n, beta, c, ldc, bias);
     return;
   }
-  // Strip s of the packed A is [k][mr] at a + s*k*mr, so the K block from p0
-  // is the same strips read from a + p0*mr on.
-  for_each_panel(
-      g, b, beta,
-      [&](const PackedBView& panel, std::size_t j0, std::size_t p0, float beta_p, bool last) {
-        run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc,
-                   last && bias != nullptr ? bias + j0 : nullptr);
-      });
+  run_panels(g, m, a, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
 // Per block of columns (sized to stay in L2) and KC block, the mr_u-row
@@ -522,8 +585,8 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     if (transposed) {
       const std::size_t ldt = transposed_ld(n);
       float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
-      parallel_for(ceil_div(n, kCopyTaskCols), threads, [&](std::size_t t) {
-        const std::size_t j0 = t * kCopyTaskCols, j1 = std::min(n, j0 + kCopyTaskCols);
+      parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
+        const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
         g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
       });
       bi = bt;
@@ -544,21 +607,22 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
                });
     return;
   }
-  // Several A blocks: B is packed (slab by slab, in parallel) for
-  // gemm_packed, which packs each A block once per slab. Per-task B panels
-  // (as gemm_serial_unpacked) would make every column panel re-pack A.
-  const std::size_t cols = slab_cols(g, k, n);
-  float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, cols));
-  for (std::size_t j0 = 0; j0 < n; j0 += cols) {
-    const std::size_t nb = std::min(cols, n - j0);
-    const std::size_t task_cols = round_up(kCopyTaskCols, g.nr);  // whole strips
-    parallel_for(ceil_div(nb, task_cols), threads, [&](std::size_t t) {
-      const std::size_t c0 = t * task_cols, c1 = std::min(nb, c0 + task_cols);
-      g.pack_b(tb == Trans::T, k, c1 - c0, b_at(tb, b, ldb, 0, j0 + c0), ldb,
-               bpack + c0 / g.nr * k * g.nr, k * g.nr);
-    });
-    gemm_packed(g, ta, m, a, lda, {bpack, k, nb, g.nr, k * g.nr}, alpha, beta, c + j0, ldc);
-  }
+  // Several A blocks: each thread block packs B (its columns, in slabs) as
+  // its first A block uses it, and its later A blocks read it packed.
+  run_blocks(
+      g, m, n, threads,
+      [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+        const std::size_t slab = slab_cols(g, k, cols);
+        float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, slab));
+        for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
+          const std::size_t nb = std::min(slab, cols - s0);
+          const BFill fill{tb, b_at(tb, b, ldb, 0, j0 + s0), ldb, bpack};
+          gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, 0), lda,
+                              {bpack, k, nb, g.nr, k * g.nr}, alpha, beta, c + i0 * ldc + j0 + s0,
+                              ldc, nullptr, &fill);
+        }
+      },
+      split_packing);
 }
 
 }  // namespace mha::detail
