@@ -305,11 +305,11 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
   std::mt19937_64 rng(79);
   // 700 x 900 x 1100 has A blocks and K blocks enough for the path where
   // each thread block's first A block packs B; 200 x 2100 x 1030 packs B in
-  // two slabs at one thread on AVX-512. The two before last force op(B) = Bᵀ with widths
-  // whose thread column blocks do not line up with the in-place kernel's
-  // strips (the transposed path); the last one's Bᵀ is too large to
-  // transpose for an A of one block, which is packed once per thread block
-  // instead.
+  // two slabs at one thread on AVX-512. The two before last force op(B) =
+  // Bᵀ with widths whose thread column blocks do not line up with the
+  // in-place kernel's strips (the transposed path); the last one's Bᵀ is
+  // too large to transpose for an A of one block, which is packed once per
+  // thread block instead.
   for (const auto& [m, n, k, force_t] :
        std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{
            {300, 500, 200, false},
