@@ -510,6 +510,23 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
   const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
   const std::size_t nc = l2_block_cols(kc, nr);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
+  if (n <= nr && k * nr <= kL2Floats / 2) {
+    // One strip of columns (P·V at head_dim 64) whose B stays in L2 whole:
+    // each row strip runs all its K blocks in turn, so that its C tile stays
+    // in L1 and its A rows are read from start to end, instead of a pass
+    // over C and a jump in A per K block. Measured (2 MiB-L2 Xeon, AVX-512,
+    // best GFLOP/s of runs interleaved in one process): m2048 n64 k2048, 1
+    // thread 174-183 -> 187-188, 2 threads 372 either way; with B at 1 MiB
+    // (m1024 n64 k4096) it was 2-3 % slower at 2 threads.
+    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+      const std::size_t mm = std::min(mr, m - i0);
+      for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+        g.ukernel_unpacked(std::min(kc, k - p0), a_at(ta, a, lda, i0, p0), rsa, csa, b + p0 * ldb,
+                           ldb, c + i0 * ldc, ldc, mm, n, alpha, p0 == 0 ? beta : 1.f);
+      }
+    }
+    return;
+  }
   for (std::size_t jb = 0; jb < n; jb += nc) {
     const std::size_t jend = std::min(n, jb + nc);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {

@@ -199,8 +199,10 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
   }
   // Shapes that cross the cache blocks (KC = 256 on AVX2, and 1024 on
   // AVX-512 or 512 on a large L2; MC up to 336, several MC, column and
-  // thread blocks) and the GEMV path.
+  // thread blocks), one strip of columns over several K blocks (the small
+  // path's row-strip order) and the GEMV path.
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 30},
+                                                                       {301, 50, 1100},
                                                                        {37, 300, 530},
                                                                        {1, 1000, 300},
                                                                        {1, 37, 1100},
