@@ -43,12 +43,16 @@ const float* a_at(Trans ta, const float* a, std::size_t lda, std::size_t i, std:
 }
 
 // Work below which one more thread does not pay for its wake-up: about
-// 20 us of one core (TBB fork/join costs a few us), at AVX-512 peak, or
-// reading B at 25 GB/s. The second counts where m is small: B is read once
-// at two flops per float per row, so a GEMV is bound by memory (or L3),
-// not by the FMA rate. Counted by flops alone, m = 1 against a 768 x 3072
-// B (2 threads allowed) ran on one: 306 us, against 150 on two.
-constexpr double kFlopsPerThread = 4.0e6;
+// 10 us of one core at AVX-512 peak, or 20 us reading B at 25 GB/s. The
+// second counts where m is small: B is read once at two flops per float per
+// row, so a GEMV is bound by memory (or L3), not by the FMA rate. Counted by
+// flops alone, m = 1 against a 768 x 3072 B (2 threads allowed) ran on one:
+// 306 us, against 150 on two. A TBB fork/join costs 0.4 us back to back but
+// 12 us when the worker has slept (calls 200 us apart, this VM), so a
+// sporadic call needs about 20 us of work to gain from a second thread: 4M
+// flops per thread (as before) kept sq128 (4.2M) on one, 22.5 -> 13.0 us
+// in a loop with 2M.
+constexpr double kFlopsPerThread = 2.0e6;
 constexpr double kBBytesPerThread = 512.0 * 1024;
 
 std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
@@ -108,27 +112,16 @@ Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size
   return make_grid(g, m, n, mblocks, ceil_div(want, mblocks));
 }
 
-// For an unpacked B, each task packs its own B panels (row blocks re-pack
-// B) and A blocks (column blocks re-pack A): split the longer side, into two
-// tasks per thread, keeping column blocks at least 4 strips wide.
-Grid split_longer(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
-  const std::size_t want = 2 * threads;
-  if (n >= m) {
-    const std::size_t nblocks = std::min(want, std::max<std::size_t>(1, ceil_div(n, g.nr) / 4));
-    return make_grid(g, m, n, ceil_div(want, nblocks), nblocks);
-  }
-  return make_grid(g, m, n, want, 1);
-}
-
-// For blocks that each pack all of their A and B: one block per thread, in
-// the mblocks x nblocks = threads grid that packs the fewest floats
-// (A m x k once per column block, B k x n once per row block), as BLIS
-// factors its threads over its loops. Measured (2 MiB-L2 Xeon, AVX-512, 2
-// threads, NT, best GFLOP/s of alternating processes): m512 n2304 k768
-// 376-379 with B packed whole first and then split into row blocks, 402 in
-// this grid's 1 x 2 column blocks; m512 n768 374 -> 385; sq1024, sq2048 and
-// m4096 n768 within 2 % either way. Two blocks per thread (A packed four
-// times): m512 n2304 396, sq1024 389 against 402.
+// For blocks that each pack (or read in place) all of their A and B rows
+// and columns: one block per thread, in the mblocks x nblocks = threads
+// grid that packs the fewest floats (A m x k once per column block, B k x n
+// once per row block; on a tie, row blocks), as BLIS factors its threads
+// over its loops. Measured (2 MiB-L2 Xeon, AVX-512, 2 threads, best of
+// alternating processes) against the two blocks per thread along the
+// longer side used before: NT m512 n2304 k768 376-379 -> 402 GFLOP/s, m512
+// n768 374 -> 385, Q·Kᵀ S = 512 111-112 -> 84 us, S = 2048 1437-1442 ->
+// 1324 us, sq128 14.7-14.9 -> 13.0-13.1 us, P·V S = 128 5.8 -> 5.5 us;
+// sq1024, sq2048, m4096 n768, P·V S = 512 and 2048 within 2 %.
 Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
   std::size_t best_m = 1;
   double best = -1;
@@ -136,7 +129,7 @@ Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size
     if (threads % mb != 0) continue;
     const double floats =
         static_cast<double>(m) * static_cast<double>(threads / mb) + static_cast<double>(n * mb);
-    if (best < 0 || floats < best) {
+    if (best < 0 || floats <= best) {
       best = floats;
       best_m = mb;
     }
@@ -145,19 +138,16 @@ Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size
 }
 
 // Runs block(i0, j0, rows, cols) over C: once, on the whole of it, at one
-// thread; otherwise over the grid made by split(g, m, n, threads) in
-// parallel. For the drivers whose blocks each pack (or read) their own
-// operands.
+// thread; otherwise over split_packing's grid in parallel. For the drivers
+// whose blocks each pack (or read) their own operands.
 template <class Block>
 void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads,
-                Block&& block,
-                Grid (*split)(const GemmKernels&, std::size_t, std::size_t,
-                              std::size_t) = split_longer) {
+                Block&& block) {
   if (threads <= 1) {
     block(0, 0, m, n);
     return;
   }
-  const Grid grid = split(g, m, n, threads);
+  const Grid grid = split_packing(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     block(grid.row0(t), grid.col0(t), grid.rows(t), grid.cols(t));
   });
@@ -626,20 +616,18 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
   }
   // Several A blocks: each thread block packs B (its columns, in slabs) as
   // its first A block uses it, and its later A blocks read it packed.
-  run_blocks(
-      g, m, n, threads,
-      [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-        const std::size_t slab = slab_cols(g, k, cols);
-        float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, slab));
-        for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
-          const std::size_t nb = std::min(slab, cols - s0);
-          const BFill fill{tb, b_at(tb, b, ldb, 0, j0 + s0), ldb, bpack};
-          gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, 0), lda,
-                              {bpack, k, nb, g.nr, k * g.nr}, alpha, beta, c + i0 * ldc + j0 + s0,
-                              ldc, nullptr, &fill);
-        }
-      },
-      split_packing);
+  run_blocks(g, m, n, threads,
+             [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+               const std::size_t slab = slab_cols(g, k, cols);
+               float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, slab));
+               for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
+                 const std::size_t nb = std::min(slab, cols - s0);
+                 const BFill fill{tb, b_at(tb, b, ldb, 0, j0 + s0), ldb, bpack};
+                 gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, 0), lda,
+                                     {bpack, k, nb, g.nr, k * g.nr}, alpha, beta,
+                                     c + i0 * ldc + j0 + s0, ldc, nullptr, &fill);
+               }
+             });
 }
 
 }  // namespace mha::detail
