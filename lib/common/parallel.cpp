@@ -54,7 +54,7 @@ std::size_t effective_threads() noexcept {
 }
 
 void parallel_for(std::size_t tasks, std::size_t max_threads, FunctionRef<void(std::size_t)> body) {
-  std::size_t threads = std::min(effective_threads(), tasks);
+  std::size_t threads = tasks <= 1 || max_threads == 1 ? 1 : std::min(effective_threads(), tasks);
   if (max_threads != 0) threads = std::min(threads, max_threads);
   if (threads <= 1) {
     for (std::size_t i = 0; i < tasks; ++i) body(i);

@@ -62,6 +62,13 @@ std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
       std::max({1.0, flops / kFlopsPerThread, 4.0 * nk / kBBytesPerThread}));
 }
 
+// The threads a call of this shape uses: TBB is not asked when one thread
+// is all the work can use (the small products, whose call costs tens of ns).
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
+  const std::size_t cap = thread_cap(m, n, k);
+  return cap > 1 ? std::min(effective_threads(), cap) : 1;
+}
+
 // A threads' task grid over C: mblocks x nblocks blocks of whole MR x NR
 // tiles, spread as evenly as integers allow (block sizes differ by at most
 // one tile): sq2048's 147 row strips in 8 blocks take 18 or 19 each, where
@@ -540,7 +547,7 @@ void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
                  const float* bias) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0) return;
-  const std::size_t threads = std::min(effective_threads(), thread_cap(m, n, k));
+  const std::size_t threads = call_threads(m, n, k);
   if (threads <= 1) {
     gemm_serial(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias);
     return;
@@ -562,7 +569,7 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     scale_c(m, n, beta, c, ldc, nullptr);
     return;
   }
-  const std::size_t threads = std::min(effective_threads(), thread_cap(m, n, k));
+  const std::size_t threads = call_threads(m, n, k);
 
   if (m == 1) {
     // GEMV (a decode step): B is read once, so packing it would double the
