@@ -344,6 +344,15 @@ std::size_t slab_cols(const GemmKernels& g, std::size_t k, std::size_t n) {
   return std::min(round_up(n, g.nr), cols);
 }
 
+// Rows of op(B), whole KC blocks, that such a slab packs at once: all of
+// them while the slab stays within kWholePanelFloats, so that the scratch
+// does not grow with k. A slab of fewer rows is multiplied by the matching
+// columns of A; the K blocks stay where they were, so the same bits.
+std::size_t slab_rows(const GemmKernels& g, std::size_t k, std::size_t cols) {
+  const std::size_t kc = std::min(k, g.kc);
+  return std::min(k, std::max(kc, kWholePanelFloats / round_up(cols, g.nr) / kc * kc));
+}
+
 // Widest op(B) = B read in place (in blocks of l2_block_cols) on a 1 MiB
 // L2. Measured (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked
 // vs packed): sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74
@@ -623,18 +632,21 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
   }
   // Several A blocks: each thread block packs B (its columns, in slabs) as
   // its first A block uses it, and its later A blocks read it packed.
-  run_blocks(g, m, n, threads,
-             [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-               const std::size_t slab = slab_cols(g, k, cols);
-               float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, slab));
-               for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
-                 const std::size_t nb = std::min(slab, cols - s0);
-                 const BFill fill{tb, b_at(tb, b, ldb, 0, j0 + s0), ldb, bpack};
-                 gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, 0), lda,
-                                     {bpack, k, nb, g.nr, k * g.nr}, alpha, beta,
-                                     c + i0 * ldc + j0 + s0, ldc, nullptr, &fill);
-               }
-             });
+  run_blocks(
+      g, m, n, threads, [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+        const std::size_t slab = slab_cols(g, k, cols), depth = slab_rows(g, k, slab);
+        float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, depth, slab));
+        for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
+          const std::size_t nb = std::min(slab, cols - s0);
+          for (std::size_t p0 = 0; p0 < k; p0 += depth) {
+            const std::size_t kb = std::min(depth, k - p0);
+            const BFill fill{tb, b_at(tb, b, ldb, p0, j0 + s0), ldb, bpack};
+            gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, p0), lda,
+                                {bpack, kb, nb, g.nr, kb * g.nr}, alpha, p0 == 0 ? beta : 1.f,
+                                c + i0 * ldc + j0 + s0, ldc, nullptr, &fill);
+          }
+        }
+      });
 }
 
 }  // namespace mha::detail

@@ -220,6 +220,14 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
     }
   }
 
+  // A B packed in slabs of fewer rows than k, on every ISA, on one thread or
+  // two (each of two column blocks is still 550 wide); beta neither 0 nor 1,
+  // since each slab after the first adds to C. Once, NT: the shape is large.
+  Shape deep = random_shape(rng, 45, 1100, 4200);
+  deep.tb = 'T';
+  deep.beta = -0.5f;
+  shapes.push_back(deep);
+
   std::size_t failures = 0;
   for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
     const Problem p(shapes[i], 1000 + i);
