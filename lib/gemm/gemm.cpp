@@ -471,11 +471,11 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 // thousand), A was re-packed for each 512-column panel that a 2 MiB L2
 // holds. Measured (2 MiB-L2 Xeon, AVX-512, 1 thread, best GFLOP/s of three
 // alternating processes, before -> after; prepacked B, then unpacked NT
-// through sgemm, which packs B for gemm_packed): NT m128 n2304 k768 201 ->
-// 211, 193 either way; m512 n2304 200 -> 204, 196 -> 202; m4096 n768 200 ->
-// 208, 204 -> 209; m4096 n2304 195 -> 203, 198 -> 208; sq1024 205 -> 214,
-// 205 -> 207; sq2048 195 -> 199, 201 -> 204 (NN 199 -> 194). Each C element
-// still sums its K blocks in order, so the same bits.
+// through sgemm, which then packed B whole for gemm_packed): NT m128 n2304
+// k768 201 -> 211, 193 either way; m512 n2304 200 -> 204, 196 -> 202;
+// m4096 n768 200 -> 208, 204 -> 209; m4096 n2304 195 -> 203, 198 -> 208;
+// sq1024 205 -> 214, 205 -> 207; sq2048 195 -> 199, 201 -> 204 (NN 199 ->
+// 194). Each C element still sums its K blocks in order, so the same bits.
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {

@@ -51,8 +51,8 @@ std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k);
 void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const float* a,
             std::size_t lda, float* dst);
 
-// gemm_serial with A packed by pack_a (m rows, b.k columns): the same bits,
-// and no packing or allocation at all.
+// gemm_serial with A packed by pack_a (m rows, b.k columns), bias included:
+// the same bits, and no packing or allocation at all.
 void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
                           float alpha, float beta, float* c, std::size_t ldc,
                           const float* bias = nullptr);
