@@ -182,7 +182,7 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
       }
     }
     for (; js * nr < nb; ++js) {
-      g.ukernel(bk.k, as, bk.data + js * bk.strip_stride, ci + js * nr, ldc, mm,
+      g.ukernel(bk.k, as, bk.data + js * bk.strip_stride, nr, ci + js * nr, ldc, mm,
                 std::min(nr, nb - js * nr), alpha, beta,
                 bias != nullptr ? bias + js * nr : nullptr);
     }
@@ -336,6 +336,50 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
+// Whether sgemm reads op(B) = B in place with the packed micro-kernel
+// (GemmKernels::b_in_place_max_floats): a B small enough to stay in cache,
+// an A of one block, and rows not a multiple of 4 KiB apart.
+bool b_in_place_pays(const GemmKernels& g, Trans tb, std::size_t m, std::size_t k,
+                     std::size_t ldb) {
+  constexpr std::size_t kAliasFloats = 1024;  // 4 KiB: one L1 set per row
+  return tb == Trans::N && a_is_one_block(g, m, k) &&
+         static_cast<double>(k) * static_cast<double>(ldb) <=
+             static_cast<double>(g.b_in_place_max_floats) &&
+         ldb % kAliasFloats != 0;
+}
+
+// gemm_serial for an A of one block and a B read in place (b_in_place_pays):
+// A is packed once, whole; the packed micro-kernel reads the whole NR-column
+// strips of B at their own row stride, and a last, partial strip is packed
+// (the kernel reads whole vectors, past column n). Same kernels and K
+// blocks as gemm_serial, so the same bits.
+void gemm_serial_b_in_place(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
+                            std::size_t k, float alpha, const float* a, std::size_t lda,
+                            const float* b, std::size_t ldb, float beta, float* c,
+                            std::size_t ldc) {
+  const std::size_t mr = g.mr, nr = g.nr, kc = std::min(k, g.kc), full = n / nr * nr;
+  float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
+  g.pack_a(ta == Trans::T, m, k, a, lda, apack);
+  float* edge = full < n ? thread_scratch(ScratchSlot::kGemmB, kc * nr) : nullptr;
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    const std::size_t kb = std::min(kc, k - p0);
+    const float beta_p = p0 == 0 ? beta : 1.f;
+    const float* bk = b + p0 * ldb;
+    if (edge != nullptr) g.pack_b(false, kb, n - full, bk + full, ldb, edge, kb * nr);
+    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+      const float* as = apack + i0 * k + p0 * mr;  // strip i0 / mr, K block p0
+      const std::size_t mm = std::min(mr, m - i0);
+      float* ci = c + i0 * ldc;
+      for (std::size_t j0 = 0; j0 < full; j0 += nr) {
+        g.ukernel(kb, as, bk + j0, ldb, ci + j0, ldc, mm, nr, alpha, beta_p, nullptr);
+      }
+      if (edge != nullptr) {
+        g.ukernel(kb, as, edge, nr, ci + full, ldc, mm, n - full, alpha, beta_p, nullptr);
+      }
+    }
+  }
+}
+
 // Columns of op(B) that an sgemm block packs at once for an A of several
 // blocks: all of them up to kWholePanelFloats (8 MiB), else slabs of whole
 // NC panels. Each A block is packed once per slab.
@@ -410,6 +454,19 @@ bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::siz
                                                                : g.transpose_max_floats);
 }
 
+// op(B) = B of at most this many floats (k x ldb, 256 KiB) is read in place
+// by the packed micro-kernel, with a large L2 (fit_to_caches), for an A of
+// one block: packing B cost more than its rows read at their own stride.
+// Measured (2 MiB-L2 Xeon, AVX-512, 1 thread, best GFLOP/s; A packed, B in
+// place vs B packed): m126 n128 k128 205 vs 192, m126 n256 k128 218 vs 204,
+// m252 n256 k256 220 vs 211, m504 n256 k512 (512 KiB) 203 vs 203, m504 n512
+// k512 201 vs 211, m126 n768 k512 138 vs 182. A row stride of a multiple of
+// 4 KiB puts every row of a strip in one L1 set (m336 n1024 k512: 107 vs
+// 197): such a B is packed whatever its size. Through mha_sgemm (best of
+// alternating processes, 1 thread): sq128 22.5 -> 21.2 us, m128 n256 k128
+// 42.2 -> 39.7 us, m64 n200 k300 45.5 -> 41.5 us, sq256 157 -> 153 us.
+constexpr std::size_t kBInPlaceMaxFloats = 64 * 1024;
+
 // The fewest columns of a B panel kept in a large L2: below this (Zen5's
 // 1 MiB L2 holds 256 columns at KC 512 in half of it) the blocks made for
 // a 1 MiB L2 stay. On Zen5, panels kept in its L2 (KC x NC 256 x 768, 384 x
@@ -451,6 +508,7 @@ GemmKernels fit_to_caches(GemmKernels g, std::size_t l1d_bytes, std::size_t l2_b
   const std::size_t l1d_floats = (l1d_bytes != 0 ? l1d_bytes : 32 * 1024) / sizeof(float);
   g.transpose_max_floats = l1d_floats;
   g.transpose_one_block_max_floats = l1d_floats;
+  g.b_in_place_max_floats = kBInPlaceMaxFloats;
   return g;
 }
 
@@ -619,6 +677,14 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
                [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
                  gemm_serial_inplace(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
                                      bi + j0, ldbi, beta, c + i0 * ldc + j0, ldc);
+               });
+    return;
+  }
+  if (b_in_place_pays(g, tb, m, k, ldb)) {
+    run_blocks(g, m, n, threads,
+               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                 gemm_serial_b_in_place(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
+                                        b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
                });
     return;
   }

@@ -20,14 +20,19 @@ struct GemmKernels {
   // nc columns); op(B) = B up to small_max_n columns is read in place (the
   // small path); op(B) = Bᵀ is transposed whole into scratch of at most
   // transpose_max_floats, or transpose_one_block_max_floats for an A of one
-  // MC x KC block.
+  // MC x KC block; op(B) = B of at most b_in_place_max_floats (k x ldb) is
+  // read in place by ukernel for an A of one block.
   std::size_t whole_panel_floats, small_max_n;
   std::size_t transpose_max_floats, transpose_one_block_max_floats;
+  std::size_t b_in_place_max_floats;
   // C[m x n] = alpha * A·B + beta * C (then + bias[j] if bias is non-null,
   // n floats), for m <= mr, n <= nr, k >= 1. a: packed A strip [k][mr];
-  // b: packed B strip [k][nr]; beta == 0: C not read.
-  void (*ukernel)(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-                  std::size_t m, std::size_t n, float alpha, float beta, const float* bias);
+  // b: B strip, row p at b + p*ldb (ldb = nr: packed [k][nr]), of which
+  // ceil(n/W) whole vectors are read (a packed strip's zero padding past
+  // n); beta == 0: C not read.
+  void (*ukernel)(std::size_t k, const float* a, const float* b, std::size_t ldb, float* c,
+                  std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta,
+                  const float* bias);
   // ukernel for m == 1 and n == row_strips*nr: the first row of packed A
   // strip a against the row_strips full B strips at b + s*strip_stride, with
   // the same arithmetic per element as ukernel, so the same bits.

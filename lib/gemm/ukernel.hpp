@@ -435,13 +435,14 @@ constexpr auto kPackedRows = []<std::size_t... V>(std::index_sequence<V...>) {
 // over alternating processes): m 1024 k 1024 n 80 149 -> 167, n 112 164 ->
 // 180; m 512 n 144 k 512 175 -> 189; m 300 n 80 k 700 151 -> 169.
 template <class Arch, std::size_t MR, std::size_t NV>
-void ukernel(std::size_t k, const float* a, const float* b, float* c, std::size_t ldc,
-             std::size_t m, std::size_t n, float alpha, float beta, const float* bias) {
+void ukernel(std::size_t k, const float* a, const float* b, std::size_t ldb, float* c,
+             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta,
+             const float* bias) {
   constexpr std::size_t W = Simd<Arch>::width, NR = NV * W;
   if (m == MR && n == NR) {
-    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, NR, c, ldc, n, alpha, beta, bias, 0);
+    ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, ldb, c, ldc, n, alpha, beta, bias, 0);
   } else {
-    kPackedRows<Arch, MR, NV>[(n + W - 1) / W - 1][m - 1](k, a, MR, b, NR, c, ldc, n, alpha, beta,
+    kPackedRows<Arch, MR, NV>[(n + W - 1) / W - 1][m - 1](k, a, MR, b, ldb, c, ldc, n, alpha, beta,
                                                           bias, 0);
   }
 }
@@ -723,6 +724,7 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      kc,
                      nc,
                      l2_kc,
+                     0,
                      0,
                      0,
                      0,

@@ -200,9 +200,13 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
   // Shapes that cross the cache blocks (KC = 256 on AVX2, and 1024 on
   // AVX-512 or 512 on a large L2; MC up to 336, several MC, column and
   // thread blocks), one strip of columns over several K blocks (the small
-  // path's row-strip order) and the GEMV path.
+  // path's row-strip order), B read in place by the packed kernel with a
+  // packed last strip (130 x 150 x 140; over two K blocks, 60 x 100 x 600)
+  // and the GEMV path.
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 30},
                                                                        {301, 50, 1100},
+                                                                       {130, 150, 140},
+                                                                       {60, 100, 600},
                                                                        {37, 300, 530},
                                                                        {1, 1000, 300},
                                                                        {1, 37, 1100},
