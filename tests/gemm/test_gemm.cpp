@@ -377,9 +377,11 @@ TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large 
     CHECK(g.small_max_n == 512);
     CHECK(g.transpose_max_floats == std::size_t{1} << 20);
     CHECK(g.transpose_one_block_max_floats == 256 * KiB);
+    CHECK(g.b_in_place_max_floats == 0);
   }
   // 2 MiB (the Xeon): 512 x 512 panels (half the L2) kept in L2, no whole
-  // panels, in place only where B fits in L1 (48 KiB = 12288 floats).
+  // panels, in place only where B fits in L1 (48 KiB = 12288 floats), or
+  // up to 256 KiB through the packed kernel.
   auto g = mha::detail::fit_to_caches(isa, 48 * KiB, 2 * MiB);
   CHECK(g.mc == 336);
   CHECK(g.kc == 512);
@@ -388,6 +390,7 @@ TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large 
   CHECK(g.small_max_n == 0);
   CHECK(g.transpose_max_floats == 12 * KiB);
   CHECK(g.transpose_one_block_max_floats == 12 * KiB);
+  CHECK(g.b_in_place_max_floats == 64 * KiB);
   // Larger L2s take wider panels, in whole strips; an unknown L1d counts as
   // 32 KiB.
   g = mha::detail::fit_to_caches(isa, 0, 3 * MiB);
@@ -412,6 +415,7 @@ TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large 
   CHECK(g.nc == 768);
   CHECK(g.whole_panel_floats == 0);  // 256 x 768 is held in a 1 MiB L2
   CHECK(g.small_max_n == 512);
+  CHECK(g.b_in_place_max_floats == 0);
 }
 
 TEST_CASE("zero sizes and alpha == 0 follow BLAS", "[gemm]") {
