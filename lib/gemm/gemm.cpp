@@ -572,7 +572,6 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     return;
   }
   const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
-  const std::size_t nc = l2_block_cols(kc, nr);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
   if (n <= nr && k * nr <= kL2Floats / 2) {
     // One strip of columns (P·V at head_dim 64) whose B stays in L2 whole:
@@ -591,6 +590,7 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     }
     return;
   }
+  const std::size_t nc = l2_block_cols(kc, nr);
   for (std::size_t jb = 0; jb < n; jb += nc) {
     const std::size_t jend = std::min(n, jb + nc);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
