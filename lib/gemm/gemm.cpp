@@ -559,6 +559,28 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
   run_panels(g, m, a, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
+// The one-strip P·V shape (below) runs its A rows in strips of the packed
+// tile, read in place, against B packed into nr-column strips, where that
+// tile is taller than the in-place one: per k step the 14 x 32 AVX-512 tile
+// reads 2 B vectors for 28 FMAs, the 6 x 64 one 4 for 24, so B streams from
+// L2 at half the rate. Packing B (k x n floats) is paid once per call, so
+// only from this many rows of A. Measured (2 MiB-L2 Xeon, AVX-512, NN, n
+// 64, best of 200 in alternating processes, us, 6 x 64 in place -> 14 x
+// 32): 1 thread m512 k512 192-198 -> 171-175, m2048 k2048 3205-3217 ->
+// 2997-3003, m256 k256 47.7 -> 43.6-44.4; 2 threads m512 k512 100 -> 91,
+// m2048 k2048 1633-1662 -> 1522-1545. Where it starts to pay (1 thread):
+// m192 k256 37.0 -> 35.2-36.3, m168 k1024 133 -> 132, m128 k512 50.7 ->
+// 49.6, but m128 k128 10.5 -> 11.7 and m64 k64 2.6 -> 3.1.
+constexpr std::size_t kStridedAMinRows = 160;
+
+// Whether gemm_serial_inplace's one-strip path reads A that way: op(A)
+// row-major (its rows are what the kernel strides over), enough rows, and
+// a packed tile taller than the in-place one (AVX-512; on AVX2 and NEON it
+// is not).
+bool strided_a_pays(const GemmKernels& g, Trans ta, std::size_t m) {
+  return ta == Trans::N && g.mr > g.mr_u && m >= std::max(kStridedAMinRows, g.mr);
+}
+
 // Per block of columns (sized to stay in L2) and KC block, the mr_u-row
 // strips of A read in place against the nr_u-column strips of B (row p at
 // b + p*ldb, up to column n). Same KC blocking and arithmetic as the packed
@@ -581,7 +603,24 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     // best GFLOP/s of runs interleaved in one process): m2048 n64 k2048, 1
     // thread 174-183 -> 187-188, 2 threads 372 either way; with B at 1 MiB
     // (m1024 n64 k4096) it was 2-3 % slower at 2 threads.
-    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+    std::size_t i0 = 0;
+    if (strided_a_pays(g, ta, m)) {
+      // Whole strips of the packed tile first (then the rest of the rows as
+      // below), B packed once (into A's slot: A is not packed here).
+      const PackedBView bp = pack_b(g, Trans::N, k, n, b, ldb,
+                                    thread_scratch(ScratchSlot::kGemmA, packed_b_floats(g, k, n)));
+      for (; i0 + g.mr <= m; i0 += g.mr) {
+        for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+          for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
+            g.ukernel_strided_a(std::min(kc, k - p0), a + i0 * lda + p0, lda,
+                                bp.data + j0 / g.nr * bp.strip_stride + p0 * g.nr,
+                                c + i0 * ldc + j0, ldc, std::min(g.nr, n - j0), alpha,
+                                p0 == 0 ? beta : 1.f);
+          }
+        }
+      }
+    }
+    for (; i0 < m; i0 += mr) {
       const std::size_t mm = std::min(mr, m - i0);
       for (std::size_t p0 = 0; p0 < k; p0 += kc) {
         g.ukernel_unpacked(std::min(kc, k - p0), a_at(ta, a, lda, i0, p0), rsa, csa, b + p0 * ldb,

@@ -39,6 +39,11 @@ struct GemmKernels {
   std::size_t row_strips;
   void (*ukernel_row)(std::size_t k, const float* a, const float* b, std::size_t strip_stride,
                       float* c, float alpha, float beta, const float* bias);
+  // ukernel for a row-major op(A) read in place, m == mr rows: A(i, p) at
+  // a[i*lda + p], against a packed B strip (row p at b + p*nr), n <= nr. The
+  // same arithmetic per element as ukernel, so the same bits.
+  void (*ukernel_strided_a)(std::size_t k, const float* a, std::size_t lda, const float* b,
+                            float* c, std::size_t ldc, std::size_t n, float alpha, float beta);
   // The same for unpacked operands (the small-problem path), on its own
   // register tile mr_u x nr_u (m <= mr_u, n <= nr_u): op(A)(i, p) at
   // a[i*rsa + p*csa] (rsa == 1 or csa == 1), row p of B at b + p*ldb, of

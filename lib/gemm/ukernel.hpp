@@ -29,6 +29,9 @@
 //   whatever the tile, its position or the operands' addressing, so results
 //   do not depend on how the driver partitions M and N (threads) nor on
 //   whether operands were packed.
+// Strided-A micro-kernel: the packed one for whole MR-row strips of a
+//   row-major op(A) read in place at its row stride (B packed), so that a
+//   tall P·V need not pack A; same arithmetic, so the same bits.
 // Unpacked micro-kernel (small problems): the same on a tile of its own
 //   (MRU x NRU), reading A at any row/column stride and B rows at any stride
 //   in place, never past column n: its N edges load B with masked loads and
@@ -351,6 +354,21 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
 #pragma GCC unroll 8
     for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::splat(0.f);
   }
+  // Row-strided A: row i at column p is row_base[i / 4][(i % 4) * sa], with
+  // a base per 4 rows that moves along k and three loop-invariant offsets:
+  // 7 registers for the 14-row AVX-512 tile. Written as a[i*sa + p], GCC
+  // kept one pointer per row and spilled four of them (a stack load per k
+  // step each); with a base per 8 rows (2 + 7 registers) it still spilled
+  // two.
+  constexpr std::size_t kRowsPerBase = 4;
+  constexpr std::size_t kBases = kRowStridedA ? (ROWS + kRowsPerBase - 1) / kRowsPerBase : 1;
+  const float* row_base[kBases];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < kBases; ++r)
+    row_base[r] = kRowStridedA ? a + r * kRowsPerBase * sa : a;
+  std::size_t row_off[kRowsPerBase];
+#pragma GCC unroll 4
+  for (std::size_t r = 0; r < kRowsPerBase; ++r) row_off[r] = r * sa;
   for (std::size_t p = 0; p < k; ++p) {
     if constexpr (kRowStridedA) {
       // ROWS row streams of A at an arbitrary stride: fetch each row 64
@@ -359,11 +377,10 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
       // computed as integers: they may lie past A, which a prefetch allows.
       if (p % 16 == 0) {
         const std::size_t q = p + 64;
-        const std::size_t row_off = q < k ? q : (q - k) + ROWS * sa;
+        const std::size_t ahead = q < k ? q : (q - k) + ROWS * sa;
 #pragma GCC unroll 32
         for (std::size_t i = 0; i < ROWS; ++i) {
-          const auto addr =
-              reinterpret_cast<std::uintptr_t>(a) + (i * sa + row_off) * sizeof(float);
+          const auto addr = reinterpret_cast<std::uintptr_t>(a) + (i * sa + ahead) * sizeof(float);
           __builtin_prefetch(reinterpret_cast<const void*>(addr));
         }
       }
@@ -385,11 +402,17 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     }
 #pragma GCC unroll 32
     for (std::size_t i = 0; i < ROWS; ++i) {
-      const V av = S::splat(kRowStridedA ? a[i * sa + p] : a[i]);
+      const V av =
+          S::splat(kRowStridedA ? row_base[i / kRowsPerBase][row_off[i % kRowsPerBase]] : a[i]);
 #pragma GCC unroll 8
       for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::fma(av, bv[j], acc[i][j]);
     }
-    if (!kRowStridedA) a += sa;
+    if constexpr (kRowStridedA) {
+#pragma GCC unroll 4
+      for (std::size_t r = 0; r < kBases; ++r) ++row_base[r];
+    } else {
+      a += sa;
+    }
     b += ldb;
   }
   alpha = __builtin_bit_cast(float, alpha_bits);
@@ -465,6 +488,16 @@ void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t stri
   constexpr std::size_t NR = NV * Simd<Arch>::width;
   ukernel_rows<Arch, NV, 1, false, false, kRowStrips<Arch, NV>>(
       k, a, MR, b, NR, c, 0, kRowStrips<Arch, NV> * NR, alpha, beta, bias, strip_stride);
+}
+
+// GemmKernels::ukernel_strided_a: a whole MR-row strip of a row-major A read
+// in place against a packed B strip; an N edge (n < NR) is computed over
+// the strip's zero padding and stored masked, as in ukernel.
+template <class Arch, std::size_t MR, std::size_t NV>
+void ukernel_strided_a(std::size_t k, const float* a, std::size_t lda, const float* b, float* c,
+                       std::size_t ldc, std::size_t n, float alpha, float beta) {
+  constexpr std::size_t NR = NV * Simd<Arch>::width;
+  ukernel_rows<Arch, NV, MR, true>(k, a, lda, b, NR, c, ldc, n, alpha, beta, nullptr, 0);
 }
 
 // The in-place kernels by [v][rows - 1]: v = 0 the full-width tile, v >= 1
@@ -732,6 +765,7 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      &ukernel<Arch, MR, NV>,
                      kRowStrips<Arch, NV>,
                      &ukernel_row<Arch, MR, NV>,
+                     &ukernel_strided_a<Arch, MR, NV>,
                      MRU,
                      NVU * W,
                      &ukernel_unpacked<Arch, MRU, NVU>,

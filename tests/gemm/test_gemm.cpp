@@ -231,6 +231,18 @@ TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shap
   deep.tb = 'T';
   deep.beta = -0.5f;
   shapes.push_back(deep);
+  // P·V at n <= 64 with enough rows that, on AVX-512, whole 14-row strips
+  // read A in place against a packed B (23 strips, then 9 rows in the
+  // in-place tile; a partial last B strip; K blocks of 512 or 1024). beta
+  // neither 0 nor 1 (each K block after the first adds to C), lda odd, A
+  // unaligned.
+  Shape pv = random_shape(rng, 331, 40, 1100);
+  pv.ta = 'N';
+  pv.tb = 'N';
+  pv.beta = -0.5f;
+  pv.pad_a = 3;
+  pv.offset = 1;
+  shapes.push_back(pv);
 
   std::size_t failures = 0;
   for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
@@ -319,25 +331,30 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
   std::mt19937_64 rng(79);
   // 700 x 900 x 1100 has A blocks and K blocks enough for the path where
   // each thread block's first A block packs B; 200 x 2100 x 1030 packs B in
-  // two slabs at one thread on AVX-512. The two before last force op(B) =
-  // Bᵀ with widths whose thread column blocks do not line up with the
+  // two slabs at one thread on AVX-512. 'T' forces op(B) = Bᵀ: the first
+  // two with widths whose thread column blocks do not line up with the
   // in-place kernel's strips (the transposed path); the last one's Bᵀ is
   // too large to transpose for an A of one block, which is packed once per
-  // thread block instead.
-  for (const auto& [m, n, k, force_t] :
-       std::vector<std::tuple<std::size_t, std::size_t, std::size_t, bool>>{
-           {300, 500, 200, false},
-           {1, 3000, 500, false},
-           {64, 2304, 96, false},
-           {1000, 33, 300, false},
-           {129, 129, 129, false},
-           {700, 900, 1100, false},
-           {200, 2100, 1030, false},
-           {200, 100, 70, true},
-           {45, 1001, 33, true},
-           {100, 2000, 300, true}}) {
+  // thread block instead. 'N' forces NN: 700 x 64 x 600 is P·V, whose
+  // thread row blocks (down to 175 rows) read A in place in whole strips
+  // of the packed tile on AVX-512, and leave different rows to the
+  // in-place tile at each thread count.
+  for (const auto& [m, n, k, force] :
+       std::vector<std::tuple<std::size_t, std::size_t, std::size_t, char>>{
+           {300, 500, 200, 0},
+           {1, 3000, 500, 0},
+           {64, 2304, 96, 0},
+           {1000, 33, 300, 0},
+           {129, 129, 129, 0},
+           {700, 900, 1100, 0},
+           {200, 2100, 1030, 0},
+           {700, 64, 600, 'N'},
+           {200, 100, 70, 'T'},
+           {45, 1001, 33, 'T'},
+           {100, 2000, 300, 'T'}}) {
     Shape s = random_shape(rng, m, n, k);
-    if (force_t) s.tb = 'T';
+    if (force == 'T') s.tb = 'T';
+    if (force == 'N') s.ta = s.tb = 'N';
     const Problem p(s, m + n + k);
     INFO(describe(s));
     std::vector<std::vector<float>> plain, packed;
