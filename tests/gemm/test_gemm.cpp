@@ -335,19 +335,19 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
   // two with widths whose thread column blocks do not line up with the
   // in-place kernel's strips (the transposed path); the last one's Bᵀ is
   // too large to transpose for an A of one block, which is packed once per
-  // thread block instead. 'N' forces NN: 700 x 64 x 600 is P·V, whose
-  // thread row blocks (down to 175 rows) read A in place in whole strips
-  // of the packed tile on AVX-512, and leave different rows to the
-  // in-place tile at each thread count.
+  // thread block instead. 'N' forces NN ('-': random transposes): 700 x 64
+  // x 600 is P·V, whose thread row blocks (down to 175 rows) read A in
+  // place in whole strips of the packed tile on AVX-512, and leave
+  // different rows to the in-place tile at each thread count.
   for (const auto& [m, n, k, force] :
        std::vector<std::tuple<std::size_t, std::size_t, std::size_t, char>>{
-           {300, 500, 200, 0},
-           {1, 3000, 500, 0},
-           {64, 2304, 96, 0},
-           {1000, 33, 300, 0},
-           {129, 129, 129, 0},
-           {700, 900, 1100, 0},
-           {200, 2100, 1030, 0},
+           {300, 500, 200, '-'},
+           {1, 3000, 500, '-'},
+           {64, 2304, 96, '-'},
+           {1000, 33, 300, '-'},
+           {129, 129, 129, '-'},
+           {700, 900, 1100, '-'},
+           {200, 2100, 1030, '-'},
            {700, 64, 600, 'N'},
            {200, 100, 70, 'T'},
            {45, 1001, 33, 'T'},
