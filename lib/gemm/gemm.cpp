@@ -414,6 +414,28 @@ bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n,
          static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
 }
 
+// The one-strip P·V shape (below) runs its A rows in strips of the packed
+// tile, read in place, against B packed into nr-column strips, where that
+// tile is taller than the in-place one: per k step the 14 x 32 AVX-512 tile
+// reads 2 B vectors for 28 FMAs, the 6 x 64 one 4 for 24, so B streams from
+// L2 at half the rate. Packing B (k x n floats) is paid once per call, so
+// only from this many rows of A. Measured (2 MiB-L2 Xeon, AVX-512, NN, n
+// 64, best of 200 in alternating processes, us, 6 x 64 in place -> 14 x
+// 32): 1 thread m512 k512 192-198 -> 171-175, m2048 k2048 3205-3217 ->
+// 2997-3003, m256 k256 47.7 -> 43.6-44.4; 2 threads m512 k512 100 -> 91,
+// m2048 k2048 1633-1662 -> 1522-1545. Where it starts to pay (1 thread):
+// m192 k256 37.0 -> 35.2-36.3, m168 k1024 133 -> 132, m128 k512 50.7 ->
+// 49.6, but m128 k128 10.5 -> 11.7 and m64 k64 2.6 -> 3.1.
+constexpr std::size_t kStridedAMinRows = 160;
+
+// Whether gemm_serial_inplace's one-strip path reads A that way: op(A)
+// row-major (its rows are what the kernel strides over), enough rows, and
+// a packed tile taller than the in-place one (AVX-512; on AVX2 and NEON it
+// is not).
+bool strided_a_pays(const GemmKernels& g, Trans ta, std::size_t m) {
+  return ta == Trans::N && g.mr > g.mr_u && m >= std::max(kStridedAMinRows, g.mr);
+}
+
 // op(B) = Bᵀ (a stored [n, k] B, as attention's K or a weight matrix) is
 // transposed whole into row-major scratch and multiplied in place, instead
 // of packed per panel, while that scratch is at most this many floats
@@ -557,28 +579,6 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
     return;
   }
   run_panels(g, m, a, b, alpha, beta, c, ldc, bias, nullptr);
-}
-
-// The one-strip P·V shape (below) runs its A rows in strips of the packed
-// tile, read in place, against B packed into nr-column strips, where that
-// tile is taller than the in-place one: per k step the 14 x 32 AVX-512 tile
-// reads 2 B vectors for 28 FMAs, the 6 x 64 one 4 for 24, so B streams from
-// L2 at half the rate. Packing B (k x n floats) is paid once per call, so
-// only from this many rows of A. Measured (2 MiB-L2 Xeon, AVX-512, NN, n
-// 64, best of 200 in alternating processes, us, 6 x 64 in place -> 14 x
-// 32): 1 thread m512 k512 192-198 -> 171-175, m2048 k2048 3205-3217 ->
-// 2997-3003, m256 k256 47.7 -> 43.6-44.4; 2 threads m512 k512 100 -> 91,
-// m2048 k2048 1633-1662 -> 1522-1545. Where it starts to pay (1 thread):
-// m192 k256 37.0 -> 35.2-36.3, m168 k1024 133 -> 132, m128 k512 50.7 ->
-// 49.6, but m128 k128 10.5 -> 11.7 and m64 k64 2.6 -> 3.1.
-constexpr std::size_t kStridedAMinRows = 160;
-
-// Whether gemm_serial_inplace's one-strip path reads A that way: op(A)
-// row-major (its rows are what the kernel strides over), enough rows, and
-// a packed tile taller than the in-place one (AVX-512; on AVX2 and NEON it
-// is not).
-bool strided_a_pays(const GemmKernels& g, Trans ta, std::size_t m) {
-  return ta == Trans::N && g.mr > g.mr_u && m >= std::max(kStridedAMinRows, g.mr);
 }
 
 // Per block of columns (sized to stay in L2) and KC block, the mr_u-row
