@@ -6,9 +6,13 @@
 // The micro-kernel broadcasts A and loads B as vectors. With KC = 256 the A
 // strip (14 KiB for AVX-512) stays in L1 and the B panel in L2; keeping the
 // 32 KiB B strip in L1 instead left too little room for the A stream in a
-// 48 KiB L1 (sq1024, 1 thread: 126 vs 140 GFLOP/s). The AVX-512 KC is 1024
-// all the same (gemm_avx512.cpp): fewer micro-kernel epilogues and C round
-// trips beat cache residency there.
+// 48 KiB L1 (sq1024, 1 thread: 126 vs 140 GFLOP/s). On AVX2 (4 x 24 tile,
+// a 24 KiB B strip) keeping the B strip in L1 was no faster either (2 MiB-L2
+// Xeon, 1 thread, best GFLOP/s of alternating processes, A strip in L1 vs B
+// strip in L1): sq1024 98.7-100.6 vs 95.8-100.5, NT m512 n2304 k768
+// 96.3-99.8 vs 93.6-95.1. The AVX-512 KC is 1024 all the same
+// (gemm_avx512.cpp): fewer micro-kernel epilogues and C round trips beat
+// cache residency there.
 // Threads split M x N (never K) into blocks; every C element is the same
 // sequence of operations whichever block and thread computes it, so results
 // are bit-identical at any thread count.
