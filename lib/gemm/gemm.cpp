@@ -615,11 +615,11 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
                                     thread_scratch(ScratchSlot::kGemmA, packed_b_floats(g, k, n)));
       for (; i0 + g.mr <= m; i0 += g.mr) {
         for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+          const PackedBView bk = bp.rows(p0, std::min(k, p0 + kc));
           for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
-            g.ukernel_strided_a(std::min(kc, k - p0), a + i0 * lda + p0, lda,
-                                bp.data + j0 / g.nr * bp.strip_stride + p0 * g.nr,
-                                c + i0 * ldc + j0, ldc, std::min(g.nr, n - j0), alpha,
-                                p0 == 0 ? beta : 1.f);
+            const PackedBView strip = bk.cols(j0, std::min(n, j0 + g.nr));
+            g.ukernel_strided_a(strip.k, a + i0 * lda + p0, lda, strip.data, c + i0 * ldc + j0, ldc,
+                                strip.n, alpha, p0 == 0 ? beta : 1.f);
           }
         }
       }
