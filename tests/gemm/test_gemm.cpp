@@ -490,6 +490,50 @@ TEST_CASE("internal pack_b views: row and column ranges of one packed B", "[gemm
   }
 }
 
+TEST_CASE("internal packers: the documented layouts, nothing written past them", "[gemm]") {
+  // Every k up to 3 vectors of AVX-512 + 2 (whole transposed blocks, the
+  // block that overlaps packed columns at the end, the scalar rest) and
+  // rows and columns around the tiles, both orientations, with a sentinel
+  // after the packed floats.
+  const auto& g = *mha::detail::kernels().gemm;
+  constexpr float kSentinel = -7.f;
+  for (const bool trans : {false, true}) {
+    for (std::size_t k = 1; k <= 50; ++k) {
+      for (const std::size_t rows : {std::size_t{1}, g.mr - 1, g.mr, 2 * g.mr + 1, g.nr + 3}) {
+        CAPTURE(trans, k, rows);
+        const std::size_t ld = (trans ? rows : k) + 3;
+        const std::vector<float> src = random_vector((trans ? k : rows) * ld, 7);
+        auto op = [&](std::size_t r, std::size_t p) {  // op(A)(r, p), op(B)(p, r)
+          return trans ? src[p * ld + r] : src[r * ld + p];
+        };
+        const auto ta = trans ? mha::detail::Trans::T : mha::detail::Trans::N;
+        const std::size_t a_floats = mha::detail::packed_a_floats(g, rows, k);
+        std::vector<float> pa(a_floats + 16, kSentinel);
+        mha::detail::pack_a(g, ta, rows, k, src.data(), ld, pa.data());
+        for (std::size_t r = 0; r < a_floats / k; ++r) {
+          for (std::size_t p = 0; p < k; ++p) {
+            const float want = r < rows ? op(r, p) : 0.f;
+            REQUIRE(pa[r / g.mr * k * g.mr + p * g.mr + r % g.mr] == want);
+          }
+        }
+        CHECK(std::all_of(pa.begin() + a_floats, pa.end(), [](float x) { return x == kSentinel; }));
+        // op(B) = (the source read as) B [k x rows]: B(p, j) = op(j, p).
+        const std::size_t b_floats = mha::detail::packed_b_floats(g, k, rows);
+        std::vector<float> pb(b_floats + 16, kSentinel);
+        mha::detail::pack_b(g, trans ? mha::detail::Trans::N : mha::detail::Trans::T, k, rows,
+                            src.data(), ld, pb.data());
+        for (std::size_t j = 0; j < b_floats / k; ++j) {
+          for (std::size_t p = 0; p < k; ++p) {
+            const float want = j < rows ? op(j, p) : 0.f;
+            REQUIRE(pb[j / g.nr * k * g.nr + p * g.nr + j % g.nr] == want);
+          }
+        }
+        CHECK(std::all_of(pb.begin() + b_floats, pb.end(), [](float x) { return x == kSentinel; }));
+      }
+    }
+  }
+}
+
 TEST_CASE("bad arguments are rejected with a message naming them", "[gemm]") {
   std::vector<float> a(64, 1.f), b(64, 1.f), c(64, 0.f);
   auto rejects = [](mha_status st, const char* needle) {
