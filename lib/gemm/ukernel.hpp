@@ -552,6 +552,25 @@ inline void transpose_block(const float* const* src, std::size_t rows, std::size
   }
 }
 
+// transpose_block over columns [0, end) in whole W-column blocks; where end
+// is not a multiple of W, the last block ends at `end`, over columns already
+// transposed (it stores the same values). Returns the columns done: end, or
+// 0 for end < W (left to the caller's element loop). Left to that loop, the
+// columns short of a whole block were a quarter of a k = 64 strip (Q·Kᵀ at
+// head_dim 64): pack_a, AVX-512, best of 1000, 512 x 64 6.5-6.9 -> 5.0-5.1
+// us, 128 x 128 2.8-2.9 -> 2.4 us.
+template <class Arch>
+inline std::size_t transpose_columns(const float* const* src, std::size_t rows, std::size_t end,
+                                     float* dst, std::size_t ld) {
+  constexpr std::size_t W = Simd<Arch>::width;
+  if (end < W) return 0;
+  for (std::size_t p = 0; p + W <= end; p += W) {
+    transpose_block<Arch>(src, rows, p, dst + p * ld, ld);
+  }
+  if (end % W != 0) transpose_block<Arch>(src, rows, end - W, dst + (end - W) * ld, ld);
+  return end;
+}
+
 // Packs op(A) [m x k] into ceil(m/MR) strips of [k][MR]. op(A)(r, p) is
 // a[r*lda + p] (trans == false) or a[p*lda + r] (trans == true).
 template <class Arch, std::size_t MR>
@@ -583,16 +602,7 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_
         // column's slot, which the next store overwrites; the strip's last
         // column is left to the scalar loop so nothing is written past it.
         const std::size_t end = RV == MR ? k : (k > 0 ? k - 1 : 0);
-        for (; p + W <= end; p += W) transpose_block<Arch>(rows, RV, p, dst + p * MR, MR);
-        // The columns short of a whole block: one more block ending at
-        // `end`, over columns already packed (it stores the same values).
-        // Left to the scalar loop, they were a quarter of a k = 64 strip
-        // (Q·Kᵀ at head_dim 64): AVX-512, best of 1000, 512 x 64 6.5-6.9 ->
-        // 5.0-5.1 us, 128 x 128 2.8-2.9 -> 2.4 us.
-        if (p < end && end >= W) {
-          transpose_block<Arch>(rows, RV, end - W, dst + (end - W) * MR, MR);
-          p = end;
-        }
+        p = transpose_columns<Arch>(rows, RV, end, dst, MR);
       }
       for (; p < k; ++p) {
         float* d = dst + p * MR;
@@ -633,12 +643,7 @@ void pack_b(bool trans, std::size_t k, std::size_t n, const float* b, std::size_
       for (std::size_t j = 0; j < NR; ++j) cols[j] = b + (c0 + (j < nr ? j : 0)) * ldb;
       std::size_t p = 0;
       if (nr == NR && W > 1) {
-        for (; p + W <= k; p += W) transpose_block<Arch>(cols, NR, p, dst + p * NR, NR);
-        // As in pack_a: the last columns as one block over packed ones.
-        if (p < k && k >= W) {
-          transpose_block<Arch>(cols, NR, k - W, dst + (k - W) * NR, NR);
-          p = k;
-        }
+        p = transpose_columns<Arch>(cols, NR, k, dst, NR);
       }
       for (; p < k; ++p) {
         float* d = dst + p * NR;
@@ -735,8 +740,8 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
 }
 
 // dst[p*ldd + j] = src[j*lds + p] for p < k, j < n: op(B) = Bᵀ made
-// row-major, for the in-place kernel. W x W register transposes over the
-// full blocks, element copies at the edges.
+// row-major, for the in-place kernel. W x W register transposes
+// (transpose_columns), element copies at the N edge and for k < W.
 template <class Arch>
 void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
                std::size_t ldd) {
@@ -746,9 +751,7 @@ void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, 
     for (; j0 + W <= n; j0 += W) {
       const float* rows[W];
       for (std::size_t r = 0; r < W; ++r) rows[r] = src + (j0 + r) * lds;
-      std::size_t p = 0;
-      for (; p + W <= k; p += W) transpose_block<Arch>(rows, W, p, dst + p * ldd + j0, ldd);
-      for (; p < k; ++p) {
+      for (std::size_t p = transpose_columns<Arch>(rows, W, k, dst + j0, ldd); p < k; ++p) {
         for (std::size_t r = 0; r < W; ++r) dst[p * ldd + j0 + r] = rows[r][p];
       }
     }
