@@ -1,4 +1,4 @@
-// SGEMM benchmarks: the shapes of issue 3 for mha::sgemm and, when found at
+// SGEMM benchmarks: the shapes below for mha::sgemm and, when found at
 // configure time, OpenBLAS (cblas_sgemm) and oneDNN (dnnl::matmul, primitive
 // created once outside the timed loop), all row-major, in one binary.
 //
@@ -37,7 +37,7 @@ struct Shape {
 
 std::vector<Shape> shapes() {
   std::vector<Shape> r;
-  // The issue's squares 64..2048, plus small ones and 96 (a full tile and an
+  // Squares 64..2048, plus small ones and 96 (a full tile and an
   // N edge of half a tile on AVX-512), where per-call costs and edge tiles
   // decide.
   for (std::size_t s : {8, 16, 32, 64, 96, 128, 256, 512, 1024, 2048}) {

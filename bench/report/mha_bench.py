@@ -51,12 +51,11 @@ RECORDED_ENV = ("MHA_ISA", "MHA_BENCH_THREADS", "MHA_NUM_THREADS", "OMP_WAIT_POL
 ISAS = ("scalar", "avx2", "avx512", "neon")  # the MHA_ISA spellings
 # The baselines' instruction sets belong to the tool: oneDNN's ONEDNN_MAX_CPU_ISA and
 # the kernel family of OpenBLAS's DYNAMIC_ARCH build (OPENBLAS_CORETYPE). A run with
-# no MHA_ISA clears both, so each library picks its best for the CPU as mha does: the
-# development VM's image sets OPENBLAS_CORETYPE=Haswell globally, which had held
-# OpenBLAS to its AVX2 kernels (sq1024, 1 thread: 23.1 ms, 11.8 ms as SkylakeX, where
-# oneDNN takes 12.0). A run under MHA_ISA=<isa> caps both to that ISA, so its rows
-# are compared on the same instruction set (an AVX2 row had been compared with
-# AVX-512 oneDNN: the headline's sq1024 avx2 "0.54x").
+# no MHA_ISA clears both, so each library picks its best for the CPU as mha does: an
+# image may set OPENBLAS_CORETYPE=Haswell globally, which holds OpenBLAS to its AVX2
+# kernels (Zen 5, sq1024, 1 thread: 23.1 ms, 11.8 ms as SkylakeX, where oneDNN takes
+# 12.0). A run under MHA_ISA=<isa> caps both to that ISA, so its rows are compared on
+# the same instruction set (an AVX2 row against AVX-512 oneDNN read sq1024 as 0.54x).
 BASELINE_ISA_ENV = {
     "scalar": {"ONEDNN_MAX_CPU_ISA": "SSE41", "OPENBLAS_CORETYPE": "Nehalem"},
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},

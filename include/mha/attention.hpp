@@ -53,7 +53,7 @@ class MHA_API MultiheadAttention {
   mha_attention* handle_ = nullptr;
 };
 
-// The name used in the issue text and the C header: one class, two names.
+// The shorter name, as in the C header (mha_attention): one class, two names.
 using Attention = MultiheadAttention;
 
 }  // namespace mha

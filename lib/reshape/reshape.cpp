@@ -69,12 +69,12 @@ bool disjoint(const float* a, std::size_t na, const float* b, std::size_t nb) {
 // Tokens per block: the token-major side of a block (tokens x row floats,
 // row = heads*head_dim, or 3x that for split_qkv) stays in L2 while every
 // head's piece of it is moved, and each head's side is one contiguous run of
-// tokens*head_dim floats. In cache it replaced a per-token order, in which
-// every store of a token landed seq*head_dim floats from the last (64 KiB
+// tokens*head_dim floats. In cache it beats a per-token order, in which
+// every store of a token lands seq*head_dim floats from the last (64 KiB
 // at d = 32: one L1 set, 4K-aliased against the loads). Measured on Zen5
-// (B1 S512, 1 thread, memcpy time / ours, per-token -> blocked): split_qkv
-// d = 32 0.18 -> 0.74, d = 64 0.47 -> 0.79; merge d = 32 0.66 -> 0.82;
-// split d = 64 0.88 -> 0.96. 3K to 32K-float blocks: within noise of 64K
+// (B1 S512, 1 thread, memcpy time / ours, per-token vs blocked): split_qkv
+// d = 32 0.18 vs 0.74, d = 64 0.47 vs 0.79; merge d = 32 0.66 vs 0.82;
+// split d = 64 0.88 vs 0.96. 3K to 32K-float blocks: within noise of 64K
 // (split, merge and split_qkv at d = 64, 1 and 2 threads).
 constexpr std::size_t kBlockFloats = 64 * 1024;
 

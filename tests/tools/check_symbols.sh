@@ -6,7 +6,7 @@
 # 1. Exports: every dynamic symbol libmha.so defines must be public API: a C
 #    function mha_* or a C++ entity in namespace mha (including its vtables
 #    and typeinfo), but nothing in mha::detail (internal by contract).
-# 2. Linker merging (STYLE.md, FACTS.md): a weak (COMDAT) function defined in a
+# 2. Linker merging (xsimd#633, numpy#25274): a weak (COMDAT) function defined in a
 #    per-ISA object (file name *_avx2.*, *_avx512.*, *_neon.*) must not also be
 #    defined in an object built for another ISA or for the baseline. The linker
 #    keeps one copy of such a function for the whole library, so an inline
