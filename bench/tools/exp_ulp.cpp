@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   if (isas.empty()) isas = mha::supported_isas();
   int status = 0;
   for (mha::Isa isa : isas) {
-    const auto& k = *mha::detail::kernels_for(isa)->softmax;
+    const auto& k = mha::detail::softmax_kernels(isa);
     Result r;
     sweep(k, 0, bits(88.7f), r);            // +0 .. 88.7
     sweep(k, bits(-0.f), bits(-87.3f), r);  // -0 .. -87.3

@@ -96,9 +96,9 @@ detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch
 std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_weights& weights) {
   const detail::AttentionShape shape = resolve_shape(config);
   check_weights(weights);
-  const detail::KernelSet& set = detail::kernels();
+  const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
-  handle->engine = std::make_unique<detail::AttentionEngine>(set, shape, weights);
+  handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights);
   return handle;
 }
 

@@ -252,12 +252,13 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   return p;
 }
 
-void run_core(const KernelSet& kernels, const AttentionShape& s, const CorePlan& plan,
-              const CoreInputs& in, float* weights, bool average, float* workspace) {
+void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,
+              const CorePlan& plan, const CoreInputs& in, float* weights, bool average,
+              float* workspace) {
   const mha_mask* mask = in.mask;
   const std::size_t kv_len = in.kv.len;
-  const Ctx c{*kernels.gemm,
-              *kernels.softmax,
+  const Ctx c{g,
+              sm,
               s,
               plan,
               in,

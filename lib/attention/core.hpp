@@ -81,7 +81,8 @@ struct CoreInputs {
 // Runs the core. `weights`, if non-null, receives the attention weights
 // ([batch, H, q_len, kv_len], or [batch, q_len, kv_len] averaged over heads).
 // `workspace` holds plan.workspace_floats floats.
-void run_core(const KernelSet& kernels, const AttentionShape& s, const CorePlan& plan,
-              const CoreInputs& in, float* weights, bool average, float* workspace);
+void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,
+              const CorePlan& plan, const CoreInputs& in, float* weights, bool average,
+              float* workspace);
 
 }  // namespace mha::detail

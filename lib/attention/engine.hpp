@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <mha/isa.hpp>
 
-#include "dispatch/dispatch.hpp"
+#include "gemm/kernels.hpp"
+#include "softmax/kernels.hpp"
 
 namespace mha::detail {
 
@@ -66,7 +68,7 @@ class KvCache {
 class AttentionEngine {
  public:
   // Copies/packs the weights; the caller's arrays are not referenced later.
-  AttentionEngine(const KernelSet& kernels, const AttentionShape& shape, const mha_weights& w);
+  AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w);
   ~AttentionEngine();
   AttentionEngine(const AttentionEngine&) = delete;
   AttentionEngine& operator=(const AttentionEngine&) = delete;
@@ -88,12 +90,15 @@ class AttentionEngine {
             const float* value, float* out) const;
 
   const AttentionShape& shape() const { return shape_; }
-  const KernelSet& kernels() const { return kernels_; }
+  // The ISA the engine was created on: its packed weights and every call run
+  // on that ISA's kernels, whatever mha_set_isa chooses later.
+  const GemmKernels& gemm() const { return gemm_kernels(isa_); }
+  const SoftmaxKernels& softmax() const { return softmax_kernels(isa_); }
 
   struct Impl;  // packed weights (engine_fused.cpp)
 
  private:
-  const KernelSet& kernels_;
+  Isa isa_;
   AttentionShape shape_;
   std::unique_ptr<Impl> impl_;
 };

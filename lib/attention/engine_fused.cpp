@@ -50,10 +50,9 @@ PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_fe
 
 }  // namespace
 
-AttentionEngine::AttentionEngine(const KernelSet& kernels, const AttentionShape& shape,
-                                 const mha_weights& w)
-    : kernels_(kernels), shape_(shape), impl_(std::make_unique<Impl>()) {
-  const GemmKernels& g = *kernels.gemm;
+AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w)
+    : isa_(isa), shape_(shape), impl_(std::make_unique<Impl>()) {
+  const GemmKernels& g = gemm();
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
   Impl& m = *impl_;
   m.q_cols = round_up(E, g.nr);
@@ -156,11 +155,11 @@ ForwardLayout forward_layout(const GemmKernels& g, const AttentionEngine::Impl& 
 }  // namespace
 
 std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
-  return forward_layout(*kernels_.gemm, *impl_, shape_, a).total();
+  return forward_layout(gemm(), *impl_, shape_, a).total();
 }
 
 void AttentionEngine::forward(const ForwardArgs& a) const {
-  const GemmKernels& g = *kernels_.gemm;
+  const GemmKernels& g = gemm();
   const Impl& m = *impl_;
   const AttentionShape& s = shape_;
   const std::size_t E = s.embed_dim, q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
@@ -175,7 +174,7 @@ void AttentionEngine::forward(const ForwardArgs& a) const {
   // shared by every query head of the group (GQA without copies).
   const KvCacheView kv = pack_kv(g, s, f.packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
-  run_core(kernels_, s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
+  run_core(gemm(), softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
   gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
 }
 
@@ -186,7 +185,7 @@ struct KvCache::Storage {
 
 KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
     : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
-  storage_->packing = kv_packing(*engine.kernels().gemm, engine.shape(), batch, max_len);
+  storage_->packing = kv_packing(engine.gemm(), engine.shape(), batch, max_len);
   storage_->data = alloc_floats(storage_->packing.floats);
   std::fill_n(storage_->data.get(), storage_->packing.floats, 0.0f);
 }
@@ -198,7 +197,7 @@ KvCache::~KvCache() = default;
 // the length are never read.)
 void KvCache::truncate(std::size_t len) {
   const AttentionShape& s = engine_.shape();
-  const std::size_t d = s.head_dim, nr = engine_.kernels().gemm->nr;
+  const std::size_t d = s.head_dim, nr = engine_.gemm().nr;
   const KvPacking& pk = storage_->packing;
   for (std::size_t blk = 0; blk < batch_ * s.num_kv_heads; ++blk) {
     float* kb = storage_->data.get() + blk * pk.k_stride;
@@ -212,7 +211,7 @@ void KvCache::truncate(std::size_t len) {
 
 void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
                            const float* value, float* out) const {
-  const GemmKernels& g = *kernels_.gemm;
+  const GemmKernels& g = gemm();
   const Impl& m = *impl_;
   const AttentionShape& s = shape_;
   const std::size_t E = s.embed_dim, d = s.head_dim, kvh = s.num_kv_heads, nr = g.nr;
@@ -253,7 +252,7 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
   mha_mask causal{};
   causal.causal = 1;
   const CoreInputs in{p.q, p.ldq, B, n_new, kv, &causal, merged, E};
-  run_core(kernels_, s, plan, in, nullptr, false, merged + merged_floats);
+  run_core(gemm(), softmax(), s, plan, in, nullptr, false, merged + merged_floats);
   gemm_packed(g, Trans::N, rows, merged, E, m.wo, 1.0f, 0.0f, out, E, m.out_bias.get());
 }
 

@@ -12,7 +12,14 @@ namespace mha::detail {
 // Independent buffers per thread. A caller holds one slot while it runs code
 // that may take another: the attention driver holds kAttention and calls GEMM,
 // which packs into kGemmA/kGemmB.
-enum class ScratchSlot : unsigned { kGemmA, kGemmB, kAttention, kAttentionTask, kCount };
+enum class ScratchSlot : unsigned {
+  kGemmA,
+  kGemmB,
+  kGemmTransposedB,
+  kAttention,
+  kAttentionTask,
+  kCount
+};
 
 // 64-byte-aligned scratch of at least `floats` floats for this thread and slot.
 // The pointer stays valid until the same thread asks the same slot for more.

@@ -2,13 +2,11 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "common/error.hpp"
 #include "dispatch/cpu_features.hpp"
-#include "gemm/kernels.hpp"
-#include "reshape/kernels.hpp"
-#include "softmax/kernels.hpp"
 
 namespace mha::detail {
 namespace {
@@ -30,59 +28,40 @@ bool cpu_has(Isa isa) noexcept {
   return false;
 }
 
-// An ISA's GEMM table fitted to this CPU's caches, once per ISA.
-GemmKernels fitted(const GemmKernels& g) noexcept {
-  const CacheSizes& c = cpu_caches();
-  return fit_to_caches(g, c.l1d, c.l2);
-}
-
-const KernelSet* built_set(Isa isa) noexcept {
+// Whether this build compiled the ISA's translation units (cmake/MhaIsa.cmake).
+bool built(Isa isa) noexcept {
   switch (isa) {
-    case Isa::scalar: {
-      static const GemmKernels gemm = fitted(gemm_kernels_scalar);
-      static const KernelSet s{Isa::scalar, &gemm, &softmax_kernels_scalar,
-                               &reshape_kernels_scalar};
-      return &s;
-    }
+    case Isa::scalar:
+      return true;
 #if MHA_BUILD_AVX2
-    case Isa::avx2: {
-      static const GemmKernels gemm = fitted(gemm_kernels_avx2);
-      static const KernelSet s{Isa::avx2, &gemm, &softmax_kernels_avx2, &reshape_kernels_avx2};
-      return &s;
-    }
+    case Isa::avx2:
+      return true;
 #endif
 #if MHA_BUILD_AVX512
-    case Isa::avx512: {
-      static const GemmKernels gemm = fitted(gemm_kernels_avx512);
-      static const KernelSet s{Isa::avx512, &gemm, &softmax_kernels_avx512,
-                               &reshape_kernels_avx512};
-      return &s;
-    }
+    case Isa::avx512:
+      return true;
 #endif
 #if MHA_BUILD_NEON
-    case Isa::neon: {
-      static const GemmKernels gemm = fitted(gemm_kernels_neon);
-      static const KernelSet s{Isa::neon, &gemm, &softmax_kernels_neon, &reshape_kernels_neon};
-      return &s;
-    }
+    case Isa::neon:
+      return true;
 #endif
     default:
-      return nullptr;
+      return false;
   }
 }
 
-const KernelSet* best_set() noexcept {
+Isa best_isa() noexcept {
   for (Isa isa : kPreference) {
-    if (const KernelSet* s = kernels_for(isa)) return s;
+    if (isa_runnable(isa)) return isa;
   }
-  return nullptr;  // unreachable: scalar is always built
+  return Isa::scalar;
 }
 
-// The automatic choice, or the one MHA_ISA forces. nullptr + message when
+// The automatic choice, or the one MHA_ISA forces. No ISA + a message when
 // MHA_ISA is unusable: every computing call then fails with that message,
 // rather than silently running on another ISA than the one asked for.
 struct Initial {
-  const KernelSet* set = nullptr;
+  std::optional<Isa> isa;
   std::string error;
 };
 
@@ -94,16 +73,18 @@ Initial initial_choice() {
   }
   const char* env = std::getenv("MHA_ISA");
   if (env == nullptr || *env == '\0') {
-    r.set = best_set();
+    r.isa = best_isa();
     return r;
   }
   auto isa = parse_isa(env);
   if (!isa) {
     r.error = std::string("MHA_ISA=") + env +
               " is not an ISA name (expected scalar, avx2, avx512 or neon)";
-  } else if (!(r.set = kernels_for(*isa))) {
+  } else if (isa_runnable(*isa)) {
+    r.isa = isa;
+  } else {
     r.error = std::string("MHA_ISA=") + env + " is not supported by this " +
-              (built_set(*isa) ? "CPU/OS" : "build") + "; supported here:";
+              (built(*isa) ? "CPU/OS" : "build") + "; supported here:";
     for (Isa s : supported_isas()) r.error += std::string(" ") + std::string(isa_name(s));
   }
   return r;
@@ -114,19 +95,20 @@ const Initial& initial() {
   return i;
 }
 
-std::atomic<const KernelSet*> forced{nullptr};
+// The ISA mha_set_isa forced, plus one; 0 when none is forced.
+std::atomic<unsigned> forced{0};
 
 }  // namespace
 
-const KernelSet* kernels_for(Isa isa) noexcept {
-  return cpu_has(isa) ? built_set(isa) : nullptr;
+bool isa_runnable(Isa isa) noexcept {
+  return built(isa) && cpu_has(isa);
 }
 
-const KernelSet& kernels() {
-  if (const KernelSet* s = forced.load(std::memory_order_acquire)) return *s;
+Isa active_isa() {
+  if (const unsigned f = forced.load(std::memory_order_acquire)) return static_cast<Isa>(f - 1);
   const Initial& i = initial();
-  if (i.set == nullptr) fail(MHA_UNSUPPORTED, i.error);
-  return *i.set;
+  if (!i.isa) fail(MHA_UNSUPPORTED, i.error);
+  return *i.isa;
 }
 
 }  // namespace mha::detail
@@ -155,11 +137,11 @@ std::optional<Isa> parse_isa(std::string_view name) noexcept {
 }
 
 Isa current_isa() {
-  return detail::kernels().isa;
+  return detail::active_isa();
 }
 
 bool isa_supported(Isa isa) noexcept {
-  return detail::kernels_for(isa) != nullptr;
+  return detail::isa_runnable(isa);
 }
 
 std::vector<Isa> supported_isas() {
@@ -171,17 +153,15 @@ std::vector<Isa> supported_isas() {
 }
 
 void set_isa(std::optional<Isa> isa) {
-  const detail::KernelSet* s = nullptr;
+  Isa chosen = detail::best_isa();
   if (isa) {
-    s = detail::kernels_for(*isa);
-    if (s == nullptr) {
+    if (!detail::isa_runnable(*isa)) {
       detail::fail(MHA_UNSUPPORTED, "ISA ", isa_name(*isa), " is not supported by this ",
-                   detail::built_set(*isa) ? "CPU/OS" : "build");
+                   detail::built(*isa) ? "CPU/OS" : "build");
     }
-  } else {
-    s = detail::best_set();
+    chosen = *isa;
   }
-  detail::forced.store(s, std::memory_order_release);
+  detail::forced.store(static_cast<unsigned>(chosen) + 1, std::memory_order_release);
 }
 
 }  // namespace mha

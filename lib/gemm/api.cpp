@@ -59,7 +59,8 @@ void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::
   check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
   check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
   check_matrix("c", "ldc", c, m, n, ldc);
-  detail::sgemm(*detail::kernels().gemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  detail::sgemm(detail::gemm_kernels(detail::active_isa()), ta, tb, m, n, k, alpha, a, lda, b, ldb,
+                beta, c, ldc);
 }
 
 mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, const float* b,
@@ -67,7 +68,7 @@ mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, cons
   const Trans tb = parse_trans(transb, "transb");
   check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
   check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
-  const detail::GemmKernels& g = *detail::kernels().gemm;
+  const detail::GemmKernels& g = detail::gemm_kernels(detail::active_isa());
   const std::size_t padded_n = detail::checked_mul(detail::ceil_div(n, g.nr), g.nr, "n");
   const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
   detail::checked_mul(floats, sizeof(float), "packed b");

@@ -1,24 +1,21 @@
 // BLIS-style SGEMM driver: the portable loops, packing and threading around
-// the per-ISA micro-kernels (ukernel.hpp). Loop nest of gemm_serial, for a B
-// already packed whole:
+// the per-ISA micro-kernels (ukernel.hpp). plan_gemm names the path a call
+// takes, from the shape and the thresholds of the ISA's fitted table
+// (config.cpp); each path is one driver below, named by what it packs.
+// Loop nest of the packing drivers (gemm_serial and its kin):
 //   MC rows > KC depth (pack the A block) > NC columns > MR strips (the
 //     KC x MR A strip, reused across the panel) > NR strips > micro-kernel.
-// The micro-kernel broadcasts A and loads B as vectors. With KC = 256 the A
-// strip (14 KiB for AVX-512) stays in L1 and the B panel in L2; keeping the
-// 32 KiB B strip in L1 instead left too little room for the A stream in a
-// 48 KiB L1 (sq1024, 1 thread: 126 vs 140 GFLOP/s). On AVX2 (4 x 24 tile,
-// a 24 KiB B strip) keeping the B strip in L1 was no faster either (2 MiB-L2
-// Xeon, 1 thread, best GFLOP/s of alternating processes, A strip in L1 vs B
-// strip in L1): sq1024 98.7-100.6 vs 95.8-100.5, NT m512 n2304 k768
-// 96.3-99.8 vs 93.6-95.1. The AVX-512 KC is 1024 all the same
-// (gemm_avx512.cpp): fewer micro-kernel epilogues and C round trips beat
-// cache residency there.
+// Each A block is packed once and multiplied by every column panel of B
+// (BLIS runs NC outermost; with 512-column panels that re-packed A per
+// panel: Xeon m4096 n2304 k768 prepacked 195 -> 203 GFLOP/s).
 // Threads split M x N (never K) into blocks; every C element is the same
-// sequence of operations whichever block and thread computes it, so results
-// are bit-identical at any thread count.
+// sequence of operations whichever path, block and thread computes it
+// (ukernel.hpp), so results are bit-identical at any thread count and on
+// every path but GEMV.
 #include "gemm/gemm.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "common/aligned.hpp"
 #include "common/parallel.hpp"
@@ -193,19 +190,11 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
   }
 }
 
-// A kc-deep B panel of this many floats (8 MiB) or fewer is read from L3
-// well enough: see panel_cols.
-constexpr std::size_t kWholePanelFloats = std::size_t{1} << 21;
-// The L2 of the machines the blocks were tuned on (1 MiB), in floats.
-constexpr std::size_t kL2Floats = 256 * 1024;
-// Rows a multiple of this many floats (4 KiB) apart all map to one L1 set.
-constexpr std::size_t kAliasFloats = 1024;
-
 // Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns. The A
 // blocks are packed again for every column panel. Where the ISA's panel
 // already exceeds L2 (AVX-512 on a 1 MiB L2: KC x NC = 1024 x 768), B
 // streams from L3 whatever its width, so a B whose panels together take at
-// most kWholePanelFloats is one panel (GemmKernels::whole_panel_floats).
+// most GemmKernels::whole_panel_floats is one panel.
 // Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of interleaved runs, NC
 // 768 vs one panel): sq1024 201 vs 205, sq2048 200 vs 205, NN m4096 n2304
 // k768 201 vs 207. Where the panel is sized to stay in L2 (AVX2, NEON: 256
@@ -295,40 +284,72 @@ void gemm_serial_filling(const GemmKernels& g, Trans ta, std::size_t m, const fl
   }
 }
 
-// Floats of an in-place B block (the small path) that the row strips read
-// from L2, on a 1 MiB L2: sq512 with KC = 1024 fell from 249 to 229 GFLOP/s
-// reading its 1 MiB B whole, and is back at 248 in two 256-column blocks.
-// Blocking N changes no element's arithmetic (unlike KC).
-constexpr std::size_t kL2BlockFloats = 128 * 1024;
-
 // Columns (a multiple of `align`, at least one) of a kc-deep block of B that
-// fit in kL2BlockFloats.
-std::size_t l2_block_cols(std::size_t kc, std::size_t align) {
-  return std::max(align, kL2BlockFloats / kc / align * align);
+// fit in the L2 block (GemmKernels::l2_block_floats).
+std::size_t l2_block_cols(const GemmKernels& g, std::size_t kc, std::size_t align) {
+  return std::max(align, g.l2_block_floats / kc / align * align);
 }
 
 // Whether op(A) [m x k] packed whole takes no more than one MC x KC block:
-// gemm_serial_unpacked then packs it once for the whole call.
+// the drivers of paths a and a_b_blocks then pack it once for the whole call.
 bool a_is_one_block(const GemmKernels& g, std::size_t m, std::size_t k) {
   return packed_a_floats(g, m, k) <= g.mc * g.kc;
 }
 
-// gemm_serial for an unpacked B and an A of one block (a_is_one_block): A
-// is packed once, whole (its K blocks are views, as in
-// gemm_serial_packed_a), and B in blocks of l2_block_cols columns, each
-// packed into this thread's kGemmB just before use so that it is still in
-// L2 for every A strip (packing all of B first went through memory:
-// pack_b('T') of 768 x 2304 took 0.6 ms, a fifth of the m = 128
-// projection). Same KC blocking and kernels as gemm_serial, so the same
-// bits. Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of runs interleaved
-// with NC = 768 panels that re-packed A each): NN m128 n2304 k768 184 ->
-// 192, m64 n4096 k512 164 -> 172, m256 n1024 k1024 198 -> 204, m300 n2304
-// k2000 192 either way.
-void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                          std::size_t k, float alpha, const float* a, std::size_t lda,
-                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+// Rows a multiple of this many floats (4 KiB) apart all map to one L1 set.
+constexpr std::size_t kAliasFloats = 1024;
+
+// Row stride of a Bᵀ made row-major: whole cache lines (rows start 64-byte
+// aligned, as the scratch does) plus one, and one more where that would be
+// a multiple of 4 KiB (n in 993..1008): reading such a B in place ran at 107
+// against 197 GFLOP/s (Xeon m336 n1024 k512).
+std::size_t transposed_ld(std::size_t n) {
+  const std::size_t ld = round_up(n, 16) + 16;
+  return ld % kAliasFloats == 0 ? ld + 16 : ld;
+}
+
+// Columns of op(B) per task of the (parallel) transpose: done serially
+// first, it cost 2 threads 13 % on the m128 n2304 projection.
+constexpr std::size_t kTransposeCols = 256;
+
+// Columns of C per GEMV task.
+constexpr std::size_t kGemvCols = 256;
+
+// A slab of B packed by path both holds at most this many floats (8 MiB),
+// so that the scratch does not grow with k.
+constexpr std::size_t kSlabMaxFloats = std::size_t{1} << 21;
+
+// ---- The paths' serial drivers, one block of C each ---------------------
+
+// Path gemv: each row of C against B read in place by the vector kernels (a
+// strided row of op(A) gathered first). B is read once per row: packing it
+// would double the traffic of a bandwidth-bound decode step.
+void gemv_rows(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+               std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+               std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const auto gemv = tb == Trans::N ? g.gemv_n : g.gemv_t;
+  for (std::size_t i = 0; i < m; ++i) {
+    const float* x = a_at(ta, a, lda, i, 0);
+    if (ta == Trans::T && lda != 1) {
+      float* xs = thread_scratch(ScratchSlot::kGemmA, k);
+      for (std::size_t p = 0; p < k; ++p) xs[p] = x[p * lda];
+      x = xs;
+    }
+    gemv(k, n, alpha, x, b, ldb, beta, c + i * ldc);
+  }
+}
+
+// Path a_b_blocks: op(A) packed once, whole (its K blocks are views, as in
+// gemm_serial_packed_a), and op(B) in blocks of l2_block_cols columns, each
+// packed just before use so that it is still in L2 for every A strip
+// (packing all of B first went through memory: pack_b('T') of 768 x 2304
+// took 0.6 ms, a fifth of the m = 128 projection; Zen 5 NN m128 n2304 k768
+// 184 -> 192 GFLOP/s against NC panels that re-packed A each).
+void gemm_serial_a_once(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t kc = std::min(k, g.kc);
-  const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(kc, g.nr));
+  const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(g, kc, g.nr));
   float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
   g.pack_a(ta == Trans::T, m, k, a, lda, apack);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, kc * nc);
@@ -342,19 +363,7 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, Trans tb, std::size_t 
   }
 }
 
-// Whether sgemm reads op(B) = B in place with the packed micro-kernel
-// (GemmKernels::b_in_place_max_floats): a B small enough to stay in cache,
-// an A of one block, and rows not a multiple of 4 KiB apart.
-bool b_in_place_pays(const GemmKernels& g, Trans tb, std::size_t m, std::size_t k,
-                     std::size_t ldb) {
-  return tb == Trans::N && a_is_one_block(g, m, k) &&
-         static_cast<double>(k) * static_cast<double>(ldb) <=
-             static_cast<double>(g.b_in_place_max_floats) &&
-         ldb % kAliasFloats != 0;
-}
-
-// gemm_serial for an A of one block and a B read in place (b_in_place_pays):
-// A is packed once, whole; the packed micro-kernel reads the whole NR-column
+// Path a: op(A) packed once, whole; the packed micro-kernel reads the whole NR-column
 // strips of B at their own row stride, and a last, partial strip is packed
 // (the kernel reads whole vectors, past column n). Same kernels and K
 // blocks as gemm_serial, so the same bits.
@@ -385,160 +394,124 @@ void gemm_serial_b_in_place(const GemmKernels& g, Trans ta, std::size_t m, std::
   }
 }
 
-// Columns of op(B) that an sgemm block packs at once for an A of several
-// blocks: all of them up to kWholePanelFloats (8 MiB), else slabs of whole
-// NC panels. Each A block is packed once per slab.
+// Path both: each block packs its columns of op(B) in slabs as its first A
+// block uses them (gemm_serial_filling), and its later A blocks read them
+// packed. A slab takes every column up to kSlabMaxFloats, else whole NC
+// panels, and every row while it stays within that bound; a slab of fewer
+// rows is multiplied by the matching columns of A, with the K blocks where
+// they were, so the same bits.
 std::size_t slab_cols(const GemmKernels& g, std::size_t k, std::size_t n) {
-  const std::size_t cols = std::max(g.nc, kWholePanelFloats / k / g.nc * g.nc);
+  const std::size_t cols = std::max(g.nc, kSlabMaxFloats / k / g.nc * g.nc);
   return std::min(round_up(n, g.nr), cols);
 }
 
-// Rows of op(B), whole KC blocks, that such a slab packs at once: all of
-// them while the slab stays within kWholePanelFloats, so that the scratch
-// does not grow with k. A slab of fewer rows is multiplied by the matching
-// columns of A; the K blocks stay where they were, so the same bits.
 std::size_t slab_rows(const GemmKernels& g, std::size_t k, std::size_t cols) {
   const std::size_t kc = std::min(k, g.kc);
-  return std::min(k, std::max(kc, kWholePanelFloats / round_up(cols, g.nr) / kc * kc));
+  return std::min(k, std::max(kc, kSlabMaxFloats / round_up(cols, g.nr) / kc * kc));
 }
 
-// Widest op(B) = B read in place (in blocks of l2_block_cols) on a 1 MiB
-// L2. Measured (Zen5, AVX-512, 1 thread, % of the FMA-loop peak, unpacked
-// vs packed): sq128 93 vs 83, sq256 97 vs 90, sq512 96 vs 88-95, sq1024 74
-// vs 89 (the 4 KiB row stride of B maps every row of a strip to one L1 set).
-constexpr std::size_t kSmallMaxN = 512;
+void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                           std::size_t k, float alpha, const float* a, std::size_t lda,
+                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t slab = slab_cols(g, k, n), depth = slab_rows(g, k, slab);
+  float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, depth, slab));
+  for (std::size_t s0 = 0; s0 < n; s0 += slab) {
+    const std::size_t nb = std::min(slab, n - s0);
+    for (std::size_t p0 = 0; p0 < k; p0 += depth) {
+      const std::size_t kb = std::min(depth, k - p0);
+      const BFill fill{tb, b_at(tb, b, ldb, p0, s0), ldb, bpack};
+      gemm_serial_filling(g, ta, m, a_at(ta, a, lda, 0, p0), lda, {bpack, kb, nb, g.nr, kb * g.nr},
+                          alpha, p0 == 0 ? beta : 1.f, c + s0, ldc, nullptr, &fill);
+    }
+  }
+}
 
-// Where packing does not pay back, for op(B) = B: N up to
-// GemmKernels::small_max_n, where B's rows are read in place from L2 and A's
-// row streams from L1, or one unpacked tile wide; and any problem so small
-// that the copies cost as much as the arithmetic (sq64 on the Xeon VM, 1
-// thread: 59 GFLOP/s packed, 120 unpacked).
-bool small_problem(const GemmKernels& g, Trans tb, std::size_t m, std::size_t n, std::size_t k) {
-  if (tb != Trans::N) return false;
+// ---- The plan --------------------------------------------------------------
+
+// Whether the unpacked kernel reads op(B) = B in place (path none): N up to
+// small_max_n, where B's rows are read from L2 and A's rows stream from L1,
+// or one unpacked tile wide; or a product too small for copies to pay.
+bool small_problem(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
   return n <= std::max(g.nr_u, g.small_max_n) ||
-         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <= 1 << 20;
+         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) <=
+             static_cast<double>(g.small_max_madds);
 }
 
-// The one-strip P·V shape (below) runs its A rows in strips of the packed
-// tile, read in place, against B packed into nr-column strips, where that
-// tile is taller than the in-place one: per k step the 14 x 32 AVX-512 tile
-// reads 2 B vectors for 28 FMAs, the 6 x 64 one 4 for 24, so B streams from
-// L2 at half the rate. Packing B (k x n floats) is paid once per call, so
-// only from this many rows of A. Measured (2 MiB-L2 Xeon, AVX-512, NN, n
-// 64, best of 200 in alternating processes, us, 6 x 64 in place -> 14 x
-// 32): 1 thread m512 k512 192-198 -> 171-175, m2048 k2048 3205-3217 ->
-// 2997-3003, m256 k256 47.7 -> 43.6-44.4; 2 threads m512 k512 100 -> 91,
-// m2048 k2048 1633-1662 -> 1522-1545. Where it starts to pay (1 thread):
-// m192 k256 37.0 -> 35.2-36.3, m168 k1024 133 -> 132, m128 k512 50.7 ->
-// 49.6, but m128 k128 10.5 -> 11.7 and m64 k64 2.6 -> 3.1.
-constexpr std::size_t kStridedAMinRows = 160;
-
-// Whether gemm_serial_inplace's one-strip path reads A that way: op(A)
-// row-major (its rows are what the kernel strides over), enough rows, and
-// a packed tile taller than the in-place one (AVX-512; on AVX2 and NEON it
-// is not).
-bool strided_a_pays(const GemmKernels& g, Trans ta, std::size_t m) {
-  return ta == Trans::N && g.mr > g.mr_u && m >= std::max(kStridedAMinRows, g.mr);
-}
-
-// op(B) = Bᵀ (a stored [n, k] B, as attention's K or a weight matrix) is
-// transposed whole into row-major scratch and multiplied in place, instead
-// of packed per panel, while that scratch is at most this many floats
-// (4 MiB per calling thread), or kTransposeOneBlockMaxFloats for an A of one
-// block: the limits on a 1 MiB L2 (GemmKernels::transpose_max_floats).
-// Measured (Zen5, AVX-512, GFLOP/s, packed -> transposed; 1 thread):
-// qk_s128 209-213 -> 232-233, qk_s512 235-237 -> 240-246, qk_s2048
-// 234-237 -> 240-247, proj m4096 n768 k768 245 -> 251, m128 n768 216-219 ->
-// 220-227. Past 1M floats it stops paying (best GFLOP/s of interleaved
-// runs, transposed vs packed, k768 n2304 = 1.8M floats): AVX2 m128 97 vs
-// 102, m512 104 vs 106, m4096 107 vs 105; AVX-512 m512 202 vs 203, m4096
-// 213 vs 211.
-constexpr std::size_t kTransposeMaxFloats = std::size_t{1} << 20;
-// An A of one block (a_is_one_block) amortizes the transpose over fewer rows,
-// and gemm_serial_unpacked packs it once: past this many floats (1 MiB, the
-// L2) B is packed per L2 panel instead. Measured (Zen5, AVX-512, GFLOP/s,
-// transposed vs packed): 1 thread, best of interleaved runs, m128 n2304 k768
-// (1.8M floats) 184-191 vs 197-203, m128 n1536 k768 195 vs 202, qk_s128 (12K)
-// 200 vs 181, m512 n2304 k768 (two A blocks) 204 vs 200; m128 n768 k768
-// (0.64M), bench medians, 1 thread 778 vs 767-788 us, 2 threads 522 vs 419-427
-// us (its 3 transpose slices of 256 columns split 2:1).
-constexpr std::size_t kTransposeOneBlockMaxFloats = kL2Floats;
-// Columns of op(B) per task of the (parallel) transpose: done serially
-// first, it cost 2 threads 13 % on the m128 n2304 projection.
-constexpr std::size_t kTransposeCols = 256;
-
-// Row stride of the transposed B: whole cache lines (rows start 64-byte
-// aligned, as the scratch does) plus one, and one more where that would be
-// a multiple of 4 KiB (n in 993..1008), whose rows all map to one L1 set
-// (see b_in_place_pays: 107 vs 197 GFLOP/s reading such a B in place).
-std::size_t transposed_ld(std::size_t n) {
-  const std::size_t ld = round_up(n, 16) + 16;
-  return ld % kAliasFloats == 0 ? ld + 16 : ld;
-}
-
-// The cap is on the scratch, k x transposed_ld, not on B.
+// Whether op(B) = Bᵀ is transposed whole for path none: the cap is on the
+// scratch, k x transposed_ld.
 bool transpose_pays(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k) {
   const double floats = static_cast<double>(k) * static_cast<double>(transposed_ld(n));
   return floats <= static_cast<double>(a_is_one_block(g, m, k) ? g.transpose_one_block_max_floats
                                                                : g.transpose_max_floats);
 }
 
-// op(B) = B of at most this many floats (k x ldb, 256 KiB) is read in place
-// by the packed micro-kernel, with a large L2 (fit_to_caches), for an A of
-// one block: packing B cost more than its rows read at their own stride.
-// Measured (2 MiB-L2 Xeon, AVX-512, 1 thread, best GFLOP/s; A packed, B in
-// place vs B packed): m126 n128 k128 205 vs 192, m126 n256 k128 218 vs 204,
-// m252 n256 k256 220 vs 211, m504 n256 k512 (512 KiB) 203 vs 203, m504 n512
-// k512 201 vs 211, m126 n768 k512 138 vs 182. A row stride of a multiple of
-// 4 KiB puts every row of a strip in one L1 set (m336 n1024 k512: 107 vs
-// 197): such a B is packed whatever its size. Through mha_sgemm (best of
-// alternating processes, 1 thread): sq128 22.5 -> 21.2 us, m128 n256 k128
-// 42.2 -> 39.7 us, m64 n200 k300 45.5 -> 41.5 us, sq256 157 -> 153 us.
-constexpr std::size_t kBInPlaceMaxFloats = 64 * 1024;
+// Whether a small op(B) = B, A op(A) = A of enough rows per thread block,
+// reads A in place against a packed B (path b): one strip of the unpacked
+// tile wide (P·V), B in L2, and a packed tile taller than the unpacked one
+// (AVX-512; on AVX2 and NEON it is not).
+bool strided_a_pays(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                    std::size_t threads) {
+  return ta == Trans::N && g.mr > g.mr_u && n <= g.nr_u &&
+         k * g.nr_u <= g.inplace_strip_max_floats &&
+         m / threads >= std::max(g.strided_a_min_rows, g.mr);
+}
 
-// The fewest columns of a B panel kept in a large L2: below this (Zen5's
-// 1 MiB L2 holds 256 columns at KC 512 in half of it) the blocks made for
-// a 1 MiB L2 stay. On Zen5, panels kept in its L2 (KC x NC 256 x 768, 384 x
-// 512) ran sq1024 at 176-180 GFLOP/s against 189 for KC 1024 streamed from
-// L3 (AVX-512, 1 thread, interleaved).
-constexpr std::size_t kMinL2PanelCols = 512;
+// Whether op(B) = B is read in place by the packed kernel (path a): small
+// enough to stay in cache (b_in_place_max_floats, a large L2 only), an A of
+// one block, and rows not a multiple of 4 KiB apart.
+bool b_in_place_pays(const GemmKernels& g, Trans tb, std::size_t m, std::size_t k,
+                     std::size_t ldb) {
+  return tb == Trans::N && a_is_one_block(g, m, k) &&
+         static_cast<double>(k) * static_cast<double>(ldb) <=
+             static_cast<double>(g.b_in_place_max_floats) &&
+         ldb % kAliasFloats != 0;
+}
+
+// The path tests force (set_gemm_path_override), plus one; 0: none.
+std::atomic<unsigned> forced_path{0};
 
 }  // namespace
 
-// The blocks of the ISA's table and the limits above were measured on a
-// 1 MiB L2 (Zen5), whose L3 feeds a streamed B panel well. An L2 that holds
-// a panel of l2_kc x at least kMinL2PanelCols in half of it (BLIS's rule for
-// the block read from L2) keeps B there instead: KC = l2_kc, NC filling half
-// the L2. Measured on a 2 MiB L2 (Xeon, AVX-512, 1 thread, best GFLOP/s of
-// runs interleaved in one process, 1 MiB-L2 blocks -> KC 512 x NC 512):
-// sq1024 173-177 -> 197-205, sq2048 146 -> 195, NT m512 n2304 k768 164 ->
-// 195-196, prepacked m128 n2304 145 -> 180; NC 768 (a 1.5 MiB panel) was
-// 2-4 % slower than 512. With B panels in L2 the packed path also beats
-// the in-place kernel, which reads B rows from L2 at 4 cache lines per k
-// step, everywhere except where B fits in L1: in-place vs packed, sq64 190
-// vs 179, sq96 173 vs 173, sq128 163 vs 183, sq256 186 vs 213, sq512 167 vs
-// 211; transposed Bᵀ vs packed, qk_s128 (40 KiB of scratch) 202 vs 177,
-// qk_s256 (72 KiB) 182 vs 200, qk_s2048 184 vs 206, NT m4096 n768 k768 173
-// vs 204. So the small path keeps only unpacked-tile-wide B (and problems
-// under 1M multiply-adds), and the transposed path a B that fits in L1d.
-GemmKernels fit_to_caches(GemmKernels g, std::size_t l1d_bytes, std::size_t l2_bytes) noexcept {
-  g.whole_panel_floats = g.kc * g.nc > kL2Floats ? kWholePanelFloats : 0;
-  g.small_max_n = kSmallMaxN;
-  g.transpose_max_floats = kTransposeMaxFloats;
-  g.transpose_one_block_max_floats = kTransposeOneBlockMaxFloats;
-  if (g.l2_kc == 0) return g;
-  const std::size_t nc = l2_bytes / 2 / (g.l2_kc * sizeof(float)) / g.nr * g.nr;
-  if (nc < kMinL2PanelCols) return g;
-  g.kc = g.l2_kc;
-  g.nc = nc;
-  g.whole_panel_floats = 0;
-  g.small_max_n = 0;
-  // An unknown L1d counts as 32 KiB, the smallest of the AVX-512 cores.
-  const std::size_t l1d_floats = (l1d_bytes != 0 ? l1d_bytes : 32 * 1024) / sizeof(float);
-  g.transpose_max_floats = l1d_floats;
-  g.transpose_one_block_max_floats = l1d_floats;
-  g.b_in_place_max_floats = kBInPlaceMaxFloats;
-  return g;
+std::string_view gemm_path_name(GemmPath p) noexcept {
+  switch (p) {
+    case GemmPath::gemv:
+      return "gemv";
+    case GemmPath::none:
+      return "none";
+    case GemmPath::b:
+      return "b";
+    case GemmPath::a:
+      return "a";
+    case GemmPath::a_b_blocks:
+      return "a_b_blocks";
+    case GemmPath::both:
+      return "both";
+    case GemmPath::prepacked_b:
+      return "prepacked_b";
+  }
+  return "unknown";
+}
+
+void set_gemm_path_override(std::optional<GemmPath> path) noexcept {
+  forced_path.store(path ? static_cast<unsigned>(*path) + 1 : 0, std::memory_order_relaxed);
+}
+
+GemmPlan plan_gemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                   std::size_t k, std::size_t ldb) {
+  GemmPlan p{GemmPath::both, call_threads(m, n, k)};
+  if (const unsigned f = forced_path.load(std::memory_order_relaxed)) {
+    p.path = static_cast<GemmPath>(f - 1);
+  } else if (m == 1) {
+    p.path = GemmPath::gemv;
+  } else if (tb == Trans::T ? transpose_pays(g, m, n, k) : small_problem(g, m, n, k)) {
+    p.path =
+        tb == Trans::N && strided_a_pays(g, ta, m, n, k, p.threads) ? GemmPath::b : GemmPath::none;
+  } else if (b_in_place_pays(g, tb, m, k, ldb)) {
+    p.path = GemmPath::a;
+  } else if (a_is_one_block(g, m, k)) {
+    p.path = GemmPath::a_b_blocks;
+  }
+  return p;
 }
 
 std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n) {
@@ -588,10 +561,10 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
   run_panels(g, m, a, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
-// Per block of columns (sized to stay in L2) and KC block, the mr_u-row
-// strips of A read in place against the nr_u-column strips of B (row p at
-// b + p*ldb, up to column n). Same KC blocking and arithmetic as the packed
-// path, so the same bits.
+// Path none: per block of columns (sized to stay in L2) and KC block, the
+// mr_u-row strips of A read in place against the nr_u-column strips of B
+// (row p at b + p*ldb, up to column n). Same KC blocking and arithmetic as
+// the packed path, so the same bits.
 void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
                          std::size_t k, float alpha, const float* a, std::size_t lda,
                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
@@ -602,32 +575,10 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
   }
   const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
   const std::size_t rsa = ta == Trans::N ? lda : 1, csa = ta == Trans::N ? 1 : lda;
-  if (n <= nr && k * nr <= kL2Floats / 2) {
-    // One strip of columns (P·V at head_dim 64) whose B stays in L2 whole:
-    // each row strip runs all its K blocks in turn, so that its C tile stays
-    // in L1 and its A rows are read from start to end, instead of a pass
-    // over C and a jump in A per K block. Measured (2 MiB-L2 Xeon, AVX-512,
-    // best GFLOP/s of runs interleaved in one process): m2048 n64 k2048, 1
-    // thread 174-183 -> 187-188, 2 threads 372 either way; with B at 1 MiB
-    // (m1024 n64 k4096) it was 2-3 % slower at 2 threads.
-    std::size_t i0 = 0;
-    if (strided_a_pays(g, ta, m)) {
-      // Whole strips of the packed tile first (then the rest of the rows as
-      // below), B packed once (into A's slot: A is not packed here).
-      const PackedBView bp = pack_b(g, Trans::N, k, n, b, ldb,
-                                    thread_scratch(ScratchSlot::kGemmA, packed_b_floats(g, k, n)));
-      for (; i0 + g.mr <= m; i0 += g.mr) {
-        for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-          const PackedBView bk = bp.rows(p0, std::min(k, p0 + kc));
-          for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
-            const PackedBView strip = bk.cols(j0, std::min(n, j0 + g.nr));
-            g.ukernel_strided_a(strip.k, a + i0 * lda + p0, lda, strip.data, c + i0 * ldc + j0, ldc,
-                                strip.n, alpha, p0 == 0 ? beta : 1.f);
-          }
-        }
-      }
-    }
-    for (; i0 < m; i0 += mr) {
+  if (n <= nr && k * nr <= g.inplace_strip_max_floats) {
+    // One strip of columns whose B stays in L2: each row strip runs all its
+    // K blocks in turn (config.cpp, kInplaceStripMaxFloats).
+    for (std::size_t i0 = 0; i0 < m; i0 += mr) {
       const std::size_t mm = std::min(mr, m - i0);
       for (std::size_t p0 = 0; p0 < k; p0 += kc) {
         g.ukernel_unpacked(std::min(kc, k - p0), a_at(ta, a, lda, i0, p0), rsa, csa, b + p0 * ldb,
@@ -636,7 +587,7 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
     }
     return;
   }
-  const std::size_t nc = l2_block_cols(kc, nr);
+  const std::size_t nc = l2_block_cols(g, kc, nr);
   for (std::size_t jb = 0; jb < n; jb += nc) {
     const std::size_t jend = std::min(n, jb + nc);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
@@ -649,6 +600,39 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
         for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
           g.ukernel_unpacked(kb, ai, rsa, csa, b + p0 * ldb + j0, ldb, ci + j0, ldc, mm,
                              std::min(nr, n - j0), alpha, beta_p);
+        }
+      }
+    }
+  }
+}
+
+// Path b: op(B) packed once, whole; each MR-row strip of A runs through all
+// its K blocks and B strips, read in place by the strided-A kernel where
+// op(A) = A holds a whole strip, else packed first (a short last strip, or
+// op(A) = Aᵀ). Same kernels' arithmetic, so the same bits.
+void gemm_serial_pack_b(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t mr = g.mr, kc = std::min(k, g.kc);
+  const PackedBView bp =
+      pack_b(g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mr * kc);
+  for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+    const std::size_t mm = std::min(mr, m - i0);
+    const bool in_place = ta == Trans::N && mm == mr;
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const PackedBView bk = bp.rows(p0, std::min(k, p0 + kc));
+      const float beta_p = p0 == 0 ? beta : 1.f;
+      if (!in_place) g.pack_a(ta == Trans::T, mm, bk.k, a_at(ta, a, lda, i0, p0), lda, apack);
+      for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
+        const PackedBView strip = bk.cols(j0, std::min(n, j0 + g.nr));
+        float* cij = c + i0 * ldc + j0;
+        if (in_place) {
+          g.ukernel_strided_a(strip.k, a + i0 * lda + p0, lda, strip.data, cij, ldc, strip.n, alpha,
+                              beta_p);
+        } else {
+          g.ukernel(strip.k, apack, strip.data, g.nr, cij, ldc, mm, strip.n, alpha, beta_p,
+                    nullptr);
         }
       }
     }
@@ -682,81 +666,65 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     scale_c(m, n, beta, c, ldc, nullptr);
     return;
   }
-  const std::size_t threads = call_threads(m, n, k);
-
-  if (m == 1) {
-    // GEMV (a decode step): B is read once, so packing it would double the
-    // memory traffic of a bandwidth-bound operation. Threads split N into
-    // fixed 256-column blocks.
-    const float* x = a;
-    if (ta == Trans::T && lda != 1) {
-      float* xs = thread_scratch(ScratchSlot::kGemmA, k);
-      for (std::size_t p = 0; p < k; ++p) xs[p] = a[p * lda];
-      x = xs;
-    }
-    const auto gemv = tb == Trans::N ? g.gemv_n : g.gemv_t;
-    constexpr std::size_t kCols = 256;
-    parallel_for(ceil_div(n, kCols), threads, [&](std::size_t t) {
-      const std::size_t j0 = t * kCols, nb = std::min(kCols, n - j0);
-      gemv(k, nb, alpha, x, tb == Trans::N ? b + j0 : b + j0 * ldb, ldb, beta, c + j0);
-    });
-    return;
-  }
-
-  const bool transposed = tb == Trans::T && transpose_pays(g, m, n, k);
-  if (transposed || small_problem(g, tb, m, n, k)) {
-    // Both operands read in place, neither packed per block. A transposed B
-    // is made row-major once first.
-    const float* bi = b;
-    std::size_t ldbi = ldb;
-    if (transposed) {
-      const std::size_t ldt = transposed_ld(n);
-      float* bt = thread_scratch(ScratchSlot::kGemmB, k * ldt);
-      parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
-        const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
-        g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
+  const GemmPlan plan = plan_gemm(g, ta, tb, m, n, k, ldb);
+  const std::size_t threads = plan.threads;
+  switch (plan.path) {
+    case GemmPath::gemv: {
+      const std::size_t col_blocks = ceil_div(n, kGemvCols);
+      parallel_for(m * col_blocks, threads, [&](std::size_t t) {
+        const std::size_t i = t / col_blocks, j0 = t % col_blocks * kGemvCols;
+        gemv_rows(g, ta, tb, 1, std::min(kGemvCols, n - j0), k, alpha, a_at(ta, a, lda, i, 0), lda,
+                  b_at(tb, b, ldb, 0, j0), ldb, beta, c + i * ldc + j0, ldc);
       });
-      bi = bt;
-      ldbi = ldt;
+      return;
     }
-    run_blocks(g, m, n, threads,
-               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                 gemm_serial_inplace(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                     bi + j0, ldbi, beta, c + i0 * ldc + j0, ldc);
-               });
-    return;
+    case GemmPath::prepacked_b: {
+      const PackedBView packed = pack_b(
+          g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
+      gemm_packed(g, ta, m, a, lda, packed, alpha, beta, c, ldc);
+      return;
+    }
+    default:
+      break;
   }
-  if (b_in_place_pays(g, tb, m, k, ldb)) {
-    run_blocks(g, m, n, threads,
-               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                 gemm_serial_b_in_place(g, ta, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                        b + j0, ldb, beta, c + i0 * ldc + j0, ldc);
-               });
-    return;
+  // The paths that read op(B) = B in place take a Bᵀ made row-major first.
+  const bool reads_b = plan.path == GemmPath::none || plan.path == GemmPath::a;
+  const float* bi = b;
+  std::size_t ldbi = ldb;
+  Trans tbi = tb;
+  if (reads_b && tb == Trans::T) {
+    const std::size_t ldt = transposed_ld(n);
+    float* bt = thread_scratch(ScratchSlot::kGemmTransposedB, k * ldt);
+    parallel_for(ceil_div(n, kTransposeCols), threads, [&](std::size_t t) {
+      const std::size_t j0 = t * kTransposeCols, j1 = std::min(n, j0 + kTransposeCols);
+      g.transpose(k, j1 - j0, b + j0 * ldb, ldb, bt + j0, ldt);
+    });
+    bi = bt;
+    ldbi = ldt;
+    tbi = Trans::N;
   }
-  if (a_is_one_block(g, m, k)) {
-    run_blocks(g, m, n, threads,
-               [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                 gemm_serial_unpacked(g, ta, tb, rows, cols, k, alpha, a_at(ta, a, lda, i0, 0), lda,
-                                      b_at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
-               });
-    return;
-  }
-  // Several A blocks: each thread block packs B (its columns, in slabs) as
-  // its first A block uses it, and its later A blocks read it packed.
   run_blocks(
       g, m, n, threads, [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-        const std::size_t slab = slab_cols(g, k, cols), depth = slab_rows(g, k, slab);
-        float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, depth, slab));
-        for (std::size_t s0 = 0; s0 < cols; s0 += slab) {
-          const std::size_t nb = std::min(slab, cols - s0);
-          for (std::size_t p0 = 0; p0 < k; p0 += depth) {
-            const std::size_t kb = std::min(depth, k - p0);
-            const BFill fill{tb, b_at(tb, b, ldb, p0, j0 + s0), ldb, bpack};
-            gemm_serial_filling(g, ta, rows, a_at(ta, a, lda, i0, p0), lda,
-                                {bpack, kb, nb, g.nr, kb * g.nr}, alpha, p0 == 0 ? beta : 1.f,
-                                c + i0 * ldc + j0 + s0, ldc, nullptr, &fill);
-          }
+        const float* ai = a_at(ta, a, lda, i0, 0);
+        const float* bj = b_at(tbi, bi, ldbi, 0, j0);
+        float* cij = c + i0 * ldc + j0;
+        switch (plan.path) {
+          case GemmPath::none:
+            gemm_serial_inplace(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            break;
+          case GemmPath::b:
+            gemm_serial_pack_b(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            break;
+          case GemmPath::a:
+            gemm_serial_b_in_place(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            break;
+          case GemmPath::a_b_blocks:
+            gemm_serial_a_once(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            break;
+          default:
+            gemm_serial_pack_both(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij,
+                                  ldc);
+            break;
         }
       });
 }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string_view>
 
 #include "gemm/kernels.hpp"
 
@@ -72,11 +74,42 @@ void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, 
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias = nullptr);
 
-// Full SGEMM, threaded: packs what pays to pack, uses the small/no-pack and
-// GEMV paths where they are faster. Arguments are assumed validated. Packs B
-// into ScratchSlot::kGemmB (gemm_serial and gemm_packed use only kGemmA, so a
-// caller may keep its own packed B in kGemmB while calling them). For m >= 2
-// it gives the same bits as pack_b + gemm_packed on the same kernels.
+// The paths of sgemm, named by what they pack. Every path computes every
+// shape and transpose; plan_gemm picks the fastest (config.cpp has the
+// measurements), tests force each one.
+enum class GemmPath : unsigned char {
+  gemv,        // nothing: each row of C by the GEMV kernels, B read in place
+  none,        // nothing: the unpacked kernel reads A and B in place (a Bᵀ made
+               // row-major first)
+  b,           // B once, whole; A's whole strips read in place (P·V)
+  a,           // A once, whole; B's whole strips read in place by the packed
+               // kernel, a partial last strip packed (a Bᵀ made row-major first)
+  a_b_blocks,  // A once, whole; B per L2-sized column block just before use
+  both,        // both: B in slabs as each block's first A block uses them, A per
+               // MC x KC block
+  prepacked_b  // B packed whole first, as mha_sgemm_pack_b does, then gemm_packed
+};
+std::string_view gemm_path_name(GemmPath p) noexcept;
+
+struct GemmPlan {
+  GemmPath path;
+  std::size_t threads;  // the most threads the call uses
+};
+
+// The one place sgemm's path and thread count are decided, from the shape,
+// the transposes and g's thresholds (or the test override).
+GemmPlan plan_gemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                   std::size_t k, std::size_t ldb);
+
+// For tests: every later plan_gemm, on every thread, returns `path` (nullopt:
+// the plan's own choice again).
+void set_gemm_path_override(std::optional<GemmPath> path) noexcept;
+
+// Full SGEMM, threaded, on the path plan_gemm names. Arguments are assumed
+// validated. Packs into ScratchSlot::kGemmB and kGemmTransposedB
+// (gemm_serial and gemm_packed use only kGemmA, so a caller may keep its own
+// packed B in kGemmB while calling them). Every path but gemv gives the same
+// bits as pack_b + gemm_packed on the same kernels.
 void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
            float beta, float* c, std::size_t ldc);

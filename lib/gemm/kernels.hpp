@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <mha/isa.hpp>
 
 namespace mha::detail {
 
@@ -15,16 +16,23 @@ struct GemmKernels {
   // KC of the B panels that fit_to_caches() keeps in a large L2; 0: this
   // ISA's blocks stay as given on any L2 (no other L2 was measured).
   std::size_t l2_kc;
-  // Set by fit_to_caches() (zero in the ISA tables before that):
-  // a kc-deep op(B) of at most this many floats is one panel (0: panels of
-  // nc columns); op(B) = B up to small_max_n columns is read in place (the
-  // small path); op(B) = Bᵀ is transposed whole into scratch of at most
+  // The plan's thresholds (plan_gemm, gemm.cpp), set by fit_to_caches()
+  // (zero in the ISA tables before that); config.cpp gives each one's
+  // measured reason. A kc-deep op(B) of at most whole_panel_floats is one
+  // panel (0: panels of nc columns); op(B) = B up to small_max_n columns, or
+  // any product of at most small_max_madds multiply-adds, is read in place
+  // (path none); op(B) = Bᵀ is transposed whole into scratch of at most
   // transpose_max_floats, or transpose_one_block_max_floats for an A of one
-  // MC x KC block; op(B) = B of at most b_in_place_max_floats (k x ldb) is
-  // read in place by ukernel for an A of one block.
-  std::size_t whole_panel_floats, small_max_n;
+  // MC x KC block (path none); op(B) = B of at most b_in_place_max_floats (k
+  // x ldb) is read in place by ukernel for an A of one block (path a); a
+  // P·V-shaped product of at least strided_a_min_rows rows reads A in place
+  // against a packed B (path b); B blocks read in place from L2 take at most
+  // l2_block_floats, and one strip of B up to inplace_strip_max_floats is
+  // run row strip by row strip.
+  std::size_t whole_panel_floats, small_max_n, small_max_madds;
   std::size_t transpose_max_floats, transpose_one_block_max_floats;
-  std::size_t b_in_place_max_floats;
+  std::size_t b_in_place_max_floats, strided_a_min_rows;
+  std::size_t l2_block_floats, inplace_strip_max_floats;
   // C[m x n] = alpha * A·B + beta * C (then + bias[j] if bias is non-null,
   // n floats), for m <= mr, n <= nr, k >= 1. a: packed A strip [k][mr];
   // b: B strip, row p at b + p*ldb (ldb = nr: packed [k][nr]), of which
@@ -80,8 +88,12 @@ extern const GemmKernels gemm_kernels_avx2;
 extern const GemmKernels gemm_kernels_avx512;
 extern const GemmKernels gemm_kernels_neon;
 
-// An ISA table fitted to one core's L1d and L2 sizes (bytes, 0 if unknown):
-// what dispatch hands the drivers (gemm.cpp).
+// An ISA table with the plan's thresholds set for one core's L1d and L2
+// sizes (bytes, 0 if unknown) (config.cpp).
 GemmKernels fit_to_caches(GemmKernels g, std::size_t l1d_bytes, std::size_t l2_bytes) noexcept;
+
+// The table the drivers use for an ISA that can run here (isa_runnable),
+// fitted to this CPU's caches once.
+const GemmKernels& gemm_kernels(Isa isa) noexcept;
 
 }  // namespace mha::detail

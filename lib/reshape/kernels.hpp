@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <mha/isa.hpp>
 
 namespace mha::detail {
 
@@ -27,5 +28,8 @@ extern const ReshapeKernels reshape_kernels_scalar;
 extern const ReshapeKernels reshape_kernels_avx2;
 extern const ReshapeKernels reshape_kernels_avx512;
 extern const ReshapeKernels reshape_kernels_neon;
+
+// The table for an ISA that can run here (isa_runnable).
+const ReshapeKernels& reshape_kernels(Isa isa) noexcept;
 
 }  // namespace mha::detail

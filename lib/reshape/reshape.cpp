@@ -12,6 +12,13 @@
 #include "reshape/kernels.hpp"
 
 namespace mha::detail {
+
+const ReshapeKernels& reshape_kernels(Isa isa) noexcept {
+  static const IsaTables<ReshapeKernels> tables{
+      &reshape_kernels_scalar, MHA_IF_BUILT_AVX2(reshape_kernels_avx2),
+      MHA_IF_BUILT_AVX512(reshape_kernels_avx512), MHA_IF_BUILT_NEON(reshape_kernels_neon)};
+  return tables(isa);
+}
 namespace {
 
 // Below this many floats moved a call stays on the calling thread. Measured
@@ -108,7 +115,7 @@ void for_each_block(const Shape& s, std::size_t row, std::size_t moved, void (*f
 // Streamed: token by token, each source row read once front to back and its
 // H pieces written to the H outputs with non-temporal stores.
 void split_blocks(const Shape& s, const float* x, std::size_t src_ld, float* y, std::size_t moved) {
-  const ReshapeKernels& k = *kernels().reshape;
+  const ReshapeKernels& k = reshape_kernels(active_isa());
   const std::size_t seq = s.seq, heads = s.heads, d = s.head_dim;
   if (streams(moved, y, d)) {
     for_each_block(s, heads * d, moved, k.stream_fence,
@@ -156,7 +163,7 @@ void merge_heads(std::size_t batch, std::size_t seq, std::size_t heads, std::siz
             "merge_heads: y overlaps x (expected disjoint)");
   // Block by block in both cases: each token row of y is written whole
   // within a block, so streamed stores complete their lines.
-  const ReshapeKernels& k = *kernels().reshape;
+  const ReshapeKernels& k = reshape_kernels(active_isa());
   const bool streamed = streams(s.elements, y, head_dim);
   const CopyRows copy = streamed ? k.copy_rows_stream : k.copy_rows;
   const std::size_t row = heads * head_dim;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <mha/isa.hpp>
 
 namespace mha::detail {
 
@@ -39,5 +40,8 @@ extern const SoftmaxKernels softmax_kernels_scalar;
 extern const SoftmaxKernels softmax_kernels_avx2;
 extern const SoftmaxKernels softmax_kernels_avx512;
 extern const SoftmaxKernels softmax_kernels_neon;
+
+// The table for an ISA that can run here (isa_runnable).
+const SoftmaxKernels& softmax_kernels(Isa isa) noexcept;
 
 }  // namespace mha::detail

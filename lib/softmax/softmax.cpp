@@ -15,6 +15,13 @@
 #include "softmax/kernels.hpp"
 
 namespace mha::detail {
+
+const SoftmaxKernels& softmax_kernels(Isa isa) noexcept {
+  static const IsaTables<SoftmaxKernels> tables{
+      &softmax_kernels_scalar, MHA_IF_BUILT_AVX2(softmax_kernels_avx2),
+      MHA_IF_BUILT_AVX512(softmax_kernels_avx512), MHA_IF_BUILT_NEON(softmax_kernels_neon)};
+  return tables(isa);
+}
 namespace {
 
 // Below this many elements a call runs on the calling thread; above it, rows
@@ -118,7 +125,7 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
   check_arg((x == y && ldx == ldy) || !overlaps(x, ldx, y, ldy, rows, cols),
             "softmax: y overlaps x (expected in place with x == y and ldx == ldy, or disjoint)");
 
-  const SoftmaxKernels& k = *kernels().softmax;
+  const SoftmaxKernels& k = softmax_kernels(active_isa());
   const float s = options.scale == 0.f ? 1.f : options.scale;
   const std::size_t elements = checked_mul(rows, cols, "softmax: rows x cols");
   // Rows are independent, so any split is bit-identical; this one only keeps

@@ -7,6 +7,9 @@
 
 #include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
+#include "gemm/kernels.hpp"
+#include "reshape/kernels.hpp"
+#include "softmax/kernels.hpp"
 
 TEST_CASE("the ISA forced through MHA_ISA is the one in use", "[dispatch]") {
   const char* forced = std::getenv("MHA_ISA");
@@ -20,12 +23,13 @@ TEST_CASE("scalar is always supported and every supported ISA has full tables", 
   CHECK(mha::isa_supported(mha::Isa::scalar));
   for (mha::Isa isa : mha::supported_isas()) {
     INFO(mha::isa_name(isa));
-    const auto* set = mha::detail::kernels_for(isa);
-    REQUIRE(set != nullptr);
-    CHECK(set->isa == isa);
-    CHECK(set->gemm != nullptr);
-    CHECK(set->softmax != nullptr);
-    CHECK(set->reshape != nullptr);
+    CHECK(mha::detail::isa_runnable(isa));
+    // Each operation's table for the ISA is its own, not scalar's stand-in.
+    const bool own = isa == mha::Isa::scalar;
+    CHECK((&mha::detail::softmax_kernels(isa) == &mha::detail::softmax_kernels_scalar) == own);
+    CHECK((&mha::detail::reshape_kernels(isa) == &mha::detail::reshape_kernels_scalar) == own);
+    CHECK((mha::detail::gemm_kernels(isa).ukernel == mha::detail::gemm_kernels_scalar.ukernel) ==
+          own);
   }
 }
 

@@ -420,7 +420,7 @@ TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large 
     CHECK(caches.l2 == mha::detail::parse_cache_size(forced));
   }
   if (mha::current_isa() == mha::Isa::avx512) {
-    const auto& used = *mha::detail::kernels().gemm;
+    const auto& used = mha::detail::gemm_kernels(mha::current_isa());
     CHECK(used.kc == (caches.l2 >= 2 * MiB ? 512 : 1024));
     CHECK(used.nc == (caches.l2 >= 2 * MiB ? caches.l2 / 2 / (512 * 4) / 32 * 32 : 768));
   }
@@ -468,7 +468,7 @@ TEST_CASE("a packed B keeps working after the ISA is switched", "[gemm]") {
 
 TEST_CASE("internal pack_b views: row and column ranges of one packed B", "[gemm]") {
   // The attention code packs K^T / V once and multiplies sub-blocks of it.
-  const auto& g = *mha::detail::kernels().gemm;
+  const auto& g = mha::detail::gemm_kernels(mha::current_isa());
   const std::size_t k = 150, n = 7 * g.nr + 5, m = 23;
   const std::vector<float> b = random_vector(k * n, 3);
   const std::vector<float> a = random_vector(m * k, 4);
@@ -495,7 +495,7 @@ TEST_CASE("internal packers: the documented layouts, nothing written past them",
   // block that overlaps packed columns at the end, the scalar rest) and
   // rows and columns around the tiles, both orientations, with a sentinel
   // after the packed floats.
-  const auto& g = *mha::detail::kernels().gemm;
+  const auto& g = mha::detail::gemm_kernels(mha::current_isa());
   constexpr float kSentinel = -7.f;
   for (const bool trans : {false, true}) {
     for (std::size_t k = 1; k <= 50; ++k) {

@@ -8,7 +8,7 @@
 #include "support/reference.hpp"
 
 TEST_CASE("copy_rows and copy_rows_stream copy exactly and stay inside the rows", "[reshape]") {
-  const auto& k = *mha::detail::kernels().reshape;
+  const auto& k = mha::detail::reshape_kernels(mha::current_isa());
   for (auto copy : {k.copy_rows, k.copy_rows_stream})
     for (std::size_t cols :
          {1, 2, 3, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 80, 96, 128, 129, 257}) {

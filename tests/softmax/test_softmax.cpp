@@ -217,7 +217,7 @@ TEST_CASE("mha_softmax rejects bad arguments", "[softmax]") {
 }
 
 TEST_CASE("online softmax over tiles equals one-pass softmax", "[softmax][online]") {
-  const auto& k = *mha::detail::kernels().softmax;
+  const auto& k = mha::detail::softmax_kernels(mha::current_isa());
   std::mt19937_64 rng(7);
   const std::size_t cases = mha::test::scaled(60, 10);
   for (std::size_t c = 0; c < cases; ++c) {

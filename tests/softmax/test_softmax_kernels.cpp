@@ -18,10 +18,10 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 const SoftmaxKernels& sk() {
-  return *mha::detail::kernels().softmax;
+  return mha::detail::softmax_kernels(mha::current_isa());
 }
 const SoftmaxKernels& scalar_sk() {
-  return *mha::detail::kernels_for(mha::Isa::scalar)->softmax;
+  return mha::detail::softmax_kernels(mha::Isa::scalar);
 }
 
 std::uint32_t bits(float x) {
