@@ -577,3 +577,135 @@ TEST_CASE("bad arguments are rejected with a message naming them", "[gemm]") {
     CHECK(std::string(e.what()).find("ldc") != std::string::npos);
   }
 }
+
+namespace {
+
+constexpr mha::detail::GemmPath kAllPaths[] = {
+    mha::detail::GemmPath::gemv,       mha::detail::GemmPath::none,
+    mha::detail::GemmPath::b,          mha::detail::GemmPath::a,
+    mha::detail::GemmPath::a_b_blocks, mha::detail::GemmPath::both,
+    mha::detail::GemmPath::prepacked_b};
+
+// Forces one GEMM path for the scope (the plan's own choice again after).
+struct ForcedPath {
+  explicit ForcedPath(mha::detail::GemmPath p) { mha::detail::set_gemm_path_override(p); }
+  ~ForcedPath() { mha::detail::set_gemm_path_override(std::nullopt); }
+  ForcedPath(const ForcedPath&) = delete;
+  ForcedPath& operator=(const ForcedPath&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("every GEMM path, forced, matches the reference on the same shapes", "[gemm][paths]") {
+  // The same shapes for every path: every size 1..33 in each dimension
+  // (each edge of every ISA's tiles), random ones, and shapes that cross
+  // the cache blocks (several K blocks, MC blocks, slabs, partial strips).
+  std::mt19937_64 rng(20261125);
+  std::vector<Shape> shapes;
+  for (std::size_t v = 1; v <= 33; ++v) {
+    shapes.push_back(random_shape(rng, v, uniform(rng, 1, 70), uniform(rng, 1, 70)));
+    shapes.push_back(random_shape(rng, uniform(rng, 1, 70), v, uniform(rng, 1, 70)));
+    shapes.push_back(random_shape(rng, uniform(rng, 1, 70), uniform(rng, 1, 70), v));
+  }
+  while (shapes.size() < scaled(400, 120)) {
+    shapes.push_back(
+        random_shape(rng, uniform(rng, 1, 90), uniform(rng, 1, 90), uniform(rng, 1, 300)));
+  }
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
+           {331, 40, 1100}, {37, 300, 530}, {2, 513, 257}, {700, 90, 30}, {45, 1100, 1300}}) {
+    for (char ta : {'N', 'T'}) {
+      for (char tb : {'N', 'T'}) {
+        Shape s = random_shape(rng, m, n, k);
+        s.ta = ta;
+        s.tb = tb;
+        shapes.push_back(s);
+      }
+    }
+  }
+  std::vector<std::vector<float>> reference_bits(shapes.size());
+  for (const mha::detail::GemmPath path : kAllPaths) {
+    const ForcedPath forced(path);
+    INFO("path " << mha::detail::gemm_path_name(path));
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Problem p(shapes[i], 3000 + i);
+      INFO(describe(shapes[i]));
+      const std::vector<float> c = run_sgemm(p);
+      REQUIRE(p.check(c));
+      // Every path but GEMV does each element's arithmetic in the same
+      // order (ukernel.hpp), so gives the same bits as every other.
+      if (path == mha::detail::GemmPath::gemv || shapes[i].m == 1) continue;
+      if (reference_bits[i].empty()) {
+        reference_bits[i] = c;
+      } else {
+        REQUIRE(bitwise_equal(c, reference_bits[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("every GEMM path, forced, is bit-identical at 1, 2 and 3 threads",
+          "[gemm][paths][threads]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  std::mt19937_64 rng(81);
+  for (const mha::detail::GemmPath path : kAllPaths) {
+    const ForcedPath forced(path);
+    for (const auto& [m, n, k] :
+         std::vector<std::array<std::size_t, 3>>{{300, 500, 200}, {700, 64, 600}, {90, 1001, 70}}) {
+      const Shape s = random_shape(rng, m, n, k);
+      const Problem p(s, m * k + n);
+      INFO("path " << mha::detail::gemm_path_name(path) << " " << describe(s));
+      std::vector<std::vector<float>> runs;
+      for (std::size_t t : {1, 2, 3}) {
+        mha::set_num_threads(t);
+        runs.push_back(run_sgemm(p));
+      }
+      mha::set_num_threads(0);
+      CHECK(p.check(runs[0]));
+      CHECK(bitwise_equal(runs[0], runs[1]));
+      CHECK(bitwise_equal(runs[0], runs[2]));
+    }
+  }
+}
+
+TEST_CASE("plan_gemm picks the measured path for the shapes that tuned it", "[gemm][paths]") {
+  using mha::detail::GemmPath;
+  using mha::detail::Trans;
+  // A table shaped like AVX-512's (14 x 32 packed, 6 x 64 unpacked tiles).
+  mha::detail::GemmKernels isa{};
+  isa.mr = 14;
+  isa.nr = 32;
+  isa.mr_u = 6;
+  isa.nr_u = 64;
+  isa.mc = 336;
+  isa.kc = 1024;
+  isa.nc = 768;
+  isa.l2_kc = 512;
+  const std::size_t KiB = 1024, MiB = 1024 * KiB;
+  const auto small_l2 = mha::detail::fit_to_caches(isa, 48 * KiB, MiB);
+  const auto large_l2 = mha::detail::fit_to_caches(isa, 48 * KiB, 2 * MiB);
+  mha::set_num_threads(1);
+  auto path = [](const mha::detail::GemmKernels& g, Trans ta, Trans tb, std::size_t m,
+                 std::size_t n, std::size_t k) {
+    return mha::detail::plan_gemm(g, ta, tb, m, n, k, tb == Trans::N ? n : k).path;
+  };
+  CHECK(path(small_l2, Trans::N, Trans::N, 1, 3072, 768) == GemmPath::gemv);
+  CHECK(path(small_l2, Trans::N, Trans::N, 64, 64, 64) == GemmPath::none);     // sq64
+  CHECK(path(small_l2, Trans::N, Trans::N, 512, 512, 512) == GemmPath::none);  // sq512
+  CHECK(path(small_l2, Trans::N, Trans::T, 128, 128, 64) == GemmPath::none);   // Q·Kᵀ s128
+  CHECK(path(small_l2, Trans::N, Trans::N, 2048, 64, 2048) == GemmPath::b);    // P·V s2048
+  CHECK(path(small_l2, Trans::N, Trans::N, 128, 64, 128) == GemmPath::none);   // P·V s128
+  CHECK(path(small_l2, Trans::N, Trans::T, 128, 2304, 768) == GemmPath::a_b_blocks);
+  CHECK(path(small_l2, Trans::N, Trans::N, 1024, 1024, 1024) == GemmPath::both);
+  CHECK(path(large_l2, Trans::N, Trans::N, 128, 128, 128) == GemmPath::a);  // sq128
+  CHECK(path(large_l2, Trans::N, Trans::N, 128, 1024, 128) == GemmPath::a_b_blocks);
+  mha::set_num_threads(0);
+  // The override wins, and is cleared.
+  {
+    const ForcedPath forced(GemmPath::prepacked_b);
+    CHECK(path(small_l2, Trans::N, Trans::N, 64, 64, 64) == GemmPath::prepacked_b);
+  }
+  CHECK(path(small_l2, Trans::N, Trans::N, 64, 64, 64) == GemmPath::none);
+}
