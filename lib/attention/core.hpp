@@ -30,7 +30,7 @@ struct KvCacheView {
   std::size_t ldv = 0;                     // floats between V rows
 
   PackedBView keys(std::size_t b, std::size_t g) const {
-    return {k + (b * kv_heads + g) * k_stride, head_dim, len, nr, head_dim * nr};
+    return PackedBView::whole(k + (b * kv_heads + g) * k_stride, head_dim, len, nr);
   }
   // Row j (key j) of V at values(b, g) + j*ldv.
   const float* values(std::size_t b, std::size_t g) const {

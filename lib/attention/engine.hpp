@@ -9,7 +9,7 @@
 #include <memory>
 #include <mha/isa.hpp>
 
-#include "gemm/kernels.hpp"
+#include "gemm/gemm.hpp"
 #include "softmax/kernels.hpp"
 
 namespace mha::detail {
@@ -36,6 +36,7 @@ struct ForwardArgs {
 };
 
 class AttentionEngine;
+struct KvCacheView;
 
 // Projected K/V of every position decoded so far, for `batch` sequences of up
 // to `max_len` positions, stored in the packed layout the attention core
@@ -60,6 +61,15 @@ class KvCache {
  private:
   friend class AttentionEngine;
   struct Storage;
+  // K of block (b * kv_heads + kv head) as packed columns, its V rows.
+  PackedBColumns keys(std::size_t block) const;
+  float* values(std::size_t block) const;
+  KvCacheView view(std::size_t len) const;
+  // Writes n_new positions per batch row from length() on (rows [batch *
+  // n_new, ld] of projected K and V, kv head g at column g*head_dim) and
+  // returns the view of length() + n_new keys; length() is unchanged.
+  KvCacheView append(const float* k, const float* v, std::size_t ld, std::size_t n_new);
+  void clear(std::size_t from, std::size_t to);
   const AttentionEngine& engine_;
   std::size_t batch_, max_len_, length_ = 0;
   std::unique_ptr<Storage> storage_;
@@ -98,6 +108,12 @@ class AttentionEngine {
   struct Impl;  // packed weights (engine_fused.cpp)
 
  private:
+  struct Pass;
+  struct Layout;
+  static Pass forward_pass(const ForwardArgs& a);
+  Layout layout(const Pass& a) const;
+  void run(const Pass& a) const;
+
   Isa isa_;
   AttentionShape shape_;
   std::unique_ptr<Impl> impl_;

@@ -68,7 +68,7 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
   m.wv = pack_weight(g, w.v_weight, kv, shape.vdim, dst + q_floats + k_floats);
   m.fused = shape.kdim == E && shape.vdim == E;
   if (m.fused) {
-    m.wqkv = {dst, E, m.q_cols + m.k_cols + m.v_cols, g.nr, m.wq.strip_stride};
+    m.wqkv = PackedBView::whole(dst, E, m.q_cols + m.k_cols + m.v_cols, g.nr);
   }
   const std::size_t cols = m.q_cols + m.k_cols + m.v_cols;
   m.in_bias = alloc_floats(cols);
@@ -128,56 +128,95 @@ Projected project(const GemmKernels& g, const AttentionEngine::Impl& m, const At
 
 }  // namespace
 
-namespace {
+// The one pipeline of forward and step: project, lay out K and V (packed per
+// call, or appended to a cache), attend, project. Scratch, from the calling
+// thread: projections | packed K and V (per call only) | merged heads | core.
+struct AttentionEngine::Pass {
+  std::size_t batch, q_len;
+  std::size_t kv_rows;  // key/value rows per batch row that this call projects
+  const float *query, *key, *value;
+  const mha_mask* mask;
+  float* out;
+  float* attn_weights;
+  bool average_weights;
+  KvCache* cache;  // nullptr: K and V packed for this call only
 
-// Forward's scratch: projections | packed K and V | merged heads | core.
-struct ForwardLayout {
-  bool fused;
-  std::size_t proj, merged;
-  KvPacking packing;
-  CorePlan plan;
-  std::size_t total() const { return proj + packing.floats + merged + plan.workspace_floats; }
+  std::size_t kv_len() const { return cache != nullptr ? cache->length_ + kv_rows : kv_rows; }
 };
 
-ForwardLayout forward_layout(const GemmKernels& g, const AttentionEngine::Impl& m,
-                             const AttentionShape& s, const ForwardArgs& a) {
-  const std::size_t q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
-  ForwardLayout f;
-  f.fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_len;
-  f.proj = projection_floats(m, s, f.fused, q_rows, kv_rows);
-  f.merged = round_up(q_rows * s.embed_dim, 16);
-  f.packing = kv_packing(g, s, a.batch, a.kv_len);
-  f.plan =
-      plan_core(g, s, a.batch, a.q_len, a.kv_len, a.attn_weights != nullptr, a.average_weights);
+struct AttentionEngine::Layout {
+  bool fused;
+  std::size_t proj, packed, merged;
+  KvPacking packing;
+  CorePlan plan;
+  std::size_t total() const { return proj + packed + merged + plan.workspace_floats; }
+};
+
+AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
+  const GemmKernels& g = gemm();
+  const Impl& m = *impl_;
+  const std::size_t q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_rows;
+  Layout f;
+  f.fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_rows;
+  f.proj = projection_floats(m, shape_, f.fused, q_rows, kv_rows);
+  f.packing = kv_packing(g, shape_, a.batch, a.kv_rows);
+  f.packed = a.cache != nullptr ? 0 : f.packing.floats;
+  f.merged = round_up(q_rows * shape_.embed_dim, 16);
+  f.plan = plan_core(g, shape_, a.batch, a.q_len, a.kv_len(), a.attn_weights != nullptr,
+                     a.average_weights);
   return f;
 }
 
-}  // namespace
-
-std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
-  return forward_layout(gemm(), *impl_, shape_, a).total();
-}
-
-void AttentionEngine::forward(const ForwardArgs& a) const {
+void AttentionEngine::run(const Pass& a) const {
   const GemmKernels& g = gemm();
   const Impl& m = *impl_;
   const AttentionShape& s = shape_;
-  const std::size_t E = s.embed_dim, q_rows = a.batch * a.q_len, kv_rows = a.batch * a.kv_len;
-  const ForwardLayout f = forward_layout(g, m, s, a);
+  const std::size_t E = s.embed_dim, q_rows = a.batch * a.q_len;
+  const Layout f = layout(a);
   float* ws = thread_scratch(ScratchSlot::kAttention, f.total());
-  float* packed_kv = ws + f.proj;
-  float* merged = packed_kv + f.packing.floats;
+  float* merged = ws + f.proj + f.packed;
   float* core_ws = merged + f.merged;
-
-  const Projected p = project(g, m, s, f.fused, q_rows, kv_rows, a.query, a.key, a.value, ws);
-  // K and V packed once per (batch, kv head) into the GEMM's B layout and
+  const Projected p =
+      project(g, m, s, f.fused, q_rows, a.batch * a.kv_rows, a.query, a.key, a.value, ws);
+  // K and V laid out once per (batch, kv head) in the GEMM's B layout and
   // shared by every query head of the group (GQA without copies).
-  const KvCacheView kv = pack_kv(g, s, f.packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
+  const KvCacheView kv = a.cache != nullptr ? a.cache->append(p.k, p.v, p.ldkv, a.kv_rows)
+                                            : pack_kv(g, s, f.packing, a.batch, a.kv_rows, p.k, p.v,
+                                                      p.ldkv, ws + f.proj);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
-  run_core(gemm(), softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
-  gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
+  try {
+    run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
+    gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
+  } catch (...) {
+    // A cache keeps its length and contents unless the whole step succeeds.
+    if (a.cache != nullptr) a.cache->clear(a.cache->length_, kv.len);
+    throw;
+  }
+  if (a.cache != nullptr) a.cache->length_ = kv.len;
 }
 
+std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
+  return layout(forward_pass(a)).total();
+}
+
+AttentionEngine::Pass AttentionEngine::forward_pass(const ForwardArgs& a) {
+  return {a.batch, a.q_len, a.kv_len,       a.query,           a.key,  a.value,
+          a.mask,  a.out,   a.attn_weights, a.average_weights, nullptr};
+}
+
+void AttentionEngine::forward(const ForwardArgs& a) const {
+  run(forward_pass(a));
+}
+
+void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
+                           const float* value, float* out) const {
+  mha_mask causal{};
+  causal.causal = 1;
+  run({cache.batch_, n_new, n_new, query, key, value, &causal, out, nullptr, false, &cache});
+}
+
+// A cache's blocks are K and V per (batch, kv head), in the layouts of
+// core.hpp with room for max_len keys: K as packed Kᵀ columns, V row-major.
 struct KvCache::Storage {
   KvPacking packing;
   AlignedFloats data;
@@ -192,68 +231,54 @@ KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t m
 
 KvCache::~KvCache() = default;
 
-// Zeroes the dropped K columns: the packed layout promises zero in the
-// columns of the last K strip that lie past the current length. (V rows past
-// the length are never read.)
-void KvCache::truncate(std::size_t len) {
+PackedBColumns KvCache::keys(std::size_t block) const {
   const AttentionShape& s = engine_.shape();
-  const std::size_t d = s.head_dim, nr = engine_.gemm().nr;
-  const KvPacking& pk = storage_->packing;
-  for (std::size_t blk = 0; blk < batch_ * s.num_kv_heads; ++blk) {
-    float* kb = storage_->data.get() + blk * pk.k_stride;
-    for (std::size_t pos = len; pos < length_; ++pos) {
-      float* kcol = kb + (pos / nr) * d * nr + pos % nr;
-      for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = 0.0f;
-    }
-  }
-  length_ = std::min(length_, len);
+  return {storage_->data.get() + block * storage_->packing.k_stride, s.head_dim, max_len_,
+          engine_.gemm().nr};
 }
 
-void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
-                           const float* value, float* out) const {
-  const GemmKernels& g = gemm();
-  const Impl& m = *impl_;
-  const AttentionShape& s = shape_;
-  const std::size_t E = s.embed_dim, d = s.head_dim, kvh = s.num_kv_heads, nr = g.nr;
-  const std::size_t B = cache.batch_, rows = B * n_new, start = cache.length_;
-  const std::size_t kv_len = start + n_new;
-  const bool fused = m.fused && query == key && key == value;
+float* KvCache::values(std::size_t block) const {
+  const KvPacking& pk = storage_->packing;
+  return storage_->data.get() + batch_ * engine_.shape().num_kv_heads * pk.k_stride +
+         block * pk.v_stride;
+}
 
-  const std::size_t proj_floats = projection_floats(m, s, fused, rows, rows);
-  const CorePlan plan = plan_core(g, s, B, n_new, kv_len, false, false);
-  const std::size_t merged_floats = round_up(rows * E, 16);
-  float* ws =
-      thread_scratch(ScratchSlot::kAttention, proj_floats + merged_floats + plan.workspace_floats);
-  float* merged = ws + proj_floats;
-  const Projected p = project(g, m, s, fused, rows, rows, query, key, value, ws);
+KvCacheView KvCache::view(std::size_t len) const {
+  const AttentionShape& s = engine_.shape();
+  const KvPacking& pk = storage_->packing;
+  return {keys(0).data,      values(0),   len,         s.num_kv_heads, s.head_dim,
+          engine_.gemm().nr, pk.k_stride, pk.v_stride, pk.ldv};
+}
 
-  // Append the new K/V in place, in the layouts of core.hpp: K block
-  // [strip = pos / nr][d][nr], V block [max_len][ldv].
-  const KvPacking& pk = cache.storage_->packing;
-  float* kbase = cache.storage_->data.get();
-  float* vbase = kbase + B * kvh * pk.k_stride;
-  for (std::size_t b = 0; b < B; ++b) {
+KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std::size_t n_new) {
+  const AttentionShape& s = engine_.shape();
+  const std::size_t d = s.head_dim, kvh = s.num_kv_heads, ldv = storage_->packing.ldv;
+  for (std::size_t b = 0; b < batch_; ++b) {
     for (std::size_t gh = 0; gh < kvh; ++gh) {
-      float* kb = kbase + (b * kvh + gh) * pk.k_stride;
-      float* vb = vbase + (b * kvh + gh) * pk.v_stride;
+      const PackedBColumns kb = keys(b * kvh + gh);
+      float* vb = values(b * kvh + gh);
       for (std::size_t t = 0; t < n_new; ++t) {
-        const std::size_t pos = start + t, row = b * n_new + t;
-        const float* kr = p.k + row * p.ldkv + gh * d;
-        const float* vr = p.v + row * p.ldkv + gh * d;
-        float* kcol = kb + (pos / nr) * d * nr + pos % nr;
-        for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = kr[c];
-        std::copy_n(vr, d, vb + pos * pk.ldv);
+        const std::size_t pos = length_ + t, row = b * n_new + t;
+        kb.write(pos, k + row * ld + gh * d);
+        std::copy_n(v + row * ld + gh * d, d, vb + pos * ldv);
       }
     }
   }
-  cache.length_ = kv_len;
+  return view(length_ + n_new);
+}
 
-  const KvCacheView kv{kbase, vbase, kv_len, kvh, d, nr, pk.k_stride, pk.v_stride, pk.ldv};
-  mha_mask causal{};
-  causal.causal = 1;
-  const CoreInputs in{p.q, p.ldq, B, n_new, kv, &causal, merged, E};
-  run_core(gemm(), softmax(), s, plan, in, nullptr, false, merged + merged_floats);
-  gemm_packed(g, Trans::N, rows, merged, E, m.wo, 1.0f, 0.0f, out, E, m.out_bias.get());
+// Zeroes K columns [from, to): the packed layout promises zero past the
+// length. (V rows past the length are never read.)
+void KvCache::clear(std::size_t from, std::size_t to) {
+  for (std::size_t blk = 0; blk < batch_ * engine_.shape().num_kv_heads; ++blk) {
+    const PackedBColumns kb = keys(blk);
+    for (std::size_t pos = from; pos < to; ++pos) kb.clear(pos);
+  }
+}
+
+void KvCache::truncate(std::size_t len) {
+  clear(len, length_);
+  length_ = std::min(length_, len);
 }
 
 }  // namespace mha::detail

@@ -420,8 +420,9 @@ void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t
     for (std::size_t p0 = 0; p0 < k; p0 += depth) {
       const std::size_t kb = std::min(depth, k - p0);
       const BFill fill{tb, b_at(tb, b, ldb, p0, s0), ldb, bpack};
-      gemm_serial_filling(g, ta, m, a_at(ta, a, lda, 0, p0), lda, {bpack, kb, nb, g.nr, kb * g.nr},
-                          alpha, p0 == 0 ? beta : 1.f, c + s0, ldc, nullptr, &fill);
+      gemm_serial_filling(g, ta, m, a_at(ta, a, lda, 0, p0), lda,
+                          PackedBView::whole(bpack, kb, nb, g.nr), alpha, p0 == 0 ? beta : 1.f,
+                          c + s0, ldc, nullptr, &fill);
     }
   }
 }
@@ -520,9 +521,8 @@ std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n) 
 
 PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n, const float* b,
                    std::size_t ldb, float* dst) {
-  const std::size_t stride = k * g.nr;
-  if (k != 0 && n != 0) g.pack_b(tb == Trans::T, k, n, b, ldb, dst, stride);
-  return {dst, k, n, g.nr, stride};
+  if (k != 0 && n != 0) g.pack_b(tb == Trans::T, k, n, b, ldb, dst, k * g.nr);
+  return PackedBView::whole(dst, k, n, g.nr);
 }
 
 // MC rows > KC depth (pack the A block) > NC columns > strips: each A block

@@ -23,6 +23,10 @@ struct PackedBView {
   std::size_t nr = 0;
   std::size_t strip_stride = 0;  // floats between strips, >= k*nr
 
+  // A buffer packed whole for k x n (strip_stride = k*nr), as pack_b does.
+  static PackedBView whole(const float* data, std::size_t k, std::size_t n, std::size_t nr) {
+    return {data, k, n, nr, k * nr};
+  }
   PackedBView rows(std::size_t k0, std::size_t k1) const {
     return {data + k0 * nr, k1 - k0, n, nr, strip_stride};
   }
@@ -30,6 +34,29 @@ struct PackedBView {
   PackedBView cols(std::size_t n0, std::size_t n1) const {
     return {data + (n0 / nr) * strip_stride, k, n1 - n0, nr, strip_stride};
   }
+};
+
+// A packed op(B) with room for `capacity` columns, written one column at a
+// time (the KV cache's keys, column j being key j), in the layout of
+// PackedBView with strip_stride = k*nr. Columns not yet written must be
+// zero (the micro-kernels read whole vectors over them).
+struct PackedBColumns {
+  float* data = nullptr;
+  std::size_t k = 0, capacity = 0, nr = 0;
+
+  float* column(std::size_t j) const { return data + (j / nr) * k * nr + j % nr; }
+  // op(B)(p, j) = x[p] for p < k.
+  void write(std::size_t j, const float* x) const {
+    float* col = column(j);
+    for (std::size_t p = 0; p < k; ++p) col[p * nr] = x[p];
+  }
+  // op(B)(p, j) = 0 for p < k: the column is free again.
+  void clear(std::size_t j) const {
+    float* col = column(j);
+    for (std::size_t p = 0; p < k; ++p) col[p * nr] = 0.0f;
+  }
+  // The first n columns.
+  PackedBView view(std::size_t n) const { return PackedBView::whole(data, k, n, nr); }
 };
 
 // Floats needed to pack a k x n op(B) for these kernels (strip_stride = k*nr).
