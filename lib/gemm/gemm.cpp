@@ -124,12 +124,8 @@ Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size
 // and columns: one block per thread, in the mblocks x nblocks = threads
 // grid that packs the fewest floats (A m x k once per column block, B k x n
 // once per row block; on a tie, row blocks), as BLIS factors its threads
-// over its loops. Measured (2 MiB-L2 Xeon, AVX-512, 2 threads, best of
-// alternating processes) against the two blocks per thread along the
-// longer side used before: NT m512 n2304 k768 376-379 -> 402 GFLOP/s, m512
-// n768 374 -> 385, Q·Kᵀ S = 512 111-112 -> 84 us, S = 2048 1437-1442 ->
-// 1324 us, sq128 14.7-14.9 -> 13.0-13.1 us, P·V S = 128 5.8 -> 5.5 us;
-// sq1024, sq2048, m4096 n768, P·V S = 512 and 2048 within 2 %.
+// over its loops: against two blocks per thread along the longer side, Xeon
+// 2 threads NT m512 n2304 k768 376 -> 402 GFLOP/s, Q·Kᵀ S = 512 111 -> 84 us.
 Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
   std::size_t best_m = 1;
   double best = -1;
@@ -190,17 +186,11 @@ void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t
   }
 }
 
-// Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns. The A
+// Columns per B panel (BLIS's NC) for a kc-deep op(B) of n columns; the A
 // blocks are packed again for every column panel. Where the ISA's panel
-// already exceeds L2 (AVX-512 on a 1 MiB L2: KC x NC = 1024 x 768), B
-// streams from L3 whatever its width, so a B whose panels together take at
-// most GemmKernels::whole_panel_floats is one panel.
-// Measured (Zen5, AVX-512, 1 thread, best GFLOP/s of interleaved runs, NC
-// 768 vs one panel): sq1024 201 vs 205, sq2048 200 vs 205, NN m4096 n2304
-// k768 201 vs 207. Where the panel is sized to stay in L2 (AVX2, NEON: 256
-// x 768; AVX-512 on a large L2, fit_to_caches) NC is kept: one panel was
-// 0-3 % slower there (AVX2 sq1024, sq2048, m4096 n2304 k768). Column panels
-// never change the arithmetic.
+// already exceeds L2, B streams from L3 whatever its width, so a B whose
+// panels together take at most GemmKernels::whole_panel_floats is one panel
+// (config.cpp). Column panels never change the arithmetic.
 std::size_t panel_cols(const GemmKernels& g, std::size_t kc, std::size_t n) {
   const std::size_t whole = round_up(n, g.nr);
   return kc * whole <= g.whole_panel_floats ? whole : g.nc;
@@ -427,6 +417,39 @@ void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t
   }
 }
 
+// Path b: op(B) packed once, whole; each MR-row strip of A runs through all
+// its K blocks and B strips, read in place by the strided-A kernel where
+// op(A) = A holds a whole strip, else packed first (a short last strip, or
+// op(A) = Aᵀ). Same kernels' arithmetic, so the same bits.
+void gemm_serial_pack_b(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const std::size_t mr = g.mr, kc = std::min(k, g.kc);
+  const PackedBView bp =
+      pack_b(g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mr * kc);
+  for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+    const std::size_t mm = std::min(mr, m - i0);
+    const bool in_place = ta == Trans::N && mm == mr;
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const PackedBView bk = bp.rows(p0, std::min(k, p0 + kc));
+      const float beta_p = p0 == 0 ? beta : 1.f;
+      if (!in_place) g.pack_a(ta == Trans::T, mm, bk.k, a_at(ta, a, lda, i0, p0), lda, apack);
+      for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
+        const PackedBView strip = bk.cols(j0, std::min(n, j0 + g.nr));
+        float* cij = c + i0 * ldc + j0;
+        if (in_place) {
+          g.ukernel_strided_a(strip.k, a + i0 * lda + p0, lda, strip.data, cij, ldc, strip.n, alpha,
+                              beta_p);
+        } else {
+          g.ukernel(strip.k, apack, strip.data, g.nr, cij, ldc, mm, strip.n, alpha, beta_p,
+                    nullptr);
+        }
+      }
+    }
+  }
+}
+
 // ---- The plan --------------------------------------------------------------
 
 // Whether the unpacked kernel reads op(B) = B in place (path none): N up to
@@ -525,17 +548,8 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
   return PackedBView::whole(dst, k, n, g.nr);
 }
 
-// MC rows > KC depth (pack the A block) > NC columns > strips: each A block
-// is packed once and multiplied by every column panel of B. Packed per
-// column panel instead (NC > KC > MC, as in BLIS, whose NC is several
-// thousand), A was re-packed for each 512-column panel that a 2 MiB L2
-// holds. Measured (2 MiB-L2 Xeon, AVX-512, 1 thread, best GFLOP/s of three
-// alternating processes, before -> after; prepacked B, then unpacked NT
-// through sgemm, which then packed B whole for gemm_packed): NT m128 n2304
-// k768 201 -> 211, 193 either way; m512 n2304 200 -> 204, 196 -> 202;
-// m4096 n768 200 -> 208, 204 -> 209; m4096 n2304 195 -> 203, 198 -> 208;
-// sq1024 205 -> 214, 205 -> 207; sq2048 195 -> 199, 201 -> 204 (NN 199 ->
-// 194). Each C element still sums its K blocks in order, so the same bits.
+// The loop nest of the file's header comment; each C element still sums its
+// K blocks in order, so the same bits on every path.
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {
@@ -600,39 +614,6 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
         for (std::size_t j0 = jb; j0 < jend; j0 += nr) {
           g.ukernel_unpacked(kb, ai, rsa, csa, b + p0 * ldb + j0, ldb, ci + j0, ldc, mm,
                              std::min(nr, n - j0), alpha, beta_p);
-        }
-      }
-    }
-  }
-}
-
-// Path b: op(B) packed once, whole; each MR-row strip of A runs through all
-// its K blocks and B strips, read in place by the strided-A kernel where
-// op(A) = A holds a whole strip, else packed first (a short last strip, or
-// op(A) = Aᵀ). Same kernels' arithmetic, so the same bits.
-void gemm_serial_pack_b(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
-                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  const std::size_t mr = g.mr, kc = std::min(k, g.kc);
-  const PackedBView bp =
-      pack_b(g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
-  float* apack = thread_scratch(ScratchSlot::kGemmA, mr * kc);
-  for (std::size_t i0 = 0; i0 < m; i0 += mr) {
-    const std::size_t mm = std::min(mr, m - i0);
-    const bool in_place = ta == Trans::N && mm == mr;
-    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-      const PackedBView bk = bp.rows(p0, std::min(k, p0 + kc));
-      const float beta_p = p0 == 0 ? beta : 1.f;
-      if (!in_place) g.pack_a(ta == Trans::T, mm, bk.k, a_at(ta, a, lda, i0, p0), lda, apack);
-      for (std::size_t j0 = 0; j0 < n; j0 += g.nr) {
-        const PackedBView strip = bk.cols(j0, std::min(n, j0 + g.nr));
-        float* cij = c + i0 * ldc + j0;
-        if (in_place) {
-          g.ukernel_strided_a(strip.k, a + i0 * lda + p0, lda, strip.data, cij, ldc, strip.n, alpha,
-                              beta_p);
-        } else {
-          g.ukernel(strip.k, apack, strip.data, g.nr, cij, ldc, mm, strip.n, alpha, beta_p,
-                    nullptr);
         }
       }
     }
