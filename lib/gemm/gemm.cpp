@@ -497,23 +497,10 @@ std::atomic<unsigned> forced_path{0};
 }  // namespace
 
 std::string_view gemm_path_name(GemmPath p) noexcept {
-  switch (p) {
-    case GemmPath::gemv:
-      return "gemv";
-    case GemmPath::none:
-      return "none";
-    case GemmPath::b:
-      return "b";
-    case GemmPath::a:
-      return "a";
-    case GemmPath::a_b_blocks:
-      return "a_b_blocks";
-    case GemmPath::both:
-      return "both";
-    case GemmPath::prepacked_b:
-      return "prepacked_b";
-  }
-  return "unknown";
+  // In the order of GemmPath's enumerators.
+  static constexpr std::string_view kNames[] = {"gemv",       "none", "b",          "a",
+                                                "a_b_blocks", "both", "prepacked_b"};
+  return kNames[static_cast<std::size_t>(p)];
 }
 
 void set_gemm_path_override(std::optional<GemmPath> path) noexcept {

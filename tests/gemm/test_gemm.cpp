@@ -176,6 +176,22 @@ std::size_t uniform(std::mt19937_64& rng, std::size_t lo, std::size_t hi) {
   return lo + rng() % (hi - lo + 1);
 }
 
+// A table shaped like AVX-512's (14 x 32 packed and 6 x 64 unpacked tiles,
+// 336 / 1024 / 768 blocks for a 1 MiB L2, KC 512 for a large one); the
+// kernels themselves do not matter.
+mha::detail::GemmKernels avx512_like_table() {
+  mha::detail::GemmKernels isa{};
+  isa.mr = 14;
+  isa.nr = 32;
+  isa.mr_u = 6;
+  isa.nr_u = 64;
+  isa.mc = 336;
+  isa.kc = 1024;
+  isa.nc = 768;
+  isa.l2_kc = 512;
+  return isa;
+}
+
 }  // namespace
 
 TEST_CASE("sgemm matches the reference on every m, n, k in 1..65 and random shapes", "[gemm]") {
@@ -373,15 +389,7 @@ TEST_CASE("results are bit-identical at 1, 2 and 4 threads", "[gemm][threads]") 
 }
 
 TEST_CASE("fit_to_caches keeps the 1 MiB-L2 blocks or keeps B panels in a large L2", "[gemm]") {
-  // A table shaped like AVX-512's (14 x 32 tile, 336 / 1024 / 768 blocks for
-  // a 1 MiB L2, KC 512 for a large one); the kernels themselves do not matter.
-  mha::detail::GemmKernels isa{};
-  isa.mr = 14;
-  isa.nr = 32;
-  isa.mc = 336;
-  isa.kc = 1024;
-  isa.nc = 768;
-  isa.l2_kc = 512;
+  mha::detail::GemmKernels isa = avx512_like_table();
   const std::size_t KiB = 1024, MiB = 1024 * KiB;
   // 1 MiB (Zen5, where these blocks were measured), or unknown: kept, B
   // streamed as one panel up to 8 MiB, the 1 MiB-L2 path limits.
@@ -673,16 +681,7 @@ TEST_CASE("every GEMM path, forced, is bit-identical at 1, 2 and 3 threads",
 TEST_CASE("plan_gemm picks the measured path for the shapes that tuned it", "[gemm][paths]") {
   using mha::detail::GemmPath;
   using mha::detail::Trans;
-  // A table shaped like AVX-512's (14 x 32 packed, 6 x 64 unpacked tiles).
-  mha::detail::GemmKernels isa{};
-  isa.mr = 14;
-  isa.nr = 32;
-  isa.mr_u = 6;
-  isa.nr_u = 64;
-  isa.mc = 336;
-  isa.kc = 1024;
-  isa.nc = 768;
-  isa.l2_kc = 512;
+  const mha::detail::GemmKernels isa = avx512_like_table();
   const std::size_t KiB = 1024, MiB = 1024 * KiB;
   const auto small_l2 = mha::detail::fit_to_caches(isa, 48 * KiB, MiB);
   const auto large_l2 = mha::detail::fit_to_caches(isa, 48 * KiB, 2 * MiB);
