@@ -1,9 +1,10 @@
-// Baselines for bench_attention: multi-head attention composed the way a
-// competent engineer composes it from a BLAS — projection GEMMs, head-split
-// copies, per-head batched Q·Kᵀ, a plain max-subtracted softmax (masking by
-// adding -inf to the full score matrix), per-head batched P·V, a head-merge
-// copy and the output GEMM. The GEMM backend (oneDNN or OpenBLAS) is the only
-// thing that differs.
+// Baselines for bench_attention. From a BLAS (OpenBLAS), multi-head attention
+// is composed the way a competent engineer composes it: projection GEMMs,
+// head-split copies, per-head batched Q·Kᵀ, a plain max-subtracted softmax
+// (masking by adding -inf to the full score matrix), per-head batched P·V, a
+// head-merge copy and the output GEMM. oneDNN, which has batched strided
+// matmuls, attributes and a softmax primitive, is composed from those
+// (baseline_onednn.cpp).
 #pragma once
 
 #include <cstddef>
@@ -44,8 +45,20 @@ class GemmBackend {
   virtual void run(std::size_t id, const float* a, const float* b, float* c, const float* bias) = 0;
 };
 
-std::unique_ptr<GemmBackend> make_onednn_backend();
 std::unique_ptr<GemmBackend> make_openblas_backend();
+
+// One attention implementation with its weights (PyTorch layout: wq, wk, wv,
+// wo, each [E, E], concatenated; biases bq, bk, bv, bo).
+class AttentionBaseline {
+ public:
+  virtual ~AttentionBaseline() = default;
+  // x: [B, Sq, E] (self-attention input; for decode the new token), out: [B, Sq, E].
+  virtual void forward(const float* x, float* out) = 0;
+};
+
+std::unique_ptr<AttentionBaseline> make_onednn_attention(const AttentionConfig& c,
+                                                         const std::vector<float>& weights,
+                                                         const std::vector<float>& biases);
 
 class ComposedAttention {
  public:
