@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -252,6 +253,10 @@ void check_rule(const Problem& p, const Output& got, const Output& clean,
   CHECK(m.count == 0);
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
 bool all_finite(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
 }
@@ -274,7 +279,16 @@ void check_poisons(const Problem& p, const std::vector<Poison>& poisons, std::ui
         INFO(describe(x, v));
         Inputs in = clean_in;
         apply(p, x, v, in);
-        check_rule(p, forward(p, attn, in), clean, bad);
+        const Output got = forward(p, attn, in);
+        check_rule(p, got, clean, bad);
+        // NaN rows too are the same bits at any thread count (where threaded).
+        if (mha::test::threads_allowed()) {
+          mha_set_num_threads(1);
+          const Output one = forward(p, attn, in);
+          mha_set_num_threads(0);
+          CHECK(same_bits(one.out, got.out));
+          CHECK(same_bits(one.weights, got.weights));
+        }
       }
     }
   });
@@ -392,6 +406,16 @@ TEST_CASE("non-finite rule: attention weights per head and averaged", "[attentio
   check_poisons(p, {{P::query, 1, 8}, {P::additive, 0, 3, 7}, {P::additive, 0, 3, 25, 0, true}},
                 33);
 
+  // More queries than keys, causal: rows 0..3 keep no key, so their weights
+  // and outputs are zero, even with a NaN or +inf query.
+  Problem tall;
+  tall.batch = 1;
+  tall.q_len = 10;
+  tall.kv_len = 6;
+  tall.causal = true;
+  tall.weights = Weights::per_head;
+  check_poisons(tall, {{P::query, 0, 2, 0, 0, true}, {P::query, 0, 4}, {P::key, 0, 0, 5}}, 35);
+
   // Long rows (weights never split the keys), GQA.
   Problem wide;
   wide.kv_heads = 2;
@@ -453,6 +477,12 @@ void check_cache_poisons(const Problem& p, const std::vector<std::size_t>& steps
         const std::size_t at = (x.b * steps[x.step] + x.t) * p.E + (x.t * 7) % p.E;
         (x.query ? qs : ks)[x.step][at] = val;
         const auto got = run(attn, qs, ks);
+        if (mha::test::threads_allowed()) {  // the prefill of 1030 tokens runs threaded
+          mha_set_num_threads(1);
+          const auto one = run(attn, qs, ks);
+          mha_set_num_threads(0);
+          for (std::size_t s = 0; s < steps.size(); ++s) CHECK(same_bits(one[s], got[s]));
+        }
         Mismatches m;
         std::size_t nan_rows = 0;
         for (std::size_t s = 0; s < steps.size(); ++s) {
