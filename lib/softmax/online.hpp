@@ -96,8 +96,8 @@ struct OnlinePart {
 
 // out[0..n) = the row's result from `count` partial results over disjoint
 // ranges of its keys (split-KV), part(c) giving part c:
-//   sum_c exp(max_c - M)·acc_c / sum_c exp(max_c - M)·sum_c,  M = max_c max_c,
-// summed in part order. As online_finalize: NaN if any part is poisoned, zeros
+//   sum_c exp(max_c - M)·acc_c / sum_c exp(max_c - M)·sum_c,
+// M the largest max_c, summed in part order. As online_finalize: NaN if any part is poisoned, zeros
 // if no part saw a score above -inf. A part that saw none is not read.
 template <class Part>
 void online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, float* out,
