@@ -175,7 +175,24 @@ MHA_API void mha_attention_destroy(mha_attention* attn);
 
 /* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
  * batch_first=True), except that a query row whose keys are all masked gets
- * zero weights and a zero attention output for that head (PyTorch: NaN). */
+ * zero weights and a zero attention output for that head (PyTorch: NaN).
+ *
+ * Non-finite values: one rule per (query row i, head h), on every path (with
+ * or without weights, however the keys are split, and in mha_attention_step),
+ * the rule of mha_softmax. Row i keeps key j unless causal or key_padding
+ * masks it; masked keys' scores are never read. A kept score is
+ * z = scale * q_i.k_j + additive[i][j] (q, k projected; NaN or inf in the
+ * query or key inputs gives NaN or inf scores, inf*0 and inf-inf being NaN; a
+ * finite q.k that overflows is +inf). If a kept z is NaN or +inf (a NaN or
+ * +inf additive entry included), the row is NaN: that head's attention output,
+ * and so, after the output projection, the whole row i of out, are NaN; its
+ * weights are NaN at the kept keys and 0 at the masked ones (averaged weights:
+ * NaN if any head's are). Otherwise a -inf z (a -inf additive entry, say) gets
+ * weight 0, and a row whose kept z are all -inf is zero, as above. As in
+ * mha_softmax and PyTorch, z is formed before the -inf of an additive entry
+ * can mask it: a NaN or +inf score plus -inf is NaN. Value rows are not
+ * screened: NaN or inf in value reaches out through weights*V (0*NaN is NaN)
+ * and may make NaN any row of out that reads it, even with weight 0. */
 MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch, size_t q_len,
                                          size_t kv_len, const float* query, /* [batch, q_len, E] */
                                          const float* key,     /* [batch, kv_len, kdim] */
@@ -210,7 +227,10 @@ MHA_API mha_status mha_kv_cache_truncate(mha_kv_cache* cache, size_t len);
  * and values to the cache, and attends the new queries causally over the
  * whole cache (new token t sees positions <= length + t). The result equals
  * mha_attention_forward over the whole sequence with a causal mask, for the
- * rows of the new tokens. n_new > 1 is a chunked prefill.
+ * rows of the new tokens, non-finite rule included: e.g. a NaN in a token's
+ * query makes its row of out NaN, and a NaN in its key makes NaN its own row
+ * and those of every later token of that batch row, in this step and later
+ * ones, until truncated away. n_new > 1 is a chunked prefill.
  *   query [batch, n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim],
  *   out   [batch, n_new, E].
  * Fails with MHA_INVALID_ARGUMENT, changing nothing, if length + n_new > max_len. */

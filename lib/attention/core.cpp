@@ -9,6 +9,7 @@
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "softmax/kernels.hpp"
+#include "softmax/online.hpp"
 
 namespace mha::detail {
 namespace {
@@ -89,10 +90,11 @@ struct Ctx {
   float gemm_alpha() const { return additive ? 1.0f : scale; }
 
   // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head h:
-  // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, m the running row
-  // max and l the running row sum. Rows that see no key keep m = -inf, l = 0,
-  // o = 0. `sc` is a q_block x key_tile scratch tile, `qpack` room for the
-  // packed query block (packed_a_floats(g, q_block, head_dim)).
+  // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, and (m, l) the
+  // row's online-softmax state (OnlineRow: running max and sum). Rows that see
+  // no key keep m = -inf, l = 0, o = 0. `sc` is a q_block x key_tile scratch
+  // tile, `qpack` room for the packed query block (packed_a_floats(g,
+  // q_block, head_dim)).
   void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
                      std::size_t kend, float* o, std::size_t ldo, float* m, float* l, float* sc,
                      float* qpack) const {
@@ -115,19 +117,10 @@ struct Ctx {
       gemm_serial_packed_a(g, rows, qpack, keys.cols(k0, k1), gemm_alpha(), 0.0f, sc, bk);
       mask_scores(b, h, q0, rows, k0, n, sc, bk);
       for (std::size_t r = 0; r < rows; ++r) {
-        float* row = sc + r * bk;
-        const float m_new = std::max(m[r], sm.reduce_max(row, n));
-        if (m_new == kNegInf) {  // nothing visible yet: P = 0
-          std::fill_n(row, n, 0.0f);
-          continue;
-        }
-        if (m_new != m[r] && m[r] != kNegInf) {
-          const float f = std::exp(m[r] - m_new);
-          l[r] *= f;
-          sm.scale(o + r * ldo, d, f);
-        }
-        m[r] = m_new;
-        l[r] += sm.exp_sum(row, n, m_new);
+        OnlineRow st{m[r], l[r]};
+        online_rescale(sm, o + r * ldo, d, online_update(sm, st, sc + r * bk, n));
+        m[r] = st.max;
+        l[r] = st.sum;
       }
       // P·V straight from the S tile: V is row-major, so neither is packed.
       gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, values + k0 * in.kv.ldv, in.kv.ldv,
@@ -135,16 +128,23 @@ struct Ctx {
     }
   }
 
-  // o rows /= l; rows that saw no key become zero (the masked-row rule).
-  void normalize(std::size_t rows, float* o, std::size_t ldo, const float* l) const {
-    for (std::size_t r = 0; r < rows; ++r) {
-      float* row = o + r * ldo;
-      if (l[r] > 0.0f) {
-        sm.scale(row, s.head_dim, 1.0f / l[r]);
-      } else {
-        std::fill_n(row, s.head_dim, 0.0f);
+  // o rows /= l: zero for rows that saw no key, NaN for poisoned ones.
+  void normalize(std::size_t rows, float* o, std::size_t ldo, const float* m,
+                 const float* l) const {
+    for (std::size_t r = 0; r < rows; ++r)
+      online_finalize(sm, {m[r], l[r]}, o + r * ldo, s.head_dim);
+  }
+
+  // Zeroes row i's causal- and padding-masked keys in a weights row: a NaN
+  // row's weights are NaN only where it keeps keys, as in mha_softmax.
+  void zero_masked_keys(std::size_t b, std::size_t i, float* row) const {
+    if (padding != nullptr) {
+      const unsigned char* pad = padding + b * kv_len;
+      for (std::size_t j = 0; j < kv_len; ++j) {
+        if (pad[j]) row[j] = 0.0f;
       }
     }
+    std::fill(row + visible_end(i), row + kv_len, 0.0f);
   }
 
   // Weights requested: the rows of P are the caller's output, so they are
@@ -159,12 +159,10 @@ struct Ctx {
     mask_scores(b, h, q0, rows, 0, kv_len, p, ldp);
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = p + r * ldp;
-      const float mx = sm.reduce_max(row, kv_len);
-      if (mx == kNegInf) {
-        std::fill_n(row, kv_len, 0.0f);
-      } else {
-        sm.scale(row, kv_len, 1.0f / sm.exp_sum(row, kv_len, mx));
-      }
+      OnlineRow st;
+      online_update(sm, st, row, kv_len);
+      online_finalize(sm, st, row, kv_len);
+      if (online_poisoned(st)) zero_masked_keys(b, q0 + r, row);
     }
     gemm_serial_inplace(g, Trans::N, rows, s.head_dim, kv_len, 1.0f, p, ldp, in.kv.values(b, gh),
                         in.kv.ldv, 0.0f, o, ldo);
@@ -317,7 +315,7 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
     if (chunks == 1) {
       float* o = c.out_rows(b, h, q0);
       c.attend_online(b, h, q0, q1, k0, k1, o, in.ldo, m, l, sc, qpack);
-      c.normalize(q1 - q0, o, in.ldo, l);
+      c.normalize(q1 - q0, o, in.ldo, m, l);
     } else {
       c.attend_online(b, h, q0, q1, k0, k1, parts.o(b, h, ch) + q0 * d, d, parts.m(b, h, ch) + q0,
                       parts.l(b, h, ch) + q0, sc, qpack);
@@ -329,26 +327,10 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
   parallel_for(in.batch * H, plan.max_threads, [&](std::size_t t) {
     const std::size_t b = t / H, h = t % H;
     for (std::size_t i = 0; i < in.q_len; ++i) {
-      float mx = kNegInf;
-      for (std::size_t ch = 0; ch < chunks; ++ch) mx = std::max(mx, parts.m(b, h, ch)[i]);
-      float* o = c.out_rows(b, h, i);
-      if (mx == kNegInf) {
-        std::fill_n(o, d, 0.0f);
-        continue;
-      }
-      float sum = 0.0f;
-      for (std::size_t ch = 0; ch < chunks; ++ch) {
-        const float mc = parts.m(b, h, ch)[i];
-        const float f = mc == kNegInf ? 0.0f : std::exp(mc - mx);
-        sum += f * parts.l(b, h, ch)[i];
-        const float* oc = parts.o(b, h, ch) + i * d;
-        if (ch == 0) {
-          c.sm.scale_add(oc, nullptr, o, d, f);
-        } else {
-          c.sm.scale_add(oc, o, o, d, f);
-        }
-      }
-      c.sm.scale(o, d, 1.0f / sum);
+      const auto part = [&](std::size_t ch) {
+        return OnlinePart{{parts.m(b, h, ch)[i], parts.l(b, h, ch)[i]}, parts.o(b, h, ch) + i * d};
+      };
+      online_merge(c.sm, chunks, part, c.out_rows(b, h, i), d);
     }
   });
 }

@@ -1,18 +1,23 @@
-// Online softmax (Milakov & Gimelshein 2018) building blocks, for flash-style
-// attention that sees a row's scores one column tile at a time:
+// Online softmax (Milakov & Gimelshein 2018): the one softmax of the attention
+// core, on every path: a row's scores one key tile at a time, partial results
+// of a row merged across split-KV chunks, and whole rows when the weights are
+// returned (one tile).
 //
 //   OnlineRow st;                                  // max -inf, sum 0
 //   for each tile t of the row:
 //     alpha = online_update(k, st, s_t, n_t);      // s_t <- exp(s_t - max)
 //     online_rescale(k, acc, acc_n, alpha);        // acc *= exp(m_old - m_new)
 //     acc += s_t · V_t                             // caller's GEMM
-//   online_finalize(k, st, acc, acc_n);            // acc /= sum, or 0
+//   online_finalize(k, st, acc, acc_n);            // acc /= sum, 0 or NaN
 //
-// Same rules as mha::softmax: a row whose every score is -inf ends as zeros;
-// NaN or +inf among the scores makes the row NaN. The result equals the
-// one-pass softmax within the same bound (tests/softmax/test_softmax.cpp,
-// "online softmax over tiles equals one-pass softmax"); sums are taken in an
-// order fixed by the tile sizes, never by the thread count.
+// The rule for a row's scores (masked ones are -inf), as mha_softmax's:
+// a row with no score above -inf ends as zeros; a NaN or +inf among them
+// makes the row NaN. The per-element work is the SoftmaxKernels table's vector
+// passes; the rule costs O(1) scalar work per row and tile, since the max is
+// +inf or NaN, or the sum of exp(s - max) NaN, exactly when a score is NaN or
+// +inf. The result equals the one-pass softmax within the same bound
+// (tests/softmax/test_softmax.cpp); sums are taken in an order fixed by the
+// tile sizes, never by the thread count.
 #pragma once
 
 #include <algorithm>
@@ -25,34 +30,42 @@
 
 namespace mha::detail {
 
+// Running state of one row. A row is poisoned (ends NaN) once sum is NaN.
 struct OnlineRow {
   float max = -std::numeric_limits<float>::infinity();  // running max of the scores seen
   float sum = 0.f;  // running sum of exp(score - max) over the scores seen
 };
 
+inline bool online_poisoned(const OnlineRow& st) {
+  return std::isnan(st.sum);
+}
+
 // Takes the next tile s[0..n) (n >= 1) of scaled and masked scores, replaces it
-// by exp(s - new max) and updates st. Returns alpha = exp(old max - new max),
-// the factor by which everything accumulated from earlier tiles must be scaled
-// (st.sum is already rescaled): 0 while the row's scores are all -inf so far
-// (and the tile is then all zeros), NaN once a NaN or +inf was seen.
+// by exp(s - new max) and updates st. Returns alpha, the factor by which
+// everything accumulated from earlier tiles must be scaled (st.sum is already
+// rescaled): exp(old max - new max), or 1 while no earlier score was above
+// -inf (their weights are 0, so the accumulator holds only zeros). A tile
+// holding a NaN or +inf poisons the row, and online_finalize and online_merge
+// then give NaN whatever was accumulated; later tiles become NaN, alpha too.
 inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std::size_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const float tile_max = k.reduce_max(s, n);
-  const float m = std::max(st.max, tile_max);
-  // reduce_max may skip NaNs: an all -inf tile is checked for them.
-  const bool none_finite = m == -std::numeric_limits<float>::infinity();
-  if (none_finite && std::none_of(s, s + n, [](float v) { return std::isnan(v); })) {
-    std::fill(s, s + n, 0.f);
-    return 0.f;
-  }
-  if (none_finite || !(m <= FLT_MAX) || std::isnan(tile_max) || std::isnan(st.max)) {
-    // +inf or NaN seen (now or before): the row is NaN.
+  // A max above FLT_MAX or NaN means a +inf or NaN score (reduce_max may also
+  // skip NaNs: the sum below catches those).
+  if (online_poisoned(st) || !(tile_max <= FLT_MAX)) {
     std::fill(s, s + n, std::numeric_limits<float>::quiet_NaN());
     st.max = st.sum = std::numeric_limits<float>::quiet_NaN();
     return st.max;
   }
-  float alpha = st.max - m;  // -inf while nothing finite was seen: exp gives 0
-  k.exp(&alpha, &alpha, 1);
-  const float tile_sum = k.exp_sum(s, n, m);
+  const float m = st.max < tile_max ? tile_max : st.max;
+  // While every score is -inf, exp(s - 0) turns the tile into zeros, and the
+  // sum is NaN exactly when a NaN is among them.
+  const float tile_sum = k.exp_sum(s, n, m == kNegInf ? 0.f : m);
+  float alpha = 1.f;
+  if (st.max != kNegInf && m != st.max) {
+    alpha = st.max - m;
+    k.exp(&alpha, &alpha, 1);
+  }
   st.sum = st.sum * alpha + tile_sum;
   st.max = m;
   return alpha;
@@ -63,7 +76,8 @@ inline void online_rescale(const SoftmaxKernels& k, float* acc, std::size_t n, f
   if (alpha != 1.f) k.scale(acc, n, alpha);
 }
 
-// acc[0..n) /= st.sum; zeros if no finite score was seen (st.sum == 0).
+// acc[0..n) /= st.sum; zeros if no score above -inf was seen (st.sum == 0),
+// NaN if the row is poisoned.
 inline void online_finalize(const SoftmaxKernels& k, const OnlineRow& st, float* acc,
                             std::size_t n) {
   if (st.sum == 0.f) {
@@ -71,6 +85,48 @@ inline void online_finalize(const SoftmaxKernels& k, const OnlineRow& st, float*
   } else {
     k.scale(acc, n, 1.f / st.sum);
   }
+}
+
+// One partial result of a row over a range of its keys: the state and the
+// accumulator that online_update and online_rescale left (not finalized).
+struct OnlinePart {
+  OnlineRow st;
+  const float* acc;
+};
+
+// out[0..n) = the row's result from `count` partial results over disjoint
+// ranges of its keys (split-KV), part(c) giving part c:
+//   sum_c exp(max_c - M)·acc_c / sum_c exp(max_c - M)·sum_c,
+// M the largest max_c, summed in part order. As online_finalize: NaN if any part is poisoned, zeros
+// if no part saw a score above -inf. A part that saw none is not read.
+template <class Part>
+void online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, float* out,
+                  std::size_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::size_t c = 0; c < count; ++c) {
+    const OnlineRow st = part(c).st;
+    if (online_poisoned(st)) {
+      std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+      return;
+    }
+    if (m < st.max) m = st.max;
+  }
+  if (m == -std::numeric_limits<float>::infinity()) {
+    std::fill(out, out + n, 0.f);
+    return;
+  }
+  float sum = 0.f;
+  bool first = true;
+  for (std::size_t c = 0; c < count; ++c) {
+    const OnlinePart p = part(c);
+    if (p.st.max == -std::numeric_limits<float>::infinity()) continue;
+    float f = p.st.max - m;
+    k.exp(&f, &f, 1);
+    sum += f * p.st.sum;
+    k.scale_add(p.acc, first ? nullptr : out, out, n, f);
+    first = false;
+  }
+  k.scale(out, n, 1.f / sum);
 }
 
 }  // namespace mha::detail

@@ -3,6 +3,7 @@
 // thread-count bit-identity, bad arguments; and the online-softmax blocks.
 #include <mha/mha.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -216,47 +217,81 @@ TEST_CASE("mha_softmax rejects bad arguments", "[softmax]") {
   CHECK_THROWS_AS(mha::softmax(1, 4, x.data(), 2, y.data(), 4), mha::Error);
 }
 
+namespace {
+
+// One row of online softmax over tiles of random width: st gets the state,
+// acc the unnormalized sum of weights times v's rows ([n x dv]), probs (if not
+// null) the row's unnormalized weights.
+void online_tiles(const mha::detail::SoftmaxKernels& k, std::mt19937_64& rng, const float* s,
+                  std::size_t n, const float* v, std::size_t dv, mha::detail::OnlineRow& st,
+                  float* acc, float* probs) {
+  std::vector<float> tile(n);
+  for (std::size_t j0 = 0; j0 < n;) {
+    const std::size_t w = std::min<std::size_t>(n - j0, 1 + rng() % 64);
+    std::copy(s + j0, s + j0 + w, tile.begin());
+    const float alpha = mha::detail::online_update(k, st, tile.data(), w);
+    mha::detail::online_rescale(k, acc, dv, alpha);
+    if (probs) mha::detail::online_rescale(k, probs, j0, alpha);  // the row's weights so far
+    for (std::size_t j = 0; j < w; ++j) {
+      if (probs) probs[j0 + j] = tile[j];
+      for (std::size_t d = 0; d < dv; ++d) acc[d] += tile[j] * v[(j0 + j) * dv + d];
+    }
+    j0 += w;
+  }
+}
+
+// Random scores with masked (-inf) stretches, sometimes a whole row, and in
+// some cases a NaN or +inf, possibly inside the masked stretch.
+std::vector<float> online_scores(std::size_t c, std::size_t n, std::mt19937_64& rng) {
+  auto s = mha::test::random_vector(n, 1000 + c, -20.f, 20.f);
+  const std::size_t masked = c % 5 == 0 ? n : rng() % (n + 1) / 2;
+  for (std::size_t j = 0; j < masked; ++j) s[j] = -kInf;
+  if (c % 7 == 3) s[rng() % n] = kNaN;
+  if (c % 7 == 5) s[rng() % n] = kInf;
+  return s;
+}
+
+// Checks acc[0..dv) against p · V (p the one-pass softmax of the row): NaN if
+// p is, else within the summation bound.
+void check_online_acc(const std::vector<float>& p, const std::vector<float>& v, std::size_t dv,
+                      const float* acc) {
+  const std::size_t n = p.size();
+  for (std::size_t d = 0; d < dv; ++d) {
+    if (std::isnan(p[0])) {
+      CHECK(std::isnan(acc[d]));
+      continue;
+    }
+    double ref = 0, mag = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      ref += double(p[j]) * v[j * dv + d];
+      mag += std::fabs(double(p[j]) * v[j * dv + d]);
+    }
+    CHECK(std::fabs(acc[d] - ref) <= mag * (n / 2.0 + 40) * std::ldexp(1.0, -24) + 1e-30);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("online softmax over tiles equals one-pass softmax", "[softmax][online]") {
   const auto& k = mha::detail::softmax_kernels(mha::current_isa());
   std::mt19937_64 rng(7);
-  const std::size_t cases = mha::test::scaled(60, 10);
+  const std::size_t cases = mha::test::scaled(70, 14);
   for (std::size_t c = 0; c < cases; ++c) {
     const std::size_t n = 1 + rng() % 300, dv = 1 + rng() % 20;
-    auto s = mha::test::random_vector(n, 1000 + c, -20.f, 20.f);
-    // Masked stretches, sometimes a whole leading tile or the whole row.
-    const std::size_t masked = c % 5 == 0 ? n : rng() % (n + 1) / 2;
-    for (std::size_t j = 0; j < masked; ++j) s[j] = -kInf;
+    const auto s = online_scores(c, n, rng);
     const auto v = mha::test::random_vector(n * dv, 2000 + c);  // values [n x dv]
     // One pass: p = softmax(s), o = p · V, in double.
     std::vector<float> p(n);
     mha::softmax(1, n, s.data(), n, p.data(), n);
     // Online over tiles of random width; acc = running sum of exp(s - max) V.
     mha::detail::OnlineRow st;
-    std::vector<float> acc(dv, 0.f), tile(n), probs(n, 0.f);
-    for (std::size_t j0 = 0; j0 < n;) {
-      const std::size_t w = std::min<std::size_t>(n - j0, 1 + rng() % 64);
-      std::copy(s.begin() + j0, s.begin() + j0 + w, tile.begin());
-      const float alpha = mha::detail::online_update(k, st, tile.data(), w);
-      mha::detail::online_rescale(k, acc.data(), dv, alpha);
-      mha::detail::online_rescale(k, probs.data(), j0, alpha);  // the row's weights so far
-      for (std::size_t j = 0; j < w; ++j) {
-        probs[j0 + j] = tile[j];
-        for (std::size_t d = 0; d < dv; ++d) acc[d] += tile[j] * v[(j0 + j) * dv + d];
-      }
-      j0 += w;
-    }
+    std::vector<float> acc(dv, 0.f), probs(n, 0.f);
+    online_tiles(k, rng, s.data(), n, v.data(), dv, st, acc.data(), probs.data());
     mha::detail::online_finalize(k, st, probs.data(), n);
     mha::detail::online_finalize(k, st, acc.data(), dv);
-    INFO("case " << c << " n " << n << " masked " << masked);
+    INFO("case " << c << " n " << n);
     mha::test::check_softmax(1, n, s.data(), n, probs.data(), n, {});
-    for (std::size_t d = 0; d < dv; ++d) {
-      double ref = 0, mag = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        ref += double(p[j]) * v[j * dv + d];
-        mag += std::fabs(double(p[j]) * v[j * dv + d]);
-      }
-      CHECK(std::fabs(acc[d] - ref) <= mag * (n / 2.0 + 40) * std::ldexp(1.0, -24) + 1e-30);
-    }
+    check_online_acc(p, v, dv, acc.data());
   }
   // NaN in a later tile poisons the row.
   mha::detail::OnlineRow st;
@@ -265,4 +300,45 @@ TEST_CASE("online softmax over tiles equals one-pass softmax", "[softmax][online
   mha::detail::online_rescale(k, acc.data(), 1, mha::detail::online_update(k, st, t2.data(), 2));
   mha::detail::online_finalize(k, st, acc.data(), 1);
   CHECK(std::isnan(acc[0]));
+  // NaN among -inf scores, before any finite one, poisons the row too.
+  mha::detail::OnlineRow st2;
+  std::vector<float> t3{-kInf, kNaN, -kInf}, t4{1.f};
+  mha::detail::online_update(k, st2, t3.data(), 3);
+  mha::detail::online_update(k, st2, t4.data(), 1);
+  CHECK(mha::detail::online_poisoned(st2));
+}
+
+TEST_CASE("online softmax merged across key ranges equals one-pass softmax", "[softmax][online]") {
+  const auto& k = *mha::detail::kernels().softmax;
+  std::mt19937_64 rng(11);
+  const std::size_t cases = mha::test::scaled(70, 14);
+  for (std::size_t c = 0; c < cases; ++c) {
+    const std::size_t n = 1 + rng() % 600, dv = 1 + rng() % 20;
+    const auto s = online_scores(c, n, rng);
+    const auto v = mha::test::random_vector(n * dv, 3000 + c);
+    std::vector<float> p(n);
+    mha::softmax(1, n, s.data(), n, p.data(), n);
+    // Parts over consecutive key ranges (some empty of kept scores), each
+    // with its own state and accumulator, merged.
+    const std::size_t count = 1 + rng() % 6;
+    std::vector<std::size_t> cut{0};
+    for (std::size_t t = 1; t < count; ++t) cut.push_back(rng() % (n + 1));
+    cut.push_back(n);
+    std::sort(cut.begin(), cut.end());
+    std::vector<mha::detail::OnlineRow> st(count);
+    std::vector<std::vector<float>> acc(count, std::vector<float>(dv, 0.f));
+    for (std::size_t t = 0; t < count; ++t) {
+      if (cut[t] < cut[t + 1]) {
+        online_tiles(k, rng, s.data() + cut[t], cut[t + 1] - cut[t], v.data() + cut[t] * dv, dv,
+                     st[t], acc[t].data(), nullptr);
+      }
+      // A part that kept nothing is never read: garbage there changes nothing.
+      if (st[t].max == -kInf && !mha::detail::online_poisoned(st[t])) acc[t].assign(dv, kNaN);
+    }
+    std::vector<float> out(dv, -7.f);
+    const auto part = [&](std::size_t t) { return mha::detail::OnlinePart{st[t], acc[t].data()}; };
+    mha::detail::online_merge(k, count, part, out.data(), dv);
+    INFO("case " << c << " n " << n << " parts " << count);
+    check_online_acc(p, v, dv, out.data());
+  }
 }
