@@ -309,7 +309,7 @@ TEST_CASE("online softmax over tiles equals one-pass softmax", "[softmax][online
 }
 
 TEST_CASE("online softmax merged across key ranges equals one-pass softmax", "[softmax][online]") {
-  const auto& k = *mha::detail::kernels().softmax;
+  const auto& k = mha::detail::softmax_kernels(mha::current_isa());
   std::mt19937_64 rng(11);
   const std::size_t cases = mha::test::scaled(70, 14);
   for (std::size_t c = 0; c < cases; ++c) {
