@@ -28,17 +28,19 @@ inline float Lanes<Avx2>::reduce(const V& v) noexcept {
 }
 
 // vmaskmovps: lanes past `lanes` are neither read (no fault) nor written.
+namespace avx2 {
+inline __m256i first_lanes(std::size_t lanes) noexcept {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+}  // namespace avx2
 template <>
 inline Lanes<Avx2>::V Lanes<Avx2>::load_n(const float* p, std::size_t lanes) noexcept {
-  return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
-                                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+  return _mm256_maskload_ps(p, avx2::first_lanes(lanes));
 }
 template <>
 inline void Lanes<Avx2>::store_n(float* p, const V& v, std::size_t lanes) noexcept {
-  _mm256_maskstore_ps(p,
-                      _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
-                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
-                      v);
+  _mm256_maskstore_ps(p, avx2::first_lanes(lanes), v);
 }
 
 // 8 x 8: 4 x 4 transposes inside each 128-bit lane, then swap lane halves.

@@ -11,10 +11,16 @@
 namespace mha::detail::simd {
 
 // xsimd 8.1 implements fma on avx512f as x*y+z, which -ffp-contract=off keeps
-// as a separate multiply and add (half the peak, other bits): the instruction.
+// as a separate multiply and add (half the peak, other bits): the instruction,
+// for madd as well.
 template <>
 inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::fma(const V& a, const V& b,
                                                            const V& c) noexcept {
+  return _mm512_fmadd_ps(a, b, c);
+}
+template <>
+inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::madd(const V& a, const V& b,
+                                                            const V& c) noexcept {
   return _mm512_fmadd_ps(a, b, c);
 }
 
