@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "simd/lanes.hpp"
+#include "simd/lanes_x86.hpp"
 
 namespace mha::detail::simd {
 
@@ -18,13 +19,9 @@ using Avx2 = xsimd::fma3<xsimd::avx2>;
 template <>
 template <bool kMax>
 inline float Lanes<Avx2>::reduce(const V& v) noexcept {
-  const __m256 y = v;
-  const __m128 y0 = _mm256_castps256_ps128(y), y1 = _mm256_extractf128_ps(y, 1);
-  const __m128 q = kMax ? _mm_max_ps(y0, y1) : _mm_add_ps(y0, y1);
-  const __m128 q1 = _mm_movehl_ps(q, q);
-  const __m128 d = kMax ? _mm_max_ps(q, q1) : _mm_add_ps(q, q1);
-  const __m128 d1 = _mm_shuffle_ps(d, d, 1);
-  return _mm_cvtss_f32(kMax ? _mm_max_ps(d, d1) : _mm_add_ps(d, d1));
+  using F = x86::Fold<Avx2>;
+  if constexpr (kMax) return F::m256(v, F::Max{});
+  return F::m256(v, F::Add{});
 }
 
 // vmaskmovps: lanes past `lanes` are neither read (no fault) nor written.

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "simd/lanes.hpp"
+#include "simd/lanes_x86.hpp"
 
 namespace mha::detail::simd {
 
@@ -28,16 +29,11 @@ inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::madd(const V& a, const V&
 template <>
 template <bool kMax>
 inline float Lanes<xsimd::avx512f>::reduce(const V& v) noexcept {
+  using F = x86::Fold<xsimd::avx512f>;
   const __m512 z = v;
-  const __m256 lo = _mm512_castps512_ps256(z);
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
-  const __m256 y = kMax ? _mm256_max_ps(lo, hi) : _mm256_add_ps(lo, hi);
-  const __m128 y0 = _mm256_castps256_ps128(y), y1 = _mm256_extractf128_ps(y, 1);
-  const __m128 q = kMax ? _mm_max_ps(y0, y1) : _mm_add_ps(y0, y1);
-  const __m128 q1 = _mm_movehl_ps(q, q);
-  const __m128 d = kMax ? _mm_max_ps(q, q1) : _mm_add_ps(q, q1);
-  const __m128 d1 = _mm_shuffle_ps(d, d, 1);
-  return _mm_cvtss_f32(kMax ? _mm_max_ps(d, d1) : _mm_add_ps(d, d1));
+  if constexpr (kMax) return F::m256(F::Max{}(_mm512_castps512_ps256(z), hi), F::Max{});
+  return F::m256(F::Add{}(_mm512_castps512_ps256(z), hi), F::Add{});
 }
 
 // Masked: lanes past `lanes` are neither read (no fault) nor written.
