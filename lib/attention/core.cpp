@@ -28,9 +28,6 @@ constexpr std::size_t kQueryBlock = 64;
 // thread count, so the result does not depend on the machine's threads.
 constexpr std::size_t kSplitTargetTasks = 64;
 constexpr std::size_t kMinChunk = 512;
-// Minimum work per thread (~100k cycles at ~60 flop/cycle): below it, extra
-// threads cost more in wake-up than they save.
-constexpr double kFlopsPerThread = 6e6;
 
 // Everything one task needs, resolved once per call.
 struct Ctx {
@@ -203,8 +200,9 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
   const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
   float* kdst = dst;
   float* vdst = dst + batch * kvh * p.k_stride;
-  const double bytes = 8.0 * static_cast<double>(batch * kv_len * kvh * d);
-  const auto threads = static_cast<std::size_t>(1 + bytes / 4e6);
+  // K and V read once and written once packed (4 bytes each per element).
+  const std::size_t threads =
+      threads_for({0, 16.0 * static_cast<double>(batch * kv_len * kvh * d)});
   parallel_for(batch * kvh, threads, [&](std::size_t t) {
     const std::size_t b = t / kvh, gh = t % kvh;
     const std::size_t src = b * kv_len * ld + gh * d;
@@ -239,7 +237,7 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   }
   const double flops = 4.0 * static_cast<double>(batch * s.num_heads * q_len) *
                        static_cast<double>(kv_len * s.head_dim);
-  p.max_threads = std::min(tasks, static_cast<std::size_t>(1 + flops / kFlopsPerThread));
+  p.max_threads = std::min(tasks, threads_for({flops}));
   p.workspace_floats = p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
   if (weights) {
     p.task_floats = average ? round_up(p.q_block * kv_len, 16) : 0;

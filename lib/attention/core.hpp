@@ -60,6 +60,7 @@ struct CorePlan {
   std::size_t key_tile = 0;   // keys per online-softmax step (multiple of nr)
   std::size_t chunks = 1;     // split-KV chunks (1 = no split)
   std::size_t chunk_len = 0;  // keys per chunk (multiple of key_tile)
+  // From threads_for: the one field the thread count sets (a cap, not the split).
   std::size_t max_threads = 1;
   bool materialize = false;          // caller asked for the weights
   std::size_t workspace_floats = 0;  // from the calling thread (split partials)

@@ -1,6 +1,7 @@
-// Owned, 64-byte-aligned float arrays for long-lived buffers (packed weights,
-// KV caches), and the size arithmetic of blocked layouts. Short-lived per-call
-// memory uses thread_scratch instead.
+// The library's one aligned allocator: owned, 64-byte-aligned float arrays,
+// for long-lived buffers (packed weights, KV caches, the public packed B) and
+// for the storage behind thread_scratch, which is what short-lived per-call
+// memory uses. Also the size arithmetic of blocked layouts.
 #pragma once
 
 #include <cstddef>

@@ -44,7 +44,26 @@ tbb::task_arena& arena_for(std::size_t threads) {
   return *arena;
 }
 
+// Work below which one more thread does not pay for its wake-up: a TBB
+// fork/join costs 0.4 us back to back but 12 us when the worker has slept
+// (calls 200 us apart, this VM), so a sporadic call needs about 20 us of work
+// to gain from a second thread.
+// 2M flops: about 10 us of one core at AVX-512 peak. 4M (as before) kept
+// sq128 (4.2M) on one thread, 22.5 -> 13.0 us in a loop with 2M.
+constexpr double kFlopsPerThread = 2.0e6;
+// 512 KiB: about 20 us reading at 25 GB/s. It counts where the flops do not:
+// a GEMV reads B once at two flops per float, so it is bound by memory (or
+// L3), not by the FMA rate. Counted by flops alone, m = 1 against a 768 x
+// 3072 B (2 threads allowed) ran on one: 306 us, against 150 on two.
+constexpr double kBytesPerThread = 512.0 * 1024;
+
 }  // namespace
+
+std::size_t threads_for(Work work) noexcept {
+  const double cap = std::max(work.flops / kFlopsPerThread, work.bytes / kBytesPerThread);
+  if (cap < 2.0) return 1;
+  return std::min(effective_threads(), static_cast<std::size_t>(cap));
+}
 
 std::size_t effective_threads() noexcept {
   const std::size_t limit = user_limit().load(std::memory_order_relaxed);

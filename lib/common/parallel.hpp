@@ -38,6 +38,22 @@ class FunctionRef<R(Args...)> {
 // if set, the caller's task_arena concurrency).
 std::size_t effective_threads() noexcept;
 
+// What a call does, for threads_for: its floating-point operations, and the
+// bytes it moves through memory, read and written (what a memory-bound call
+// waits on).
+struct Work {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// The one thread policy: a thread per kFlopsPerThread flops or per
+// kBytesPerThread bytes moved (parallel.cpp), whichever allows more, at most
+// effective_threads(). Returns 1 without asking TBB when the work fits one
+// thread, so small calls (tens of ns) never touch it and MHA_NUM_THREADS=1
+// creates no worker. Callers whose work is in other units convert at the
+// call site and say why.
+std::size_t threads_for(Work work) noexcept;
+
 // Runs body(i) for i in [0, tasks), on at most `max_threads` threads (0 = no
 // extra cap). With one thread it is a plain loop on the calling thread and
 // touches no TBB machinery at all, so no worker thread is ever created (this

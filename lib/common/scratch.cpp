@@ -1,15 +1,13 @@
 #include "common/scratch.hpp"
 
-#include <cstdlib>
-#include <new>
+#include "common/aligned.hpp"
 
 namespace mha::detail {
 namespace {
 
 struct Buffer {
-  float* data = nullptr;
+  AlignedFloats data;
   std::size_t capacity = 0;
-  ~Buffer() { std::free(data); }
 };
 
 thread_local Buffer buffers[static_cast<unsigned>(ScratchSlot::kCount)];
@@ -23,13 +21,10 @@ float* thread_scratch(ScratchSlot slot, std::size_t floats) {
     // a little do not reallocate on every call.
     std::size_t want = floats + floats / 8;
     want = (want + 15) & ~std::size_t{15};
-    void* p = std::aligned_alloc(64, want * sizeof(float));
-    if (p == nullptr) throw std::bad_alloc();
-    std::free(b.data);
-    b.data = static_cast<float*>(p);
+    b.data = alloc_floats(want);
     b.capacity = want;
   }
-  return b.data;
+  return b.data.get();
 }
 
 }  // namespace mha::detail

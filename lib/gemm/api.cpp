@@ -16,14 +16,10 @@
 struct mha_sgemm_packed_b {
   const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
   mha::detail::PackedBView view;
-  float* data;  // 64-byte aligned, packed_b_floats(kernels, k, n) floats
+  mha::detail::AlignedFloats data;  // packed_b_floats(kernels, k, n) floats
 
-  mha_sgemm_packed_b(const mha_sgemm_packed_b&) = delete;
-  mha_sgemm_packed_b& operator=(const mha_sgemm_packed_b&) = delete;
   mha_sgemm_packed_b(const mha::detail::GemmKernels* g, std::size_t floats)
-      : kernels(g),
-        data(static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64}))) {}
-  ~mha_sgemm_packed_b() { ::operator delete (data, std::align_val_t{64}); }
+      : kernels(g), data(mha::detail::alloc_floats(floats)) {}
 };
 
 namespace mha {
@@ -73,7 +69,7 @@ mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, cons
   const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
   detail::checked_mul(floats, sizeof(float), "packed b");
   auto* packed = new mha_sgemm_packed_b(&g, floats);
-  packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data);
+  packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data.get());
   return packed;
 }
 

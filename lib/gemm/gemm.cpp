@@ -43,31 +43,12 @@ const float* a_at(Trans ta, const float* a, std::size_t lda, std::size_t i, std:
   return ta == Trans::N ? a + i * lda + p : a + p * lda + i;
 }
 
-// Work below which one more thread does not pay for its wake-up: about
-// 10 us of one core at AVX-512 peak, or 20 us reading B at 25 GB/s. The
-// second counts where m is small: B is read once at two flops per float per
-// row, so a GEMV is bound by memory (or L3), not by the FMA rate. Counted by
-// flops alone, m = 1 against a 768 x 3072 B (2 threads allowed) ran on one:
-// 306 us, against 150 on two. A TBB fork/join costs 0.4 us back to back but
-// 12 us when the worker has slept (calls 200 us apart, this VM), so a
-// sporadic call needs about 20 us of work to gain from a second thread: 4M
-// flops per thread (as before) kept sq128 (4.2M) on one, 22.5 -> 13.0 us
-// in a loop with 2M.
-constexpr double kFlopsPerThread = 2.0e6;
-constexpr double kBBytesPerThread = 512.0 * 1024;
-
-std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
-  const double nk = static_cast<double>(n) * static_cast<double>(k);
-  const double flops = 2.0 * static_cast<double>(m) * nk;
-  return static_cast<std::size_t>(
-      std::max({1.0, flops / kFlopsPerThread, 4.0 * nk / kBBytesPerThread}));
-}
-
-// The threads a call of this shape uses: TBB is not asked when one thread
-// is all the work can use (the small products, whose call costs tens of ns).
+// The threads a call of this shape uses (threads_for): 2mnk flops, and B's
+// 4nk bytes, which bound a small-m product (B read once at two flops per
+// float per row of A).
 std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
-  const std::size_t cap = thread_cap(m, n, k);
-  return cap > 1 ? std::min(effective_threads(), cap) : 1;
+  const double nk = static_cast<double>(n) * static_cast<double>(k);
+  return threads_for({2.0 * static_cast<double>(m) * nk, 4.0 * nk});
 }
 
 // A threads' task grid over C: mblocks x nblocks blocks of whole MR x NR

@@ -8,6 +8,6 @@
 namespace mha::detail {
 
 const GemmKernels gemm_kernels_scalar =
-    gemm_ukernel::make_kernels<gemm_ukernel::scalar_arch, 4, 4, 4, 4>(64, 256, 768);
+    gemm_ukernel::make_kernels<simd::scalar_arch, 4, 4, 4, 4>(64, 256, 768);
 
 }  // namespace mha::detail

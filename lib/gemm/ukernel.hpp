@@ -44,15 +44,9 @@
 #include <cstdint>
 #include <type_traits>
 #include <utility>
-#include <xsimd/xsimd.hpp>
 
 #include "gemm/kernels.hpp"
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#include <arm_neon.h>
-#endif
+#include "simd/lanes.hpp"
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 
@@ -62,167 +56,9 @@
 
 namespace mha::detail::gemm_ukernel {
 
-// Tag for the portable kernel: "vectors" of one float.
-struct scalar_arch {};
-
-// The few vector operations the kernels need, per Arch. transpose(r)
-// transposes the W x W block held in r[0..W) (r[i] = row i) in place; it is
-// what makes packing a transposed operand run at vector speed (measured on
-// pack_b('T') of 768 x 2304, AVX-512: 0.85 ms with scalar copies).
-template <class Arch>
-struct Simd {
-  using V = xsimd::batch<float, Arch>;
-  static constexpr std::size_t width = V::size;
-  static V load(const float* p) noexcept { return V::load_unaligned(p); }
-  static void store(float* p, const V& v) noexcept { v.store_unaligned(p); }
-  static V splat(float x) noexcept { return V(x); }
-  static V fma(const V& x, const V& y, const V& z) noexcept { return xsimd::fma(x, y, z); }
-  static float sum(const V& v) noexcept { return xsimd::hadd(v); }
-  static void transpose(V* r) noexcept;
-  // The first `lanes` (1 <= lanes <= W) floats at p, the rest zero, reading
-  // nothing past them; and the first `lanes` of v stored to p. What the
-  // tiles' N edges use: no copies of B, no C tile on the stack. The portable
-  // form goes through a small array; x86 uses masked loads and stores.
-  static V load_n(const float* p, std::size_t lanes) noexcept {
-    if (lanes == width) return load(p);
-    alignas(64) float t[width] = {};
-    for (std::size_t i = 0; i < lanes; ++i) t[i] = p[i];
-    return load(t);
-  }
-  static void store_n(float* p, const V& v, std::size_t lanes) noexcept {
-    if (lanes == width) return store(p, v);
-    alignas(64) float t[width];
-    store(t, v);
-    for (std::size_t i = 0; i < lanes; ++i) p[i] = t[i];
-  }
-};
-
-template <>
-struct Simd<scalar_arch> {
-  using V = float;
-  static constexpr std::size_t width = 1;
-  static V load(const float* p) noexcept { return *p; }
-  static void store(float* p, V v) noexcept { *p = v; }
-  static V splat(float x) noexcept { return x; }
-  // Unfused on purpose: the baseline x86-64 target has no FMA instruction
-  // and std::fma would be a libm call per element.
-  static V fma(V x, V y, V z) noexcept { return x * y + z; }
-  static float sum(V v) noexcept { return v; }
-  static void transpose(V*) noexcept {}
-  static V load_n(const float* p, std::size_t) noexcept { return *p; }
-  static void store_n(float* p, V v, std::size_t) noexcept { *p = v; }
-};
-
-#if defined(__AVX512F__)
-// xsimd 8.1 implements fma on avx512f as x*y+z, which -ffp-contract=off keeps
-// as a separate multiply and add (half the peak): use the intrinsic.
-template <>
-struct Simd<xsimd::avx512f> {
-  using V = xsimd::batch<float, xsimd::avx512f>;
-  static constexpr std::size_t width = V::size;
-  static V load(const float* p) noexcept { return V::load_unaligned(p); }
-  static void store(float* p, const V& v) noexcept { v.store_unaligned(p); }
-  static V splat(float x) noexcept { return V(x); }
-  static V fma(const V& x, const V& y, const V& z) noexcept { return _mm512_fmadd_ps(x, y, z); }
-  static float sum(const V& v) noexcept { return xsimd::hadd(v); }
-  // Masked: lanes past `lanes` are neither read (no fault) nor written.
-  static __mmask16 mask(std::size_t lanes) noexcept {
-    return static_cast<__mmask16>((1u << lanes) - 1u);
-  }
-  static V load_n(const float* p, std::size_t lanes) noexcept {
-    return _mm512_maskz_loadu_ps(mask(lanes), p);
-  }
-  static void store_n(float* p, const V& v, std::size_t lanes) noexcept {
-    _mm512_mask_storeu_ps(p, mask(lanes), v);
-  }
-  // 16 x 16: 4 x 4 transposes inside each 128-bit lane (unpack, shuffle),
-  // then a 4 x 4 transpose of the lanes themselves (two shuffle_f32x4 rounds).
-  static void transpose(V* r) noexcept {
-    // The all-lanes mask forms: GCC 12's unmasked ones pass an undefined
-    // vector that trips -Wmaybe-uninitialized (GCC PR105593).
-    constexpr __mmask16 kAll = 0xFFFF;
-    __m512 t[16], u[16];
-    for (int i = 0; i < 8; ++i) {
-      t[2 * i] = _mm512_mask_unpacklo_ps(r[2 * i], kAll, r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_mask_unpackhi_ps(r[2 * i], kAll, r[2 * i], r[2 * i + 1]);
-    }
-    for (int q = 0; q < 4; ++q) {  // u[4q + c], lane L: rows 4q..4q+3 of column 4L + c
-      u[4 * q + 0] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
-      u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
-      u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
-      u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; ++c) {
-      const __m512 x0 = _mm512_mask_shuffle_f32x4(u[c], kAll, u[c], u[4 + c], 0x44);
-      const __m512 x1 = _mm512_mask_shuffle_f32x4(u[c], kAll, u[c], u[4 + c], 0xEE);
-      const __m512 x2 = _mm512_mask_shuffle_f32x4(u[8 + c], kAll, u[8 + c], u[12 + c], 0x44);
-      const __m512 x3 = _mm512_mask_shuffle_f32x4(u[8 + c], kAll, u[8 + c], u[12 + c], 0xEE);
-      r[c] = _mm512_mask_shuffle_f32x4(x0, kAll, x0, x2, 0x88);
-      r[4 + c] = _mm512_mask_shuffle_f32x4(x0, kAll, x0, x2, 0xDD);
-      r[8 + c] = _mm512_mask_shuffle_f32x4(x1, kAll, x1, x3, 0x88);
-      r[12 + c] = _mm512_mask_shuffle_f32x4(x1, kAll, x1, x3, 0xDD);
-    }
-  }
-};
-#endif
-
-// Only in the AVX2 TU: the AVX-512 TU also has __AVX2__, and a copy built
-// with its flags must never be the one the AVX2 kernels call.
-#if defined(MHA_ISA_AVX2)
-// vmaskmovps: lanes past `lanes` are neither read (no fault) nor written.
-inline __m256i avx2_lane_mask(std::size_t lanes) noexcept {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-template <>
-inline Simd<xsimd::fma3<xsimd::avx2>>::V Simd<xsimd::fma3<xsimd::avx2>>::load_n(
-    const float* p, std::size_t lanes) noexcept {
-  return _mm256_maskload_ps(p, avx2_lane_mask(lanes));
-}
-template <>
-inline void Simd<xsimd::fma3<xsimd::avx2>>::store_n(float* p, const V& v,
-                                                    std::size_t lanes) noexcept {
-  _mm256_maskstore_ps(p, avx2_lane_mask(lanes), v);
-}
-
-// 8 x 8: 4 x 4 transposes inside each 128-bit lane, then swap lane halves.
-template <>
-inline void Simd<xsimd::fma3<xsimd::avx2>>::transpose(V* r) noexcept {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 4; ++i) {
-    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int q = 0; q < 2; ++q) {
-    u[4 * q + 0] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
-    u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
-    u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
-    u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
-  }
-  for (int c = 0; c < 4; ++c) {
-    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
-    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
-  }
-}
-#endif
-
-#if defined(__aarch64__)
-template <>
-inline void Simd<xsimd::neon64>::transpose(V* r) noexcept {
-  const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);
-  const float32x4_t t2 = vtrn1q_f32(r[2], r[3]), t3 = vtrn2q_f32(r[2], r[3]);
-  auto lo = [](float32x4_t a, float32x4_t b) {
-    return vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
-  };
-  auto hi = [](float32x4_t a, float32x4_t b) {
-    return vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(a), vreinterpretq_f64_f32(b)));
-  };
-  r[0] = lo(t0, t2);
-  r[1] = lo(t1, t3);
-  r[2] = hi(t0, t2);
-  r[3] = hi(t1, t3);
-}
-#endif
+// The lane operations are simd::Lanes<Arch> (simd/lanes.hpp); the kernels
+// accumulate with its madd: fma on every vector ISA, unfused on scalar_arch.
+using simd::scalar_arch;
 
 #if defined(__SANITIZE_ADDRESS__)
 // AddressSanitizer builds: instrumenting every access of the unrolled
@@ -318,7 +154,7 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
                                           const float* b, std::size_t ldb, float* c,
                                           std::size_t ldc, std::size_t n, float alpha, float beta,
                                           const float* bias, std::size_t bstride) {
-  using S = Simd<Arch>;
+  using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   constexpr std::size_t NVT = STRIPS * NV;  // vectors across the tile
@@ -405,7 +241,7 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
       const V av =
           S::splat(kRowStridedA ? row_base[i / kRowsPerBase][row_off[i % kRowsPerBase]] : a[i]);
 #pragma GCC unroll 8
-      for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::fma(av, bv[j], acc[i][j]);
+      for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::madd(av, bv[j], acc[i][j]);
     }
     if constexpr (kRowStridedA) {
 #pragma GCC unroll 4
@@ -461,7 +297,7 @@ template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel(std::size_t k, const float* a, const float* b, std::size_t ldb, float* c,
              std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta,
              const float* bias) {
-  constexpr std::size_t W = Simd<Arch>::width, NR = NV * W;
+  constexpr std::size_t W = simd::Lanes<Arch>::width, NR = NV * W;
   if (m == MR && n == NR) {
     ukernel_rows<Arch, NV, MR, false>(k, a, MR, b, ldb, c, ldc, n, alpha, beta, bias, 0);
   } else {
@@ -485,7 +321,7 @@ constexpr std::size_t kRowStrips = std::is_same_v<Arch, scalar_arch> || NV >= 8 
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t strip_stride, float* c,
                  float alpha, float beta, const float* bias) {
-  constexpr std::size_t NR = NV * Simd<Arch>::width;
+  constexpr std::size_t NR = NV * simd::Lanes<Arch>::width;
   ukernel_rows<Arch, NV, 1, false, false, kRowStrips<Arch, NV>>(
       k, a, MR, b, NR, c, 0, kRowStrips<Arch, NV> * NR, alpha, beta, bias, strip_stride);
 }
@@ -496,7 +332,7 @@ void ukernel_row(std::size_t k, const float* a, const float* b, std::size_t stri
 template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_strided_a(std::size_t k, const float* a, std::size_t lda, const float* b, float* c,
                        std::size_t ldc, std::size_t n, float alpha, float beta) {
-  constexpr std::size_t NR = NV * Simd<Arch>::width;
+  constexpr std::size_t NR = NV * simd::Lanes<Arch>::width;
   ukernel_rows<Arch, NV, MR, true>(k, a, lda, b, NR, c, ldc, n, alpha, beta, nullptr, 0);
 }
 
@@ -522,7 +358,7 @@ template <class Arch, std::size_t MR, std::size_t NV>
 void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
                       const float* b, std::size_t ldb, float* c, std::size_t ldc, std::size_t m,
                       std::size_t n, float alpha, float beta) {
-  constexpr std::size_t W = Simd<Arch>::width;
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
   const std::size_t v = n == NV * W ? 0 : (n + W - 1) / W;
   if (csa == 1 && rsa != 1) {
     kInPlaceRows<Arch, MR, NV, true>[v][m - 1](k, a, rsa, b, ldb, c, ldc, n, alpha, beta, nullptr,
@@ -539,7 +375,7 @@ void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_
 template <class Arch>
 inline void transpose_block(const float* const* src, std::size_t rows, std::size_t p0, float* dst,
                             std::size_t ld) {
-  using S = Simd<Arch>;
+  using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   for (std::size_t g = 0; g < rows; g += W) {
@@ -562,7 +398,7 @@ inline void transpose_block(const float* const* src, std::size_t rows, std::size
 template <class Arch>
 inline std::size_t transpose_columns(const float* const* src, std::size_t rows, std::size_t end,
                                      float* dst, std::size_t ld) {
-  constexpr std::size_t W = Simd<Arch>::width;
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
   if (end < W) return 0;
   for (std::size_t p = 0; p + W <= end; p += W) {
     transpose_block<Arch>(src, rows, p, dst + p * ld, ld);
@@ -575,7 +411,7 @@ inline std::size_t transpose_columns(const float* const* src, std::size_t rows, 
 // a[r*lda + p] (trans == false) or a[p*lda + r] (trans == true).
 template <class Arch, std::size_t MR>
 void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda, float* dst) {
-  constexpr std::size_t W = Simd<Arch>::width;
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
   // Rows rounded up to whole vectors for the transposes; the extra rows
   // re-read row 0 and their lanes are overwritten (see below).
   constexpr std::size_t RV = (MR + W - 1) / W * W;
@@ -619,7 +455,7 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const float* a, std::size_
 template <class Arch, std::size_t NR>
 void pack_b(bool trans, std::size_t k, std::size_t n, const float* b, std::size_t ldb, float* dst,
             std::size_t strip_stride) {
-  using S = Simd<Arch>;
+  using S = simd::Lanes<Arch>;
   constexpr std::size_t W = S::width;
   for (std::size_t c0 = 0; c0 < n; c0 += NR) {
     const std::size_t nr = n - c0 < NR ? n - c0 : NR;
@@ -660,7 +496,7 @@ void pack_b(bool trans, std::size_t k, std::size_t n, const float* b, std::size_
 template <class Arch>
 void gemv_n(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
             std::size_t ldb, float beta, float* c) {
-  using S = Simd<Arch>;
+  using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   constexpr std::size_t NB = 4 * W;
@@ -673,7 +509,7 @@ void gemv_n(std::size_t k, std::size_t n, float alpha, const float* a, const flo
     for (std::size_t p = 0; p < k; ++p, bp += ldb) {
       const V ap = S::splat(a[p]);
 #pragma GCC unroll 4
-      for (std::size_t v = 0; v < 4; ++v) acc[v] = S::fma(ap, S::load(bp + v * W), acc[v]);
+      for (std::size_t v = 0; v < 4; ++v) acc[v] = S::madd(ap, S::load(bp + v * W), acc[v]);
     }
 #pragma GCC unroll 4
     for (std::size_t v = 0; v < 4; ++v) {
@@ -684,7 +520,7 @@ void gemv_n(std::size_t k, std::size_t n, float alpha, const float* a, const flo
   for (; j0 + W <= n; j0 += W) {
     V acc = S::splat(0.f);
     const float* bp = b + j0;
-    for (std::size_t p = 0; p < k; ++p, bp += ldb) acc = S::fma(S::splat(a[p]), S::load(bp), acc);
+    for (std::size_t p = 0; p < k; ++p, bp += ldb) acc = S::madd(S::splat(a[p]), S::load(bp), acc);
     float* cv = c + j0;
     S::store(cv, beta == 0.f ? acc * va : acc * va + vb * S::load(cv));
   }
@@ -702,12 +538,12 @@ void gemv_n(std::size_t k, std::size_t n, float alpha, const float* a, const flo
 template <class Arch>
 void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const float* b,
             std::size_t ldb, float beta, float* c) {
-  using S = Simd<Arch>;
+  using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
   const std::size_t kv = k / W * W;
   auto finish = [&](std::size_t j, const V& acc, const float* row) {
-    float s = S::sum(acc);
+    float s = S::hadd(acc);
     for (std::size_t p = kv; p < k; ++p) s += a[p] * row[p];
     const float r = s * alpha;
     c[j] = beta == 0.f ? r : r + beta * c[j];
@@ -721,10 +557,10 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
     V a0 = S::splat(0.f), a1 = a0, a2 = a0, a3 = a0;
     for (std::size_t p = 0; p < kv; p += W) {
       const V x = S::load(a + p);
-      a0 = S::fma(x, S::load(r0 + p), a0);
-      a1 = S::fma(x, S::load(r1 + p), a1);
-      a2 = S::fma(x, S::load(r2 + p), a2);
-      a3 = S::fma(x, S::load(r3 + p), a3);
+      a0 = S::madd(x, S::load(r0 + p), a0);
+      a1 = S::madd(x, S::load(r1 + p), a1);
+      a2 = S::madd(x, S::load(r2 + p), a2);
+      a3 = S::madd(x, S::load(r3 + p), a3);
     }
     finish(j, a0, r0);
     finish(j + 1, a1, r1);
@@ -734,7 +570,7 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
   for (; j < n; ++j) {
     const float* r0 = b + j * ldb;
     V a0 = S::splat(0.f);
-    for (std::size_t p = 0; p < kv; p += W) a0 = S::fma(S::load(a + p), S::load(r0 + p), a0);
+    for (std::size_t p = 0; p < kv; p += W) a0 = S::madd(S::load(a + p), S::load(r0 + p), a0);
     finish(j, a0, r0);
   }
 }
@@ -745,7 +581,7 @@ void gemv_t(std::size_t k, std::size_t n, float alpha, const float* a, const flo
 template <class Arch>
 void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
                std::size_t ldd) {
-  constexpr std::size_t W = Simd<Arch>::width;
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
   std::size_t j0 = 0;
   if constexpr (W > 1) {
     for (; j0 + W <= n; j0 += W) {
@@ -767,7 +603,7 @@ void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, 
 template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size_t NVU>
 constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc,
                                    std::size_t l2_kc = 0) {
-  constexpr std::size_t W = Simd<Arch>::width;
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
   return GemmKernels{MR,
                      NV * W,
                      mc,

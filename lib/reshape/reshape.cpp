@@ -21,11 +21,6 @@ const ReshapeKernels& reshape_kernels(Isa isa) noexcept {
 }
 namespace {
 
-// Below this many floats moved a call stays on the calling thread. Measured
-// (Zen5, quiet, split_heads + merge_heads at H12 d64, best of 3000, 2 threads
-// / 1 thread, the threshold forced to 0): 25K floats 1.20, 49K 1.19, 98K
-// 1.08, 197K 0.86, 393K 0.63.
-constexpr std::size_t kParallelMinElements = 1 << 17;
 // From this many floats moved on, the output no longer fits the cache and
 // the copies write it with non-temporal stores, which skip the
 // read-for-ownership of each destination line (2 instead of 3 bytes of
@@ -98,8 +93,12 @@ void for_each_block(const Shape& s, std::size_t row, std::size_t moved, void (*f
                     FunctionRef<void(std::size_t, std::size_t, std::size_t)> body) {
   const std::size_t tokens = std::max<std::size_t>(8, kBlockFloats / row);
   const std::size_t blocks = ceil_div(s.seq, tokens), total = s.batch * blocks;
+  // Threads by the bytes copied, read and written (threads_for), which puts
+  // the second thread at 128K floats. Measured (Zen5, quiet, split_heads +
+  // merge_heads at H12 d64, best of 3000, 2 threads / 1 thread, always
+  // threaded): 25K floats 1.20, 49K 1.19, 98K 1.08, 197K 0.86, 393K 0.63.
   const std::size_t shares =
-      std::min(moved >= kParallelMinElements ? effective_threads() : 1, total);
+      std::min(threads_for({0, 2.0 * static_cast<double>(moved * sizeof(float))}), total);
   parallel_for(shares, shares, [&](std::size_t share) {
     for (std::size_t t = total * share / shares; t < total * (share + 1) / shares; ++t) {
       const std::size_t b = t / blocks, t0 = (t % blocks) * tokens;

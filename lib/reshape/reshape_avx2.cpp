@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const ReshapeKernels reshape_kernels_avx2 =
-    ReshapeImpl<XsimdLanes<xsimd::fma3<xsimd::avx2>>>::table();
+    ReshapeImpl<simd::Lanes<xsimd::fma3<xsimd::avx2>>>::table();
 
 }  // namespace mha::detail

@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const ReshapeKernels reshape_kernels_avx512 =
-    ReshapeImpl<XsimdLanes<xsimd::avx512f>>::table();
+    ReshapeImpl<simd::Lanes<xsimd::avx512f>>::table();
 
 }  // namespace mha::detail

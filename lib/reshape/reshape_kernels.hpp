@@ -1,12 +1,12 @@
-// The strided row copy behind split/merge heads, written once against a lane
-// policy (softmax/lanes.hpp) and instantiated per ISA in reshape_<isa>.cpp.
+// The strided row copy behind split/merge heads, written once against the lane
+// layer (simd/lanes.hpp) and instantiated per ISA in reshape_<isa>.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "reshape/kernels.hpp"
-#include "softmax/lanes.hpp"
+#include "simd/lanes.hpp"
 
 namespace mha::detail {
 namespace {
@@ -56,7 +56,7 @@ struct ReshapeImpl {
   }
   static void copy_rows_stream(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
                                std::size_t rows, std::size_t cols) {
-    copy_rows_impl<L::has_stream>(src, src_ld, dst, dst_ld, rows, cols);
+    copy_rows_impl<L::has_stream()>(src, src_ld, dst, dst_ld, rows, cols);
   }
 
   static constexpr ReshapeKernels table() {

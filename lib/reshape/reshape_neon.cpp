@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const ReshapeKernels reshape_kernels_neon =
-    ReshapeImpl<XsimdLanes<xsimd::neon64>>::table();
+    ReshapeImpl<simd::Lanes<xsimd::neon64>>::table();
 
 }  // namespace mha::detail

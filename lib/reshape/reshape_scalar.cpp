@@ -3,6 +3,7 @@
 
 namespace mha::detail {
 
-constinit const ReshapeKernels reshape_kernels_scalar = ReshapeImpl<ScalarLanes>::table();
+constinit const ReshapeKernels reshape_kernels_scalar =
+    ReshapeImpl<simd::Lanes<simd::scalar_arch>>::table();
 
 }  // namespace mha::detail

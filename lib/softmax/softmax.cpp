@@ -24,13 +24,15 @@ const SoftmaxKernels& softmax_kernels(Isa isa) noexcept {
 }
 namespace {
 
-// Below this many elements a call runs on the calling thread; above it, rows
-// are split into tasks of about kTaskElements. Measured (avx512, 2-core Zen5
-// shared with other jobs, best of 7): a serial call on 16K elements takes
-// 5.8-8.5 us, and 2 threads with 4K-element tasks never beat 1 thread below
-// 64K elements (1t/2t time ratio 0.9-1.35, within noise). Tasks of 16K
-// elements keep each one well above a TBB fork/join (a few us).
-constexpr std::size_t kParallelMinElements = 1 << 15;
+// Work per element for threads_for, in flops at AVX-512 peak: the row's exp
+// bounds it, not memory. Measured (avx512, 2-core Zen5 shared with other
+// jobs, best of 7): a serial call on 16K elements takes 5.8-8.5 us, about
+// what 1M flops take at peak, which puts the second thread at 62.5K
+// elements; 2 threads with 4K-element tasks never beat 1 thread below 64K
+// elements (1t/2t time ratio 0.9-1.35, within noise).
+constexpr double kFlopsPerElement = 64;
+// A threaded call splits rows into tasks of about this many elements, each
+// well above a TBB fork/join (a few us).
 constexpr std::size_t kTaskElements = 1 << 14;
 
 // Number of leading columns row i keeps under the causal and padding limits.
@@ -130,10 +132,11 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
   const std::size_t elements = checked_mul(rows, cols, "softmax: rows x cols");
   // Rows are independent, so any split is bit-identical; this one only keeps
   // tasks large enough to amortise scheduling.
+  const std::size_t threads = threads_for({kFlopsPerElement * static_cast<double>(elements)});
   const std::size_t rows_per_task =
-      elements < kParallelMinElements ? rows : std::max<std::size_t>(1, kTaskElements / cols);
+      threads == 1 ? rows : std::max<std::size_t>(1, kTaskElements / cols);
   const std::size_t tasks = ceil_div(rows, rows_per_task);
-  parallel_for(tasks, 0, [&](std::size_t t) {
+  parallel_for(tasks, threads, [&](std::size_t t) {
     const std::size_t end = std::min(rows, (t + 1) * rows_per_task);
     for (std::size_t i = t * rows_per_task; i < end; ++i) {
       softmax_row(k, i, cols, x + i * ldx, y + i * ldy, s, options);

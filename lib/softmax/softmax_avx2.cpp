@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const SoftmaxKernels softmax_kernels_avx2 =
-    SoftmaxImpl<XsimdLanes<xsimd::fma3<xsimd::avx2>>>::table();
+    SoftmaxImpl<simd::Lanes<xsimd::fma3<xsimd::avx2>>>::table();
 
 }  // namespace mha::detail

@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const SoftmaxKernels softmax_kernels_avx512 =
-    SoftmaxImpl<XsimdLanes<xsimd::avx512f>>::table();
+    SoftmaxImpl<simd::Lanes<xsimd::avx512f>>::table();
 
 }  // namespace mha::detail

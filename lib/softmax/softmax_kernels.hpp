@@ -1,5 +1,6 @@
-// The softmax row kernels, written once against a lane policy (lanes.hpp) and
-// instantiated by one translation unit per ISA (softmax_<isa>.cpp).
+// The softmax row kernels, written once against the lane layer
+// (simd/lanes.hpp) and instantiated by one translation unit per ISA
+// (softmax_<isa>.cpp).
 //
 // exp(x), for every ISA:
 //   n = round(x / ln2) (the "shifter" trick: k = fma(x, log2e, 1.5*2^23), whose
@@ -21,14 +22,14 @@
 //
 // Sums are taken in an order fixed by n alone: 2 vector accumulators over the
 // 2-vector main loop, the odd vector into the first, the masked tail into the
-// second, then a fixed horizontal tree (lanes.hpp).
+// second, then a fixed horizontal tree (Lanes::hsum).
 #pragma once
 
 #include <cstddef>
 #include <limits>
 
+#include "simd/lanes.hpp"
 #include "softmax/kernels.hpp"
-#include "softmax/lanes.hpp"
 
 namespace mha::detail {
 namespace {
@@ -58,16 +59,16 @@ struct SoftmaxImpl {
   static constexpr std::size_t W = L::width;
 
   static V exp_v(const V& x) {
-    const V k = L::fma(x, L::set1(kLog2e), L::set1(kShifter));
-    const V n = k - L::set1(kShifter);
-    V r = L::fma(n, L::set1(-kLn2Hi), x);
-    r = L::fma(n, L::set1(-kLn2Lo), r);
-    V q = L::fma(L::set1(kExpC4), r, L::set1(kExpC3));
-    q = L::fma(q, r, L::set1(kExpC2));
-    q = L::fma(q, r, L::set1(kExpC1));
-    q = L::fma(q, r, L::set1(kExpC0));
-    q = L::fma(q, r, L::set1(1.f));
-    const V p = L::fma(q, r, L::set1(1.f));
+    const V k = L::fma(x, L::splat(kLog2e), L::splat(kShifter));
+    const V n = k - L::splat(kShifter);
+    V r = L::fma(n, L::splat(-kLn2Hi), x);
+    r = L::fma(n, L::splat(-kLn2Lo), r);
+    V q = L::fma(L::splat(kExpC4), r, L::splat(kExpC3));
+    q = L::fma(q, r, L::splat(kExpC2));
+    q = L::fma(q, r, L::splat(kExpC1));
+    q = L::fma(q, r, L::splat(kExpC0));
+    q = L::fma(q, r, L::splat(1.f));
+    const V p = L::fma(q, r, L::splat(1.f));
     return L::exp_fixup(x, L::add_exponent(p, k), kExpLo, kExpHi);
   }
 
@@ -91,7 +92,7 @@ struct SoftmaxImpl {
 
   static float reduce_max(const float* x, std::size_t n) {
     // Four accumulators: max has a 2-4 cycle latency and loads issue 2/cycle.
-    V m0 = L::set1(kNegInf), m1 = m0, m2 = m0, m3 = m0;
+    V m0 = L::splat(kNegInf), m1 = m0, m2 = m0, m3 = m0;
     std::size_t i = 0;
     for (; i + 4 * W <= n; i += 4 * W) {
       m0 = L::max(m0, L::load(x + i));
@@ -109,12 +110,12 @@ struct SoftmaxImpl {
   // gives exactly exp(0) = 1. Returns the sum of y.
   template <bool kScaled>
   static float exp_sum_impl(const float* x, float* y, std::size_t n, float s, float shift) {
-    const V vs = L::set1(s), vshift = L::set1(shift);
+    const V vs = L::splat(s), vshift = L::splat(shift);
     auto arg = [&](const V& v) {
       if constexpr (kScaled) return v * vs - vshift;
       return v - vshift;
     };
-    V s0 = L::set1(0.f), s1 = s0;
+    V s0 = L::splat(0.f), s1 = s0;
     std::size_t i = 0;
     // Four vectors per step, summed into s0, s1, s0, s1: the order of two
     // steps of two. Each exp is a ~14-deep chain of 4-cycle operations, and
@@ -172,7 +173,7 @@ struct SoftmaxImpl {
   }
 
   static void scale(float* x, std::size_t n, float s) {
-    const V vs = L::set1(s);
+    const V vs = L::splat(s);
     std::size_t i = 0;
     for (; i + W <= n; i += W) L::store(x + i, L::load(x + i) * vs);
     if (i < n) store_tail(x + i, n - i, load_tail(x + i, n - i, 0.f) * vs);
@@ -181,8 +182,8 @@ struct SoftmaxImpl {
   // y = fma(x, s, add) (add null: x*s); returns max(y) if `want_max`.
   template <bool want_max>
   static float scale_add_impl(const float* x, const float* add, float* y, std::size_t n, float s) {
-    const V vs = L::set1(s);
-    V m0 = L::set1(kNegInf), m1 = m0;
+    const V vs = L::splat(s);
+    V m0 = L::splat(kNegInf), m1 = m0;
     std::size_t i = 0;
     auto one = [&](std::size_t at, V& m) {
       const V z = add ? L::fma(L::load(x + at), vs, L::load(add + at)) : L::load(x + at) * vs;

@@ -4,6 +4,6 @@
 namespace mha::detail {
 
 constinit const SoftmaxKernels softmax_kernels_neon =
-    SoftmaxImpl<XsimdLanes<xsimd::neon64>>::table();
+    SoftmaxImpl<simd::Lanes<xsimd::neon64>>::table();
 
 }  // namespace mha::detail

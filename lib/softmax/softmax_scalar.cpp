@@ -3,6 +3,7 @@
 
 namespace mha::detail {
 
-constinit const SoftmaxKernels softmax_kernels_scalar = SoftmaxImpl<ScalarLanes>::table();
+constinit const SoftmaxKernels softmax_kernels_scalar =
+    SoftmaxImpl<simd::Lanes<simd::scalar_arch>>::table();
 
 }  // namespace mha::detail
