@@ -24,21 +24,6 @@
 namespace mha::detail {
 namespace {
 
-// C = beta*C (+ bias): what is left of C = alpha*op(A)·B + beta*C + bias when
-// k == 0 or alpha == 0 (BLAS semantics: A and B are not read, so NaN in them
-// does not propagate). beta == 0 writes zeros without reading C.
-void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
-             const float* bias) {
-  for (std::size_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    for (std::size_t j = 0; j < n; ++j) {
-      float v = beta == 0.f ? 0.f : beta * ci[j];
-      if (bias != nullptr) v += bias[j];
-      ci[j] = v;
-    }
-  }
-}
-
 const float* a_at(Trans ta, const float* a, std::size_t lda, std::size_t i, std::size_t p) {
   return ta == Trans::N ? a + i * lda + p : a + p * lda + i;
 }
@@ -61,13 +46,6 @@ std::size_t thread_cap(std::size_t m, std::size_t n, std::size_t k) {
   const double flops = 2.0 * static_cast<double>(m) * nk;
   return static_cast<std::size_t>(
       std::max({1.0, flops / kFlopsPerThread, 4.0 * nk / kBBytesPerThread}));
-}
-
-// The threads a call of this shape uses: TBB is not asked when one thread
-// is all the work can use (the small products, whose call costs tens of ns).
-std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
-  const std::size_t cap = thread_cap(m, n, k);
-  return cap > 1 ? std::min(effective_threads(), cap) : 1;
 }
 
 // A threads' task grid over C: mblocks x nblocks blocks of whole MR x NR
@@ -93,13 +71,13 @@ struct Grid {
   }
 };
 
-Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t mblocks,
+Grid make_grid(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n, std::size_t mblocks,
                std::size_t nblocks) {
-  const std::size_t mstrips = ceil_div(m, g.mr), nstrips = ceil_div(n, g.nr);
+  const std::size_t mstrips = ceil_div(m, mr), nstrips = ceil_div(n, nr);
   return {m,
           n,
-          g.mr,
-          g.nr,
+          mr,
+          nr,
           mstrips,
           nstrips,
           std::clamp<std::size_t>(mblocks, 1, mstrips),
@@ -115,9 +93,9 @@ Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t m
 // A blocks.
 Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
   const std::size_t mblocks = ceil_div(m, g.mc);
-  if (mblocks >= threads) return make_grid(g, m, n, round_up(mblocks, threads), 1);
+  if (mblocks >= threads) return make_grid(g.mr, g.nr, m, n, round_up(mblocks, threads), 1);
   const std::size_t want = mblocks % threads == 0 ? mblocks : 2 * threads;
-  return make_grid(g, m, n, mblocks, ceil_div(want, mblocks));
+  return make_grid(g.mr, g.nr, m, n, mblocks, ceil_div(want, mblocks));
 }
 
 // For blocks that each pack (or read in place) all of their A and B rows
@@ -130,7 +108,8 @@ Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size
 // n768 374 -> 385, Q·Kᵀ S = 512 111-112 -> 84 us, S = 2048 1437-1442 ->
 // 1324 us, sq128 14.7-14.9 -> 13.0-13.1 us, P·V S = 128 5.8 -> 5.5 us;
 // sq1024, sq2048, m4096 n768, P·V S = 512 and 2048 within 2 %.
-Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
+Grid split_packing(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,
+                   std::size_t threads) {
   std::size_t best_m = 1;
   double best = -1;
   for (std::size_t mb = 1; mb <= threads; ++mb) {
@@ -142,20 +121,20 @@ Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size
       best_m = mb;
     }
   }
-  return make_grid(g, m, n, best_m, threads / best_m);
+  return make_grid(mr, nr, m, n, best_m, threads / best_m);
 }
 
 // Runs block(i0, j0, rows, cols) over C: once, on the whole of it, at one
 // thread; otherwise over split_packing's grid in parallel. For the drivers
 // whose blocks each pack (or read) their own operands.
 template <class Block>
-void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads,
+void run_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n, std::size_t threads,
                 Block&& block) {
   if (threads <= 1) {
     block(0, 0, m, n);
     return;
   }
-  const Grid grid = split_packing(g, m, n, threads);
+  const Grid grid = split_packing(mr, nr, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     block(grid.row0(t), grid.col0(t), grid.rows(t), grid.cols(t));
   });
@@ -473,6 +452,34 @@ std::atomic<unsigned> forced_path{0};
 
 }  // namespace
 
+// C = beta*C (+ bias): what is left of C = alpha*op(A)·B + beta*C + bias when
+// k == 0 or alpha == 0 (BLAS semantics: A and B are not read, so NaN in them
+// does not propagate). beta == 0 writes zeros without reading C.
+void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
+             const float* bias) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* ci = c + i * ldc;
+    for (std::size_t j = 0; j < n; ++j) {
+      float v = beta == 0.f ? 0.f : beta * ci[j];
+      if (bias != nullptr) v += bias[j];
+      ci[j] = v;
+    }
+  }
+}
+
+// The threads a call of this shape uses: TBB is not asked when one thread
+// is all the work can use (the small products, whose call costs tens of ns).
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
+  const std::size_t cap = thread_cap(m, n, k);
+  return cap > 1 ? std::min(effective_threads(), cap) : 1;
+}
+
+void run_gemm_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,
+                     std::size_t threads,
+                     FunctionRef<void(std::size_t, std::size_t, std::size_t, std::size_t)> block) {
+  run_blocks(mr, nr, m, n, threads, block);
+}
+
 std::string_view gemm_path_name(GemmPath p) noexcept {
   switch (p) {
     case GemmPath::gemv:
@@ -704,7 +711,8 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     tbi = Trans::N;
   }
   run_blocks(
-      g, m, n, threads, [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+      g.mr, g.nr, m, n, threads,
+      [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
         const float* ai = a_at(ta, a, lda, i0, 0);
         const float* bj = b_at(tbi, bi, ldbi, 0, j0);
         float* cij = c + i0 * ldc + j0;
