@@ -16,6 +16,8 @@ enum class ScratchSlot : unsigned {
   kGemmA,
   kGemmB,
   kGemmTransposedB,
+  kBf16AsFp32A,  // a bf16 GEMM's operands converted to fp32 for sgemm, which
+  kBf16AsFp32B,  // then packs into the kGemm slots
   kAttention,
   kAttentionTask,
   kCount

@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
+#include "gemm/gemm_bf16.hpp"
 
 struct mha_sgemm_packed_b {
   const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
@@ -88,6 +89,35 @@ void packed_checked(char transa, std::size_t m, float alpha, const float* a, std
   detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
 }
 
+void gemm_bf16_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
+                       float alpha, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b,
+                       std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  const Trans ta = parse_trans(transa, "transa");
+  const Trans tb = parse_trans(transb, "transb");
+  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  check_matrix("c", "ldc", c, m, n, ldc);
+  const Isa isa = detail::active_isa();
+  detail::gemm_bf16(detail::gemm_bf16_kernels(isa), detail::gemm_kernels(isa), ta, tb, m, n, k,
+                    alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void check_convert(std::size_t n, const void* x, const void* y) {
+  check_arg(x != nullptr || n == 0, "x is NULL but has ", n, " elements");
+  check_arg(y != nullptr || n == 0, "y is NULL but has ", n, " elements");
+}
+
+const char* kernel_name_of(mha_dtype dtype) {
+  if (dtype != MHA_FP32 && dtype != MHA_BF16) return "invalid";
+  try {
+    const Isa isa = detail::active_isa();
+    const detail::GemmBf16Kernels* g = detail::gemm_bf16_kernels(isa);
+    return dtype == MHA_BF16 && g != nullptr ? g->name : isa_name(isa).data();
+  } catch (const Error&) {
+    return "invalid";
+  }
+}
+
 }  // namespace
 
 void sgemm(char transa, char transb, std::size_t m, std::size_t n, std::size_t k, float alpha,
@@ -119,6 +149,26 @@ std::size_t PackedB::n() const noexcept {
 void sgemm(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
            const PackedB& b, float beta, float* c, std::size_t ldc, const float* bias) {
   packed_checked(transa, m, alpha, a, lda, b.get(), beta, c, ldc, bias);
+}
+
+const char* kernel_name(mha_dtype dtype) {
+  return kernel_name_of(dtype);
+}
+
+void gemm_bf16(char transa, char transb, std::size_t m, std::size_t n, std::size_t k, float alpha,
+               const std::uint16_t* a, std::size_t lda, const std::uint16_t* b, std::size_t ldb,
+               float beta, float* c, std::size_t ldc) {
+  gemm_bf16_checked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) {
+  check_convert(n, x, y);
+  detail::fp32_to_bf16(n, x, y);
+}
+
+void bf16_to_fp32(std::size_t n, const std::uint16_t* x, float* y) {
+  check_convert(n, x, y);
+  detail::bf16_to_fp32(n, x, y);
 }
 
 }  // namespace mha
@@ -157,6 +207,26 @@ MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const fl
                                     const float* bias) {
   return mha::detail::guarded(
       [&] { mha::packed_checked(transa, m, alpha, a, lda, b, beta, c, ldc, bias); });
+}
+
+MHA_API const char* mha_kernel_name(mha_dtype dtype) {
+  return mha::kernel_name_of(dtype);
+}
+
+MHA_API mha_status mha_gemm_bf16(char transa, char transb, size_t m, size_t n, size_t k,
+                                 float alpha, const uint16_t* a, size_t lda, const uint16_t* b,
+                                 size_t ldb, float beta, float* c, size_t ldc) {
+  return mha::detail::guarded([&] {
+    mha::gemm_bf16_checked(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  });
+}
+
+MHA_API mha_status mha_fp32_to_bf16(size_t n, const float* x, uint16_t* y) {
+  return mha::detail::guarded([&] { mha::fp32_to_bf16(n, x, y); });
+}
+
+MHA_API mha_status mha_bf16_to_fp32(size_t n, const uint16_t* x, float* y) {
+  return mha::detail::guarded([&] { mha::bf16_to_fp32(n, x, y); });
 }
 
 }  // extern "C"
