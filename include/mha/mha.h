@@ -138,6 +138,30 @@ MHA_API mha_status mha_gemm_bf16(char transa, char transb, size_t m, size_t n, s
                                  float alpha, const uint16_t* a, size_t lda, const uint16_t* b,
                                  size_t ldb, float beta, float* c, size_t ldc);
 
+/* bf16 op(B) packed once for many products with it (weights), for the
+ * kernels that serve bf16 when it is packed (mha_kernel_name(MHA_BF16)),
+ * which it keeps, as mha_sgemm_packed_b keeps its ISA. Immutable after
+ * creation: safe to share across threads. */
+typedef struct mha_gemm_bf16_packed_b mha_gemm_bf16_packed_b;
+
+/* Packs bf16 op(B) [k x n] (transb, ldb as in mha_gemm_bf16; k, n >= 1). */
+MHA_API mha_status mha_gemm_bf16_pack_b(char transb, size_t k, size_t n, const uint16_t* b,
+                                        size_t ldb, mha_gemm_bf16_packed_b** out);
+MHA_API void mha_gemm_bf16_packed_b_destroy(mha_gemm_bf16_packed_b* packed);
+/* k and n of a packed B (0 for NULL). */
+MHA_API size_t mha_gemm_bf16_packed_b_k(const mha_gemm_bf16_packed_b* packed);
+MHA_API size_t mha_gemm_bf16_packed_b_n(const mha_gemm_bf16_packed_b* packed);
+
+/* C[m x n] = alpha * op(A) * B + beta * C with A of type a_type: MHA_BF16
+ * (a points to uint16_t) or MHA_FP32 (a points to float, rounded to bf16
+ * first as mha_fp32_to_bf16 does). transa, lda as in mha_gemm_bf16. The
+ * bits of mha_gemm_bf16 with that bf16 A on the kernels B was packed for
+ * (for m >= 2 where those are an ISA's fp32 kernels: there m == 1 takes
+ * mha_sgemm's GEMV path, which rounds differently). */
+MHA_API mha_status mha_gemm_bf16_packed(char transa, size_t m, float alpha, mha_dtype a_type,
+                                        const void* a, size_t lda, const mha_gemm_bf16_packed_b* b,
+                                        float beta, float* c, size_t ldc);
+
 /* y[i] = x[i] rounded to bf16, to nearest even (a NaN stays a NaN, made
  * quiet; values past the largest bf16 round to infinity), for i < n. */
 MHA_API mha_status mha_fp32_to_bf16(size_t n, const float* x, uint16_t* y);

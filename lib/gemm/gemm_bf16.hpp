@@ -90,6 +90,30 @@ void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans t
                std::size_t n, std::size_t k, float alpha, const std::uint16_t* a, std::size_t lda,
                const std::uint16_t* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
+// op(B) [k x n] packed once for many products (mha_gemm_bf16_pack_b): in
+// the dot layout for g (strips of kp*nr*2 elements, kp = ceil(k/2), whose
+// K blocks of KC rows are views at data + p0*nr), or, with no g, converted
+// to fp32 and packed for f (PackedBView).
+struct PackedBf16B {
+  const GemmBf16Kernels* g = nullptr;  // the dot kernels, or nullptr: fp32
+  const GemmKernels* f = nullptr;      // the fp32 kernels of the fp32 path
+  std::size_t k = 0, n = 0;
+  const void* data = nullptr;  // bf16 (dot) or float (fp32), 64-byte aligned
+};
+// Bytes the packed op(B) takes, and the packing into dst (that many bytes,
+// 64-byte aligned); single-threaded.
+std::size_t packed_bf16_b_bytes(const GemmBf16Kernels* g, const GemmKernels& f, std::size_t k,
+                                std::size_t n);
+PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb, std::size_t k,
+                        std::size_t n, const std::uint16_t* b, std::size_t ldb, void* dst);
+// C[m x n] = alpha * op(A)·B + beta * C with B packed by pack_bf16_b and A in
+// bf16 (a16) or in fp32 (a32, rounded to bf16 first; exactly one is
+// non-null): the bits of gemm_bf16 on the same kernels with that bf16 A (for
+// m >= 2 on the fp32 path, where gemm_bf16's m == 1 runs sgemm's GEMV).
+void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t* a16,
+                      const float* a32, std::size_t lda, const PackedBf16B& b, float beta, float* c,
+                      std::size_t ldc);
+
 // fp32 -> bf16, rounded to nearest even (NaN stays NaN, made quiet), and
 // bf16 -> fp32 (exact).
 void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept;

@@ -315,6 +315,58 @@ TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][thre
   }
 }
 
+TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32", "[gemm][bf16]") {
+  std::vector<Shape> shapes = reference_shapes();
+  shapes.resize(scaled(400, 150));
+  std::mt19937_64 rng(17);
+  shapes.push_back(random_shape(rng, 301, 50, 1101));
+  shapes.push_back(random_shape(rng, 37, 800, 2049));
+  const bool dot = mha::detail::gemm_bf16_kernels(mha::detail::active_isa()) != nullptr;
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    Shape s = shapes[i];
+    // m == 1 on the fp32 path: gemm_bf16 takes sgemm's GEMV, which rounds
+    // differently (mha.h).
+    if (!dot && s.m == 1) s.m = 2;
+    const Problem p(s, 9000 + i);
+    const std::vector<float> want = run(p);
+    const mha::PackedBf16B packed(s.tb, s.k, s.n, p.B(), p.ldb);
+    CHECK(packed.k() == s.k);
+    CHECK(packed.n() == s.n);
+    std::vector<float> c16 = p.c0, c32 = p.c0;
+    mha::gemm_bf16(s.ta, s.m, s.alpha, p.A(), p.lda, packed, s.beta, c16.data() + s.offset, p.ldc);
+    // fp32 values just below each bf16 in magnitude, which round to it
+    // (truncation would not).
+    std::vector<float> a32(p.a.size());
+    for (std::size_t j = 0; j < a32.size(); ++j) a32[j] = fp32(p.a[j]) * (1.f - 0x1p-12f);
+    mha::gemm_bf16(s.ta, s.m, s.alpha, a32.data() + s.offset, p.lda, packed, s.beta,
+                   c32.data() + s.offset, p.ldc);
+    if (!bitwise_equal(c16, want) || !bitwise_equal(c32, want)) {
+      ++failures;
+      FAIL_CHECK(describe(s));
+    }
+  }
+  CHECK(failures == 0);
+
+  if (!mha::test::threads_allowed()) {
+    WARN("thread counts skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  const Problem p(random_shape(rng, 700, 900, 1100), 99);
+  const mha::PackedBf16B packed(p.s.tb, p.s.k, p.s.n, p.B(), p.ldb);
+  std::vector<std::vector<float>> c;
+  for (std::size_t t : {1, 2, 3}) {
+    mha::set_num_threads(t);
+    c.push_back(p.c0);
+    mha::gemm_bf16(p.s.ta, p.s.m, p.s.alpha, p.A(), p.lda, packed, p.s.beta,
+                   c.back().data() + p.s.offset, p.ldc);
+  }
+  mha::set_num_threads(0);
+  CHECK(p.check(c[0]));
+  CHECK(bitwise_equal(c[0], c[1]));
+  CHECK(bitwise_equal(c[0], c[2]));
+}
+
 TEST_CASE("gemm_bf16: zero sizes, k == 0 and alpha == 0 follow BLAS", "[gemm][bf16]") {
   const std::vector<std::uint16_t> nan_ab(16, 0x7fc0);  // NaN: must not be read
   std::vector<float> c(16, 2.f);
@@ -355,6 +407,29 @@ TEST_CASE("gemm_bf16: bad arguments are rejected with a message naming them", "[
   const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
   rejects(mha_gemm_bf16('N', 'N', huge, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4),
           "overflows");
+  mha_gemm_bf16_packed_b* packed = nullptr;
+  rejects(mha_gemm_bf16_pack_b('N', 0, 4, b.data(), 4, &packed), "k = 0");
+  rejects(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 4, nullptr), "out");
+  rejects(mha_gemm_bf16_pack_b('Q', 4, 4, b.data(), 4, &packed), "transb");
+  rejects(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 3, &packed), "ldb");
+  rejects(mha_gemm_bf16_pack_b('N', huge, huge, b.data(), huge, &packed), "overflows");
+  CHECK(packed == nullptr);
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, a.data(), 4, nullptr, 0.f, c.data(), 4),
+          "b:");
+  REQUIRE(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 4, &packed) == MHA_OK);
+  CHECK(mha_gemm_bf16_packed_b_k(packed) == 4);
+  CHECK(mha_gemm_bf16_packed_b_n(packed) == 4);
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, static_cast<mha_dtype>(9), a.data(), 4, packed, 0.f,
+                               c.data(), 4),
+          "a_type");
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_FP32, a.data(), 2, packed, 0.f, c.data(), 4),
+          "lda");
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, nullptr, 4, packed, 0.f, c.data(), 4),
+          "a is NULL");
+  CHECK(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, a.data(), 4, packed, 0.f, c.data(), 4) ==
+        MHA_OK);
+  CHECK(c[0] == 4.f);
+  mha_gemm_bf16_packed_b_destroy(packed);
   rejects(mha_fp32_to_bf16(4, nullptr, a.data()), "x is NULL");
   rejects(mha_bf16_to_fp32(4, a.data(), nullptr), "y is NULL");
   try {
