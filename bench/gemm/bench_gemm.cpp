@@ -133,6 +133,20 @@ void bench_mha_bf16(benchmark::State& state, const Shape& s, int threads) {
   mha::bench::set_flop_counters(state, flops(s), threads, true);
 }
 
+// Projections with the bf16 weights packed once, as bench_mha_prepacked.
+void bench_mha_bf16_prepacked(benchmark::State& state, const Shape& s, int threads) {
+  Bf16Operands o(s);
+  const mha::PackedBf16B pb(s.tb ? 'T' : 'N', s.k, s.n, o.b.data(), o.ldb);
+  mha::set_num_threads(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    mha::gemm_bf16('N', s.m, 1.f, o.a.data(), o.lda, pb, 0.f, o.c.data(), o.ldc);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::set_num_threads(0);
+  mha::bench::set_flop_counters(state, flops(s), threads, true);
+}
+
 #if MHA_BENCH_HAVE_OPENBLAS
 void bench_openblas(benchmark::State& state, const Shape& s, int threads) {
   Operands o(s);
@@ -234,6 +248,7 @@ void register_all() {
             benchmark::kMicrosecond);
       };
       add("mha", bench_mha_bf16);
+      if (s.name.rfind("bf16_proj_", 0) == 0) add("mha_prepacked", bench_mha_bf16_prepacked);
 #if MHA_BENCH_HAVE_DNNL
       add("onednn", bench_onednn_bf16);
 #endif
