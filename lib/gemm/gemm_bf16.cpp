@@ -1,8 +1,9 @@
-// bf16 GEMM driver: the plan's two paths (gemm_bf16.hpp). The dot path runs
-// the sgemm frame (run_gemm_blocks: one block of whole tiles per thread,
-// never a split of K) around the bf16 kernels; inside a block the BLIS loop
-// nest NC columns > KC depth (pack the B panel) > MC rows (pack the A block)
-// > MR strips > NR strips. Every C element sums its K blocks in order
+// bf16 GEMM driver: the plan's two paths (gemm_bf16.hpp) and the products
+// with a prepacked B. The dot path runs the sgemm frame (run_gemm_blocks:
+// one block of whole tiles per thread, never a split of K) around the bf16
+// kernels; inside a block the BLIS loop nest NC columns > KC depth (pack the
+// B panel, unless prepacked) > MC rows (pack the A block) > MR strips > NR
+// strips. Every C element sums its K blocks in order
 // through C, each from acc = 0, whichever block and thread computes it, so
 // results are bit-identical at any thread count.
 #include "gemm/gemm_bf16.hpp"

@@ -4,7 +4,8 @@
 //         (GemmBf16Kernels, where the CPU has one), in the sgemm drivers'
 //         blocking and threading;
 //   fp32: both operands converted to fp32 (exact), then sgemm on the ISA's
-//         fp32 kernels, whose summation order and rounding they then have.
+//         fp32 kernels, whose summation order and rounding they then have;
+// and a B packed once for either (PackedBf16B).
 #pragma once
 
 #include <cstddef>
