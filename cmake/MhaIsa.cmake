@@ -18,6 +18,11 @@ set(MHA_ISA_FLAGS_scalar "")
 set(MHA_ISA_FLAGS_avx2 -mavx2 -mfma)
 set(MHA_ISA_FLAGS_avx512 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma)
 set(MHA_ISA_FLAGS_neon "")  # NEON is part of the armv8-a baseline
+# Extensions: kernels for an instruction set beyond an ISA's base, compiled
+# when the base ISA is and chosen by the operation from the CPU's feature bits
+# (they are not ISAs of their own: MHA_ISA never names them).
+set(MHA_ISA_FLAGS_avx512bf16 ${MHA_ISA_FLAGS_avx512} -mavx512bf16)
+set(MHA_EXTENSION_BASE_avx512bf16 avx512)
 
 # mha_isa_sources(<target> <isa> <file>...): add the files to <target>, compiled
 # with that ISA's flags, with MHA_ISA_<isa>=1 defined. Files for ISAs this build
@@ -31,4 +36,19 @@ function(mha_isa_sources target isa)
   set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES
     COMPILE_OPTIONS "${MHA_ISA_FLAGS_${isa}}"
     COMPILE_DEFINITIONS "MHA_ISA_${ISA}=1")
+endfunction()
+
+# mha_isa_extension_sources(<target> <extension> <file>...): add the files with
+# the extension's flags and MHA_ISA_<EXTENSION>=1, when this build targets the
+# extension's base ISA (the library then sees MHA_BUILD_<EXTENSION>=1).
+function(mha_isa_extension_sources target extension)
+  if(NOT MHA_EXTENSION_BASE_${extension} IN_LIST MHA_ISAS)
+    return()
+  endif()
+  target_sources(${target} PRIVATE ${ARGN})
+  string(TOUPPER ${extension} EXT)
+  target_compile_definitions(${target} PRIVATE MHA_BUILD_${EXT}=1)
+  set_source_files_properties(${ARGN} TARGET_DIRECTORY ${target} PROPERTIES
+    COMPILE_OPTIONS "${MHA_ISA_FLAGS_${extension}}"
+    COMPILE_DEFINITIONS "MHA_ISA_${EXT}=1")
 endfunction()

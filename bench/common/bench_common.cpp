@@ -1,5 +1,7 @@
 #include "bench_common.hpp"
 
+#include <mha/mha.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,8 +82,7 @@ double timed_run(FmaLoop loop, std::uint64_t iterations, int threads) {
   return flops / elapsed * 1e-9;
 }
 
-double measure_peak(Isa isa, int threads) {
-  const FmaLoop loop = fma_loop_for(isa);
+double measure_peak(FmaLoop loop, int threads) {
   // Calibrate on one thread until a run takes >= 5 ms, then size each trial
   // to ~25 ms and keep the best of 8. Short trials, many of them: on a shared
   // machine (2 cores, several users) some trial runs undisturbed, while thread
@@ -153,16 +154,36 @@ double peak_gflops(int threads) {
   const Isa isa = current_isa();
   const std::lock_guard<std::mutex> lock(mutex);
   auto [it, inserted] = cache.try_emplace({isa, threads}, 0.0);
-  if (inserted) it->second = measure_peak(isa, threads);
+  if (inserted) it->second = measure_peak(fma_loop_for(isa), threads);
   return it->second;
 }
 
-void set_flop_counters(benchmark::State& s, double flops_per_iter, int threads) {
+// Whether bf16 products run on the vdpbf16ps kernels now.
+bool bf16_dot() {
+  return std::string_view(mha_kernel_name(MHA_BF16)) == "avx512_bf16";
+}
+
+double peak_bf16_gflops(int threads) {
+#if MHA_BUILD_AVX512BF16
+  if (bf16_dot()) {
+    static std::mutex mutex;
+    static std::map<int, double> cache;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto [it, inserted] = cache.try_emplace(threads, 0.0);
+    if (inserted) it->second = measure_peak(detail::avx512bf16::dpbf16_loop, threads);
+    return it->second;
+  }
+#endif
+  return peak_gflops(threads);
+}
+
+void set_flop_counters(benchmark::State& s, double flops_per_iter, int threads, bool bf16) {
   using benchmark::Counter;
   s.counters["GFLOPS"] = Counter(flops_per_iter * 1e-9, Counter::kIsIterationInvariantRate);
   // A rate of (percent of peak per iteration) is the percentage of peak.
-  s.counters["peak_pct"] = Counter(100.0 * flops_per_iter * 1e-9 / peak_gflops(threads),
-                                   Counter::kIsIterationInvariantRate);
+  const double peak = bf16 ? peak_bf16_gflops(threads) : peak_gflops(threads);
+  s.counters["peak_pct"] =
+      Counter(100.0 * flops_per_iter * 1e-9 / peak, Counter::kIsIterationInvariantRate);
 }
 
 void set_byte_counters(benchmark::State& s, double bytes_per_iter) {
@@ -263,6 +284,12 @@ int main(int argc, char** argv) {
     for (int t : peak_counts) {
       benchmark::AddCustomContext("peak_gflops_" + std::to_string(t) + "t",
                                   mha::bench::format_number(mha::bench::peak_gflops(t)));
+    }
+    if (mha::bench::bf16_dot()) {
+      for (int t : peak_counts) {
+        benchmark::AddCustomContext("peak_bf16_gflops_" + std::to_string(t) + "t",
+                                    mha::bench::format_number(mha::bench::peak_bf16_gflops(t)));
+      }
     }
     benchmark::AddCustomContext("triad_gbps_1t",
                                 mha::bench::format_number(mha::bench::measure_triad_gbps()));

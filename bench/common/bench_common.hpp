@@ -26,10 +26,16 @@ namespace mha::bench {
 // Measured once per (ISA, thread count) and cached.
 double peak_gflops(int threads);
 
+// The peak bf16 products run against: the measured vdpbf16ps-loop peak where
+// mha_kernel_name(MHA_BF16) is "avx512_bf16", else peak_gflops(threads)
+// (bf16 is converted and multiplied in fp32 there). Cached likewise.
+double peak_bf16_gflops(int threads);
+
 // Sets the counters every compute benchmark reports; call after the loop.
 //   GFLOPS:   GFLOP/s (flops_per_iter * iterations / real time, in units of 1e9)
-//   peak_pct: 100 * achieved / peak_gflops(threads)
-void set_flop_counters(benchmark::State& s, double flops_per_iter, int threads);
+//   peak_pct: 100 * achieved / peak_gflops(threads), or peak_bf16_gflops for
+//             a bf16 product
+void set_flop_counters(benchmark::State& s, double flops_per_iter, int threads, bool bf16 = false);
 
 // Sets GBps: GB/s (bytes_per_iter * iterations / real time, in units of 1e9),
 // for memory-bound suites (reshape, decode attention).

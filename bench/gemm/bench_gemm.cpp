@@ -10,9 +10,14 @@
 //   gemv_n<N>                decode step: M = 1, K = 768, B = weights [N, 768] (NT)
 // Impls: mha (mha::sgemm, packs B per call), mha_prepacked (projections only:
 // mha::PackedB made once, as the attention engine does), openblas, onednn.
+// bf16: every shape again as config bf16_<shape>, A and B in bf16 and C in
+// fp32: mha (mha::gemm_bf16) and onednn (dnnl::matmul with bf16 source and
+// weights, f32 destination, plain layouts as in the fp32 rows); peak_pct is
+// against the vdpbf16ps peak where mha_kernel_name(MHA_BF16) is avx512_bf16.
 // Threads: 1 and 2, or the list in MHA_BENCH_THREADS ("1,2,16").
 // ISA sweep: run again with MHA_ISA=avx2 (the context key mha_isa records it,
 // and the peak the percentages use is that ISA's).
+#include <cstdint>
 #include <mha/gemm.hpp>
 #include <mha/isa.hpp>
 #include <string>
@@ -69,6 +74,19 @@ struct Operands {
         ldc(s.n) {}
 };
 
+// The same operands rounded to bf16 (mha_fp32_to_bf16).
+struct Bf16Operands {
+  std::vector<std::uint16_t> a, b;
+  std::vector<float> c;
+  std::size_t lda, ldb, ldc;
+  explicit Bf16Operands(const Shape& s)
+      : a(s.m * s.k), b(s.k * s.n), c(s.m * s.n, 0.f), lda(s.k), ldb(s.tb ? s.k : s.n), ldc(s.n) {
+    const Operands o(s);
+    mha::fp32_to_bf16(a.size(), o.a.data(), a.data());
+    mha::fp32_to_bf16(b.size(), o.b.data(), b.data());
+  }
+};
+
 double flops(const Shape& s) {
   return 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
 }
@@ -100,6 +118,33 @@ void bench_mha_prepacked(benchmark::State& state, const Shape& s, int threads) {
   }
   mha::set_num_threads(0);
   mha::bench::set_flop_counters(state, flops(s), threads);
+}
+
+void bench_mha_bf16(benchmark::State& state, const Shape& s, int threads) {
+  Bf16Operands o(s);
+  mha::set_num_threads(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    mha::gemm_bf16('N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.f, o.a.data(), o.lda, o.b.data(), o.ldb,
+                   0.f, o.c.data(), o.ldc);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::set_num_threads(0);
+  mha::bench::set_flop_counters(state, flops(s), threads, true);
+}
+
+// Projections with the bf16 weights packed once, as bench_mha_prepacked.
+void bench_mha_bf16_prepacked(benchmark::State& state, const Shape& s, int threads) {
+  Bf16Operands o(s);
+  const mha::PackedBf16B pb(s.tb ? 'T' : 'N', s.k, s.n, o.b.data(), o.ldb);
+  mha::set_num_threads(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    mha::gemm_bf16('N', s.m, 1.f, o.a.data(), o.lda, pb, 0.f, o.c.data(), o.ldc);
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::set_num_threads(0);
+  mha::bench::set_flop_counters(state, flops(s), threads, true);
 }
 
 #if MHA_BENCH_HAVE_OPENBLAS
@@ -147,6 +192,33 @@ void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
   }
   mha::bench::set_flop_counters(state, flops(s), threads);
 }
+
+void bench_onednn_bf16(benchmark::State& state, const Shape& s, int threads) {
+  Bf16Operands o(s);
+  mha::bench::set_baseline_threads(threads);
+  using dnnl::memory;
+  using dims = memory::dims;
+  const auto m = static_cast<memory::dim>(s.m), n = static_cast<memory::dim>(s.n),
+             k = static_cast<memory::dim>(s.k);
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc a_md(dims{m, k}, memory::data_type::bf16, dims{k, 1});
+  const memory::desc b_md(dims{k, n}, memory::data_type::bf16,
+                          s.tb ? dims{1, static_cast<memory::dim>(o.ldb)} : dims{n, 1});
+  const memory::desc c_md(dims{m, n}, memory::data_type::f32, dims{n, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+  const dnnl::matmul matmul(pd);
+  memory a_mem(a_md, engine, o.a.data()), b_mem(b_md, engine, o.b.data()),
+      c_mem(c_md, engine, o.c.data());
+  for (auto _ : state) {
+    matmul.execute(stream,
+                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
+    benchmark::DoNotOptimize(o.c.data());
+    benchmark::ClobberMemory();
+  }
+  mha::bench::set_flop_counters(state, flops(s), threads, true);
+}
 #endif
 
 void register_all() {
@@ -164,6 +236,21 @@ void register_all() {
 #endif
 #if MHA_BENCH_HAVE_DNNL
       add("onednn", bench_onednn);
+#endif
+    }
+  }
+  for (Shape s : shapes()) {
+    s.name = "bf16_" + s.name;
+    for (int t : mha::bench::bench_threads()) {
+      auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Shape&, int)) {
+        mha::bench::register_benchmark(
+            "gemm", s.name, impl, t, [fn, s, t](benchmark::State& st) { fn(st, s, t); },
+            benchmark::kMicrosecond);
+      };
+      add("mha", bench_mha_bf16);
+      if (s.name.rfind("bf16_proj_", 0) == 0) add("mha_prepacked", bench_mha_bf16_prepacked);
+#if MHA_BENCH_HAVE_DNNL
+      add("onednn", bench_onednn_bf16);
 #endif
     }
   }

@@ -12,6 +12,7 @@
 #define MHA_MHA_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(MHA_STATIC_DEFINE)
 #define MHA_API
@@ -100,6 +101,72 @@ MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed);
 MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a, size_t lda,
                                     const mha_sgemm_packed_b* b, float beta, float* c, size_t ldc,
                                     const float* bias);
+
+/* ---- bf16 GEMM ------------------------------------------------------- */
+
+/* Element types. bf16 values are passed as uint16_t bit patterns: the upper
+ * half of the fp32 with the same sign, exponent and top 7 mantissa bits. */
+typedef enum { MHA_FP32 = 0, MHA_BF16 = 1 } mha_dtype;
+
+/* The kernels that serve `dtype` on this CPU now: for MHA_BF16,
+ * "avx512_bf16" (the AVX512_BF16 dot-product instructions), or the ISA name
+ * ("avx512", "avx2", "neon", "scalar") where bf16 is only stored and
+ * converted to fp32; for MHA_FP32, the ISA name. "invalid" for an unknown
+ * dtype or an unusable MHA_ISA (see mha_isa_name). */
+MHA_API const char* mha_kernel_name(mha_dtype dtype);
+
+/* C[m x n] = alpha * op(A) * op(B) + beta * C; A and B are bf16 (uint16_t
+ * bit patterns), C and alpha, beta fp32. Same conventions as mha_sgemm
+ * (transposes, leading dimensions in elements, NULL only for an empty
+ * matrix, k == 0 or alpha == 0 reads neither A nor B, beta == 0 never reads
+ * C). Threaded; bit-identical at any thread count on the same kernels.
+ * Numerics, by mha_kernel_name(MHA_BF16):
+ *  - "avx512_bf16": each element of C is alpha * acc + beta * c (alpha *
+ *    acc and beta * c rounded, then their sum), where acc is computed per
+ *    block of 1024 k (the sum over blocks passes through C, the later blocks
+ *    with beta = 1) exactly as the vdpbf16ps instruction does: acc starts at
+ *    0, then for each pair (k0, k0 + 1), in order, acc += a[k0+1]*b[k0+1]
+ *    and then acc += a[k0]*b[k0]; every product is exact, every sum is
+ *    rounded to nearest even, bf16 denormal inputs count as zero and a
+ *    denormal sum is flushed to zero. NaN and infinities propagate as in
+ *    IEEE arithmetic.
+ *  - an ISA name: A and B are converted to fp32 exactly (denormals kept)
+ *    and multiplied as mha_sgemm does on that ISA (its summation order). Both
+ *    agree with the exact product within (k + 4) * FLT_EPSILON * (|alpha| *
+ *    sum |a||b| + |beta * c|) per element, apart from denormal effects. */
+MHA_API mha_status mha_gemm_bf16(char transa, char transb, size_t m, size_t n, size_t k,
+                                 float alpha, const uint16_t* a, size_t lda, const uint16_t* b,
+                                 size_t ldb, float beta, float* c, size_t ldc);
+
+/* bf16 op(B) packed once for many products with it (weights), for the
+ * kernels that serve bf16 when it is packed (mha_kernel_name(MHA_BF16)),
+ * which it keeps, as mha_sgemm_packed_b keeps its ISA. Immutable after
+ * creation: safe to share across threads. */
+typedef struct mha_gemm_bf16_packed_b mha_gemm_bf16_packed_b;
+
+/* Packs bf16 op(B) [k x n] (transb, ldb as in mha_gemm_bf16; k, n >= 1). */
+MHA_API mha_status mha_gemm_bf16_pack_b(char transb, size_t k, size_t n, const uint16_t* b,
+                                        size_t ldb, mha_gemm_bf16_packed_b** out);
+MHA_API void mha_gemm_bf16_packed_b_destroy(mha_gemm_bf16_packed_b* packed);
+/* k and n of a packed B (0 for NULL). */
+MHA_API size_t mha_gemm_bf16_packed_b_k(const mha_gemm_bf16_packed_b* packed);
+MHA_API size_t mha_gemm_bf16_packed_b_n(const mha_gemm_bf16_packed_b* packed);
+
+/* C[m x n] = alpha * op(A) * B + beta * C with A of type a_type: MHA_BF16
+ * (a points to uint16_t) or MHA_FP32 (a points to float, rounded to bf16
+ * first as mha_fp32_to_bf16 does). transa, lda as in mha_gemm_bf16. The
+ * bits of mha_gemm_bf16 with that bf16 A on the kernels B was packed for
+ * (for m >= 2 where those are an ISA's fp32 kernels: there m == 1 takes
+ * mha_sgemm's GEMV path, which rounds differently). */
+MHA_API mha_status mha_gemm_bf16_packed(char transa, size_t m, float alpha, mha_dtype a_type,
+                                        const void* a, size_t lda, const mha_gemm_bf16_packed_b* b,
+                                        float beta, float* c, size_t ldc);
+
+/* y[i] = x[i] rounded to bf16, to nearest even (a NaN stays a NaN, made
+ * quiet; values past the largest bf16 round to infinity), for i < n. */
+MHA_API mha_status mha_fp32_to_bf16(size_t n, const float* x, uint16_t* y);
+/* y[i] = x[i] as fp32 (exact), for i < n. */
+MHA_API mha_status mha_bf16_to_fp32(size_t n, const uint16_t* x, float* y);
 
 /* ---- Softmax and head reshape ---------------------------------------- */
 

@@ -16,6 +16,9 @@ enum class ScratchSlot : unsigned {
   kGemmA,
   kGemmB,
   kGemmTransposedB,
+  kBf16AsFp32A,   // a bf16 GEMM's operands converted to fp32 for sgemm, which
+  kBf16AsFp32B,   // then packs into the kGemm slots
+  kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B
   kAttention,
   kAttentionTask,
   kCount

@@ -24,6 +24,7 @@ constexpr std::uint32_t kLeaf7EbxAvx512F = 1u << 16;
 constexpr std::uint32_t kLeaf7EbxAvx512DQ = 1u << 17;
 constexpr std::uint32_t kLeaf7EbxAvx512BW = 1u << 30;
 constexpr std::uint32_t kLeaf7EbxAvx512VL = 1u << 31;
+constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
 // XCR0 state components the OS must save for the registers we use.
 constexpr std::uint64_t kXcr0Sse = 1u << 1;
 constexpr std::uint64_t kXcr0Avx = 1u << 2;
@@ -53,6 +54,12 @@ CpuFeatures detect() {
   const std::uint32_t avx512_bits =
       kLeaf7EbxAvx512F | kLeaf7EbxAvx512DQ | kLeaf7EbxAvx512BW | kLeaf7EbxAvx512VL;
   f.avx512 = f.avx2_fma && os_zmm && (ebx & avx512_bits) == avx512_bits;
+  // Leaf 7 subleaf 1 exists only where subleaf 0 reports it (EAX = the
+  // highest subleaf); the BF16 instructions need no OS state beyond ZMM's.
+  const unsigned max_subleaf = eax;
+  if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    f.avx512_bf16 = (eax & kLeaf7Sub1EaxAvx512Bf16) != 0;
+  }
   return f;
 }
 #else

@@ -9,9 +9,10 @@
 namespace mha::detail {
 
 struct CpuFeatures {
-  bool avx2_fma = false;  // AVX2 and FMA3, with the OS saving YMM state
-  bool avx512 = false;    // AVX-512 F/DQ/BW/VL, with the OS saving ZMM/opmask state
-  bool neon = false;      // Advanced SIMD (always true on aarch64)
+  bool avx2_fma = false;     // AVX2 and FMA3, with the OS saving YMM state
+  bool avx512 = false;       // AVX-512 F/DQ/BW/VL, with the OS saving ZMM/opmask state
+  bool avx512_bf16 = false;  // avx512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+  bool neon = false;         // Advanced SIMD (always true on aarch64)
 };
 
 // Detected once; cheap afterwards.

@@ -24,31 +24,8 @@
 namespace mha::detail {
 namespace {
 
-// C = beta*C (+ bias): what is left of C = alpha*op(A)·B + beta*C + bias when
-// k == 0 or alpha == 0 (BLAS semantics: A and B are not read, so NaN in them
-// does not propagate). beta == 0 writes zeros without reading C.
-void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
-             const float* bias) {
-  for (std::size_t i = 0; i < m; ++i) {
-    float* ci = c + i * ldc;
-    for (std::size_t j = 0; j < n; ++j) {
-      float v = beta == 0.f ? 0.f : beta * ci[j];
-      if (bias != nullptr) v += bias[j];
-      ci[j] = v;
-    }
-  }
-}
-
 const float* a_at(Trans ta, const float* a, std::size_t lda, std::size_t i, std::size_t p) {
   return ta == Trans::N ? a + i * lda + p : a + p * lda + i;
-}
-
-// The threads a call of this shape uses (threads_for): 2mnk flops, and B's
-// 4nk bytes, which bound a small-m product (B read once at two flops per
-// float per row of A).
-std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
-  const double nk = static_cast<double>(n) * static_cast<double>(k);
-  return threads_for({2.0 * static_cast<double>(m) * nk, 4.0 * nk});
 }
 
 // A threads' task grid over C: mblocks x nblocks blocks of whole MR x NR
@@ -74,13 +51,13 @@ struct Grid {
   }
 };
 
-Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t mblocks,
+Grid make_grid(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n, std::size_t mblocks,
                std::size_t nblocks) {
-  const std::size_t mstrips = ceil_div(m, g.mr), nstrips = ceil_div(n, g.nr);
+  const std::size_t mstrips = ceil_div(m, mr), nstrips = ceil_div(n, nr);
   return {m,
           n,
-          g.mr,
-          g.nr,
+          mr,
+          nr,
           mstrips,
           nstrips,
           std::clamp<std::size_t>(mblocks, 1, mstrips),
@@ -96,9 +73,9 @@ Grid make_grid(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t m
 // A blocks.
 Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
   const std::size_t mblocks = ceil_div(m, g.mc);
-  if (mblocks >= threads) return make_grid(g, m, n, round_up(mblocks, threads), 1);
+  if (mblocks >= threads) return make_grid(g.mr, g.nr, m, n, round_up(mblocks, threads), 1);
   const std::size_t want = mblocks % threads == 0 ? mblocks : 2 * threads;
-  return make_grid(g, m, n, mblocks, ceil_div(want, mblocks));
+  return make_grid(g.mr, g.nr, m, n, mblocks, ceil_div(want, mblocks));
 }
 
 // For blocks that each pack (or read in place) all of their A and B rows
@@ -107,7 +84,8 @@ Grid split_m_first(const GemmKernels& g, std::size_t m, std::size_t n, std::size
 // once per row block; on a tie, row blocks), as BLIS factors its threads
 // over its loops: against two blocks per thread along the longer side, Xeon
 // 2 threads NT m512 n2304 k768 376 -> 402 GFLOP/s, Q·Kᵀ S = 512 111 -> 84 us.
-Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads) {
+Grid split_packing(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,
+                   std::size_t threads) {
   std::size_t best_m = 1;
   double best = -1;
   for (std::size_t mb = 1; mb <= threads; ++mb) {
@@ -119,20 +97,20 @@ Grid split_packing(const GemmKernels& g, std::size_t m, std::size_t n, std::size
       best_m = mb;
     }
   }
-  return make_grid(g, m, n, best_m, threads / best_m);
+  return make_grid(mr, nr, m, n, best_m, threads / best_m);
 }
 
 // Runs block(i0, j0, rows, cols) over C: once, on the whole of it, at one
 // thread; otherwise over split_packing's grid in parallel. For the drivers
 // whose blocks each pack (or read) their own operands.
 template <class Block>
-void run_blocks(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t threads,
+void run_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n, std::size_t threads,
                 Block&& block) {
   if (threads <= 1) {
     block(0, 0, m, n);
     return;
   }
-  const Grid grid = split_packing(g, m, n, threads);
+  const Grid grid = split_packing(mr, nr, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     block(grid.row0(t), grid.col0(t), grid.rows(t), grid.cols(t));
   });
@@ -477,6 +455,35 @@ std::atomic<unsigned> forced_path{0};
 
 }  // namespace
 
+// C = beta*C (+ bias): what is left of C = alpha*op(A)·B + beta*C + bias when
+// k == 0 or alpha == 0 (BLAS semantics: A and B are not read, so NaN in them
+// does not propagate). beta == 0 writes zeros without reading C.
+void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
+             const float* bias) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* ci = c + i * ldc;
+    for (std::size_t j = 0; j < n; ++j) {
+      float v = beta == 0.f ? 0.f : beta * ci[j];
+      if (bias != nullptr) v += bias[j];
+      ci[j] = v;
+    }
+  }
+}
+
+// The threads a call of this shape uses (threads_for): 2mnk flops, and B's
+// 4nk bytes, which bound a small-m product (B read once at two flops per
+// float per row of A).
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
+  const double nk = static_cast<double>(n) * static_cast<double>(k);
+  return threads_for({2.0 * static_cast<double>(m) * nk, 4.0 * nk});
+}
+
+void run_gemm_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,
+                     std::size_t threads,
+                     FunctionRef<void(std::size_t, std::size_t, std::size_t, std::size_t)> block) {
+  run_blocks(mr, nr, m, n, threads, block);
+}
+
 std::string_view gemm_path_name(GemmPath p) noexcept {
   // In the order of GemmPath's enumerators.
   static constexpr std::string_view kNames[] = {"gemv",       "none", "b",          "a",
@@ -653,7 +660,8 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     tbi = Trans::N;
   }
   run_blocks(
-      g, m, n, threads, [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+      g.mr, g.nr, m, n, threads,
+      [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
         const float* ai = a_at(ta, a, lda, i0, 0);
         const float* bj = b_at(tbi, bi, ldbi, 0, j0);
         float* cij = c + i0 * ldc + j0;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string_view>
 
+#include "common/parallel.hpp"
 #include "gemm/kernels.hpp"
 
 namespace mha::detail {
@@ -131,6 +132,20 @@ GemmPlan plan_gemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std:
 // For tests: every later plan_gemm, on every thread, returns `path` (nullopt:
 // the plan's own choice again).
 void set_gemm_path_override(std::optional<GemmPath> path) noexcept;
+
+// The drivers' shared frame, also run by the bf16 GEMM (gemm_bf16.cpp):
+// C = beta*C (+ bias[j]), what k == 0 or alpha == 0 leaves (A and B unread;
+// beta == 0 writes zeros without reading C);
+void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
+             const float* bias);
+// the threads a call of this shape uses (about 10 us of work per thread);
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k);
+// block(i0, j0, rows, cols) over C [m x n]: once, whole, at one thread, else
+// one block of whole mr x nr tiles per thread in parallel, in the grid that
+// packs the fewest elements of A and B.
+void run_gemm_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,
+                     std::size_t threads,
+                     FunctionRef<void(std::size_t, std::size_t, std::size_t, std::size_t)> block);
 
 // Full SGEMM, threaded, on the path plan_gemm names. Arguments are assumed
 // validated. Packs into ScratchSlot::kGemmB and kGemmTransposedB

@@ -2,7 +2,9 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <fstream>
 #include <mha/isa.hpp>
+#include <sstream>
 #include <string>
 
 #include "dispatch/cpu_features.hpp"
@@ -17,6 +19,24 @@ TEST_CASE("the ISA forced through MHA_ISA is the one in use", "[dispatch]") {
   CHECK(std::string(mha_isa_name()) == forced);
   CHECK(mha::isa_name(mha::current_isa()) == forced);
   CHECK(mha_isa_supported(forced) == 1);
+}
+
+TEST_CASE("AVX512_BF16 is detected as the kernel reports it, and only with AVX-512", "[dispatch]") {
+  const mha::detail::CpuFeatures& f = mha::detail::cpu_features();
+  CHECK((!f.avx512_bf16 || f.avx512));
+  // Linux reads the same CPUID bit for /proc/cpuinfo's "avx512_bf16" flag.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("flags", 0) != 0) {
+  }
+  if (line.rfind("flags", 0) != 0) {
+    WARN("skipped: no x86 flags line in /proc/cpuinfo");
+    return;
+  }
+  std::istringstream flags(line.substr(line.find(':') + 1));
+  bool listed = false;
+  for (std::string flag; flags >> flag;) listed = listed || flag == "avx512_bf16";
+  CHECK(f.avx512_bf16 == (listed && f.avx512));
 }
 
 TEST_CASE("scalar is always supported and every supported ISA has full tables", "[dispatch]") {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mha/attention.hpp>
 #include <mha/gemm.hpp>
@@ -123,6 +124,24 @@ void check_entry_points(std::size_t threads) {
     const mha::PackedB packed('T', k, n, w.data(), k);
     CHECK(steady_allocations([&] {
             mha::sgemm('N', m, 1.f, a.data(), k, packed, 0.f, c.data(), n, bias.data());
+          }) <= allowed);
+  }
+
+  // bf16: both paths plan_gemm_bf16 may take here (dot or fp32), and a
+  // packed bf16 B with an fp32 A (rounded into scratch).
+  {
+    const std::size_t m = 40, n = 300, k = 77;
+    std::vector<std::uint16_t> a(m * k), b(k * n);
+    mha_fp32_to_bf16(a.size(), random_vector(a.size(), 1).data(), a.data());
+    mha_fp32_to_bf16(b.size(), random_vector(b.size(), 2).data(), b.data());
+    const std::vector<float> a32 = random_vector(m * k, 3);
+    std::vector<float> c(m * n);
+    CHECK(steady_allocations([&] {
+            mha_gemm_bf16('N', 'T', m, n, k, 1.f, a.data(), k, b.data(), k, 0.f, c.data(), n);
+          }) <= allowed);
+    const mha::PackedBf16B packed('N', k, n, b.data(), n);
+    CHECK(steady_allocations([&] {
+            mha::gemm_bf16('N', m, 1.f, a32.data(), k, packed, 0.f, c.data(), n);
           }) <= allowed);
   }
 

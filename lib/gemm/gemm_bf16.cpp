@@ -1,0 +1,215 @@
+// bf16 GEMM driver: the plan's two paths (gemm_bf16.hpp) and the products
+// with a prepacked B. The dot path runs the sgemm frame (run_gemm_blocks:
+// one block of whole tiles per thread, never a split of K) around the bf16
+// kernels; inside a block the BLIS loop nest NC columns > KC depth (pack the
+// B panel, unless prepacked) > MC rows (pack the A block) > MR strips > NR
+// strips. Every C element sums its K blocks in order
+// through C, each from acc = 0, whichever block and thread computes it, so
+// results are bit-identical at any thread count.
+#include "gemm/gemm_bf16.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "common/aligned.hpp"
+#include "common/scratch.hpp"
+#include "dispatch/cpu_features.hpp"
+
+namespace mha::detail {
+namespace {
+
+const std::uint16_t* at(Trans t, const std::uint16_t* x, std::size_t ld, std::size_t row,
+                        std::size_t col) {
+  return t == Trans::N ? x + row * ld + col : x + col * ld + row;
+}
+
+// The dot kernels' K-block loop over a B already packed for them whole
+// (strips of b_strip elements, k rows; column j0's strip first): for each K
+// block, each MC block of A packed and run against every strip of B.
+void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+                  float alpha, const std::uint16_t* a, std::size_t lda, const std::uint16_t* b,
+                  std::size_t b_strip, float beta, float* c, std::size_t ldc) {
+  const std::size_t kc = std::min(round_up(k, 2), g.kc), kcp = kc / 2;
+  const std::size_t mc = std::min(round_up(m, g.mr), round_up(g.mc, g.mr));
+  auto* apack = reinterpret_cast<std::uint32_t*>(thread_scratch(ScratchSlot::kGemmA, kcp * mc));
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    const std::size_t kb = std::min(kc, k - p0), kp = (kb + 1) / 2;
+    const float beta_p = p0 == 0 ? beta : 1.f;
+    const std::uint16_t* bk = b + p0 * g.nr;  // p0 / 2 pairs of nr * 2 elements
+    for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+      const std::size_t mb = std::min(mc, m - i0);
+      g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
+      for (std::size_t is = 0; is * g.mr < mb; ++is) {
+        const std::size_t mm = std::min(g.mr, mb - is * g.mr);
+        float* ci = c + (i0 + is * g.mr) * ldc;
+        for (std::size_t js = 0; js * g.nr < n; ++js) {
+          g.ukernel(kp, apack + is * kp * g.mr, bk + js * b_strip, ci + js * g.nr, ldc, mm,
+                    std::min(g.nr, n - js * g.nr), alpha, beta_p);
+        }
+      }
+    }
+  }
+}
+
+// One block of C (rows x cols from its first element) on the dot path: per
+// NC x KC panel of B, packed, the MC blocks of A against it.
+void gemm_bf16_block(const GemmBf16Kernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                     std::size_t k, float alpha, const std::uint16_t* a, std::size_t lda,
+                     const std::uint16_t* b, std::size_t ldb, float beta, float* c,
+                     std::size_t ldc) {
+  const std::size_t kc = std::min(round_up(k, 2), g.kc);
+  const std::size_t nc = std::min(round_up(n, g.nr), round_up(g.nc, g.nr));
+  // One float of scratch holds a pair of bf16.
+  auto* bpack = reinterpret_cast<std::uint16_t*>(thread_scratch(ScratchSlot::kGemmB, kc / 2 * nc));
+  for (std::size_t j0 = 0; j0 < n; j0 += nc) {
+    const std::size_t nb = std::min(nc, n - j0);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0), strip = round_up(kb, 2) * g.nr;
+      g.pack_b(tb == Trans::T, kb, nb, at(tb, b, ldb, p0, j0), ldb, bpack, strip);
+      run_packed_b(g, ta, m, nb, kb, alpha, at(ta, a, lda, 0, p0), lda, bpack, strip,
+                   p0 == 0 ? beta : 1.f, c + j0, ldc);
+    }
+  }
+}
+
+// op(X) stored rows x cols at ld, converted to fp32 rows x cols (ld = cols).
+const float* as_fp32(ScratchSlot slot, std::size_t rows, std::size_t cols, const std::uint16_t* x,
+                     std::size_t ld) {
+  float* y = thread_scratch(slot, rows * cols);
+  for (std::size_t i = 0; i < rows; ++i) bf16_to_fp32(cols, x + i * ld, y + i * cols);
+  return y;
+}
+
+// The path tests force (set_gemm_bf16_path_override), plus one; 0: none.
+std::atomic<unsigned> forced_path{0};
+
+// op(A) stored rows x cols at ld, rounded to bf16 (ld = cols).
+const std::uint16_t* rounded_bf16(std::size_t rows, std::size_t cols, const float* x,
+                                  std::size_t ld) {
+  auto* y = reinterpret_cast<std::uint16_t*>(
+      thread_scratch(ScratchSlot::kBf16RoundedA, ceil_div(rows * cols, 2)));
+  for (std::size_t i = 0; i < rows; ++i) fp32_to_bf16(cols, x + i * ld, y + i * cols);
+  return y;
+}
+
+}  // namespace
+
+std::size_t packed_bf16_b_bytes(const GemmBf16Kernels* g, const GemmKernels& f, std::size_t k,
+                                std::size_t n) {
+  if (g != nullptr) return ceil_div(n, g->nr) * round_up(k, 2) * g->nr * sizeof(std::uint16_t);
+  return packed_b_floats(f, k, n) * sizeof(float);
+}
+
+PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb, std::size_t k,
+                        std::size_t n, const std::uint16_t* b, std::size_t ldb, void* dst) {
+  if (g != nullptr) {
+    g->pack_b(tb == Trans::T, k, n, b, ldb, static_cast<std::uint16_t*>(dst),
+              round_up(k, 2) * g->nr);
+  } else {
+    const std::size_t rows = tb == Trans::N ? k : n, cols = tb == Trans::N ? n : k;
+    const float* bf = as_fp32(ScratchSlot::kBf16AsFp32B, rows, cols, b, ldb);
+    pack_b(f, tb, k, n, bf, cols, static_cast<float*>(dst));
+  }
+  return {g, &f, k, n, dst};
+}
+
+void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t* a16,
+                      const float* a32, std::size_t lda, const PackedBf16B& b, float beta, float* c,
+                      std::size_t ldc) {
+  const std::size_t n = b.n, k = b.k;
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) {
+    scale_c(m, n, beta, c, ldc, nullptr);
+    return;
+  }
+  const std::size_t rows = ta == Trans::N ? m : k, cols = ta == Trans::N ? k : m;
+  if (a32 != nullptr) {
+    a16 = rounded_bf16(rows, cols, a32, lda);
+    lda = cols;
+  }
+  if (b.g == nullptr) {
+    const float* af = as_fp32(ScratchSlot::kBf16AsFp32A, rows, cols, a16, lda);
+    gemm_packed(*b.f, ta, m, af, cols,
+                PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha, beta,
+                c, ldc);
+    return;
+  }
+  const GemmBf16Kernels& g = *b.g;
+  const auto* data = static_cast<const std::uint16_t*>(b.data);
+  const std::size_t strip = round_up(k, 2) * g.nr;
+  run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
+                  [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
+                    run_packed_b(g, ta, bm, bn, k, alpha, at(ta, a16, lda, i0, 0), lda,
+                                 data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
+                  });
+}
+
+const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
+#if MHA_BUILD_AVX512BF16
+  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;
+#endif
+  (void)isa;
+  return nullptr;
+}
+
+std::string_view gemm_bf16_path_name(Bf16Path p) noexcept {
+  return p == Bf16Path::dot ? "dot" : "fp32";
+}
+
+void set_gemm_bf16_path_override(std::optional<Bf16Path> path) noexcept {
+  forced_path.store(path ? static_cast<unsigned>(*path) + 1 : 0, std::memory_order_relaxed);
+}
+
+Bf16Plan plan_gemm_bf16(const GemmBf16Kernels* g, std::size_t m, std::size_t n, std::size_t k) {
+  Bf16Plan p{g != nullptr ? Bf16Path::dot : Bf16Path::fp32, call_threads(m, n, k)};
+  if (const unsigned f = forced_path.load(std::memory_order_relaxed); f != 0 && g != nullptr) {
+    p.path = static_cast<Bf16Path>(f - 1);
+  }
+  return p;
+}
+
+void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans tb, std::size_t m,
+               std::size_t n, std::size_t k, float alpha, const std::uint16_t* a, std::size_t lda,
+               const std::uint16_t* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) {
+    scale_c(m, n, beta, c, ldc, nullptr);
+    return;
+  }
+  const Bf16Plan plan = plan_gemm_bf16(g, m, n, k);
+  if (plan.path == Bf16Path::fp32) {
+    const std::size_t a_rows = ta == Trans::N ? m : k, a_cols = ta == Trans::N ? k : m;
+    const std::size_t b_rows = tb == Trans::N ? k : n, b_cols = tb == Trans::N ? n : k;
+    const float* af = as_fp32(ScratchSlot::kBf16AsFp32A, a_rows, a_cols, a, lda);
+    const float* bf = as_fp32(ScratchSlot::kBf16AsFp32B, b_rows, b_cols, b, ldb);
+    sgemm(f, ta, tb, m, n, k, alpha, af, a_cols, bf, b_cols, beta, c, ldc);
+    return;
+  }
+  run_gemm_blocks(g->mr, g->nr, m, n, plan.threads,
+                  [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                    gemm_bf16_block(*g, ta, tb, rows, cols, k, alpha, at(ta, a, lda, i0, 0), lda,
+                                    at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
+                  });
+}
+
+void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      y[i] = static_cast<std::uint16_t>(u >> 16 | 0x40u);  // NaN: kept, made quiet
+    } else {
+      y[i] = static_cast<std::uint16_t>((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+    }
+  }
+}
+
+void bf16_to_fp32(std::size_t n, const std::uint16_t* x, float* y) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t u = static_cast<std::uint32_t>(x[i]) << 16;
+    std::memcpy(&y[i], &u, sizeof u);
+  }
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,123 @@
+// Internal bf16 GEMM: C (fp32) = alpha * op(A)·op(B) + beta * C with A and B
+// in bf16 (uint16_t bit patterns). Two paths, named by plan_gemm_bf16:
+//   dot:  both operands packed in K-pairs for a bf16 dot-product micro-kernel
+//         (GemmBf16Kernels, where the CPU has one), in the sgemm drivers'
+//         blocking and threading;
+//   fp32: both operands converted to fp32 (exact), then sgemm on the ISA's
+//         fp32 kernels, whose summation order and rounding they then have;
+// and a B packed once for either (PackedBf16B).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mha/isa.hpp>
+#include <optional>
+#include <string_view>
+
+#include "gemm/gemm.hpp"
+
+namespace mha::detail {
+
+// The packed layouts, which every bf16 kernel table shares (its mr and nr
+// set the strip sizes), with kp = ceil(k / 2) pairs:
+// Packed A strip: op(A) rows [r, r+mr), stored [kp][mr] as 32-bit pairs, the
+//   pair of row i at p holding op(A)(i, 2p) in its low and op(A)(i, 2p+1) in
+//   its high 16 bits; rows past m and the high half of an odd k's last pair
+//   are zero. Strip s of a packed block lives at dst + s*kp*mr.
+// Packed B strip: op(B) columns [c, c+nr), stored [kp][nr][2] in bf16, the
+//   two halves of element (p, j) being op(B)(2p, j), op(B)(2p+1, j) (the
+//   lanes of vdpbf16ps and of oneDNN's, XNNPACK's and KleidiAI's layouts);
+//   columns past n and the odd k's missing row are zero. Strip s lives at
+//   dst + s*strip_stride (bf16 elements, >= kp*nr*2).
+struct GemmBf16Kernels {
+  const char* name;    // for mha_kernel_name, e.g. "avx512_bf16"
+  std::size_t mr, nr;  // register tile (C block mr x nr)
+  // Cache blocks, as GemmKernels' (kc in k elements, even, so that K blocks
+  // never split a pair). Results depend on kc (each K block's sum goes
+  // through C), so tables meant to give the same bits share it.
+  std::size_t mc, kc, nc;
+  // C[m x n] = alpha * A·B + beta * C for 1 <= m <= mr, 1 <= n <= nr, kp >= 1
+  // pairs; a: packed A strip, b: packed B strip. Per element: acc = 0, then
+  // for each pair p in order, acc += A(2p+1)·B(2p+1), acc += A(2p)·B(2p) as
+  // vdpbf16ps does (each product exact, each sum rounded to nearest even,
+  // bf16 denormal inputs read as zero, denormal sums flushed to zero); then
+  // alpha*acc, + beta*c (separate roundings). beta == 0: C is not read.
+  void (*ukernel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                  std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta);
+  // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
+  void (*pack_a)(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
+                 std::uint32_t* dst);
+  // Packs op(B) [k x n] in the layout above.
+  void (*pack_b)(bool trans, std::size_t k, std::size_t n, const std::uint16_t* b, std::size_t ldb,
+                 std::uint16_t* dst, std::size_t strip_stride);
+};
+
+// MC / KC / NC of the bf16 tables: the fp32 AVX-512 blocks (336 / 1024 /
+// 768, 1 MiB L2), in elements; not yet measured for bf16, whose operands
+// take half the bytes. One set, so every table gives the same bits.
+constexpr std::size_t kBf16MC = 336, kBf16KC = 1024, kBf16NC = 768;
+
+// The AVX512_BF16 kernels (gemm_avx512bf16.cpp; only in builds with AVX-512).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx512bf16;
+// The portable emulation of vdpbf16ps, bit for bit (gemm_bf16_emulated.cpp),
+// on the AVX512_BF16 table's blocks: the reference the tests hold the
+// hardware kernel to. Not dispatched to (it runs at scalar speed).
+extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
+
+// The bf16 dot-product kernels that serve `isa` on this CPU (avx512 on a CPU
+// with AVX512_BF16), or nullptr where bf16 is converted to fp32.
+const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept;
+
+enum class Bf16Path : unsigned char {
+  dot,  // both operands packed in K-pairs, the bf16 dot-product kernels
+  fp32  // both operands converted to fp32 whole, then sgemm (its own plan)
+};
+std::string_view gemm_bf16_path_name(Bf16Path p) noexcept;
+
+struct Bf16Plan {
+  Bf16Path path;
+  std::size_t threads;  // the most threads the dot path uses
+};
+
+// The path of a bf16 GEMM: dot wherever there are bf16 kernels (g non-null),
+// else fp32; a test override (set_gemm_bf16_path_override) may force fp32.
+Bf16Plan plan_gemm_bf16(const GemmBf16Kernels* g, std::size_t m, std::size_t n, std::size_t k);
+void set_gemm_bf16_path_override(std::optional<Bf16Path> path) noexcept;
+
+// The full bf16 GEMM, threaded over M x N blocks (never K) on the planned
+// path: g's kernels (dot) or f's after converting (fp32). Arguments are
+// assumed validated. Bit-identical at any thread count.
+void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans tb, std::size_t m,
+               std::size_t n, std::size_t k, float alpha, const std::uint16_t* a, std::size_t lda,
+               const std::uint16_t* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
+
+// op(B) [k x n] packed once for many products (mha_gemm_bf16_pack_b): in
+// the dot layout for g (strips of kp*nr*2 elements, kp = ceil(k/2), whose
+// K blocks of KC rows are views at data + p0*nr), or, with no g, converted
+// to fp32 and packed for f (PackedBView).
+struct PackedBf16B {
+  const GemmBf16Kernels* g = nullptr;  // the dot kernels, or nullptr: fp32
+  const GemmKernels* f = nullptr;      // the fp32 kernels of the fp32 path
+  std::size_t k = 0, n = 0;
+  const void* data = nullptr;  // bf16 (dot) or float (fp32), 64-byte aligned
+};
+// Bytes the packed op(B) takes, and the packing into dst (that many bytes,
+// 64-byte aligned); single-threaded.
+std::size_t packed_bf16_b_bytes(const GemmBf16Kernels* g, const GemmKernels& f, std::size_t k,
+                                std::size_t n);
+PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb, std::size_t k,
+                        std::size_t n, const std::uint16_t* b, std::size_t ldb, void* dst);
+// C[m x n] = alpha * op(A)·B + beta * C with B packed by pack_bf16_b and A in
+// bf16 (a16) or in fp32 (a32, rounded to bf16 first; exactly one is
+// non-null): the bits of gemm_bf16 on the same kernels with that bf16 A (for
+// m >= 2 on the fp32 path, where gemm_bf16's m == 1 runs sgemm's GEMV).
+void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t* a16,
+                      const float* a32, std::size_t lda, const PackedBf16B& b, float beta, float* c,
+                      std::size_t ldc);
+
+// fp32 -> bf16, rounded to nearest even (NaN stays NaN, made quiet), and
+// bf16 -> fp32 (exact).
+void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept;
+void bf16_to_fp32(std::size_t n, const std::uint16_t* x, float* y) noexcept;
+
+}  // namespace mha::detail

@@ -1,0 +1,484 @@
+// bf16 GEMM tests, run once per ISA (MHA_ISA picks the kernels: avx512 on a
+// CPU with AVX512_BF16 takes the dot path, every other ISA the fp32 path),
+// against a double-precision reference computed from the same bf16 values.
+//
+// Error bound, per element:
+//   |c - ref| <= (k + 4) * FLT_EPSILON * (|alpha| * sum_p |a_ip||b_pj| + |beta||c_ij|)
+// The dot path computes each product exactly (8-bit significands) and rounds
+// each of the k sums, then alpha*acc, beta*c and their sum: k + 3 roundings
+// of at most u = 2^-24, plus 2 per K block after the first (alpha*acc and
+// the sum through C), so fewer than 2(k + 4) for any k; the fp32 path's
+// products are exact too, and it has the sgemm bound of k + 4 roundings.
+// FLT_EPSILON = 2u covers both with Higham's gamma_{2(k+4)}. bf16 denormals
+// (read as zero, sums flushed) move a result by at most about 2^-126 per
+// operation, far below the bound for these operands (|x| >= 2^-20 or 0).
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <array>
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mha/gemm.hpp>
+#include <mha/isa.hpp>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dispatch/cpu_features.hpp"
+#include "dispatch/dispatch.hpp"
+#include "gemm/gemm_bf16.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using mha::detail::Bf16Path;
+using mha::test::scaled;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::uint16_t bf16(float x) {
+  std::uint16_t y;
+  mha::detail::fp32_to_bf16(1, &x, &y);
+  return y;
+}
+
+float fp32(std::uint16_t x) {
+  float y;
+  mha::detail::bf16_to_fp32(1, &x, &y);
+  return y;
+}
+
+// Random bf16 in [-1, 1], none of magnitude below 2^-20 but zero.
+std::vector<std::uint16_t> random_bf16(std::size_t n, std::uint64_t seed) {
+  std::vector<float> x = mha::test::random_vector(n, seed);
+  std::vector<std::uint16_t> y(n);
+  for (std::size_t i = 0; i < n; ++i) y[i] = bf16(std::fabs(x[i]) < 0x1p-20f ? 0.f : x[i]);
+  return y;
+}
+
+struct Shape {
+  char ta = 'N', tb = 'N';
+  std::size_t m = 1, n = 1, k = 1;
+  float alpha = 1.f, beta = 0.f;
+  std::size_t pad_a = 0, pad_b = 0, pad_c = 0;  // ld = width + pad
+  std::size_t offset = 0;                       // elements: 1 misaligns every pointer
+};
+
+std::string describe(const Shape& s) {
+  return std::string("trans ") + s.ta + s.tb + " m=" + std::to_string(s.m) +
+         " n=" + std::to_string(s.n) + " k=" + std::to_string(s.k) +
+         " alpha=" + std::to_string(s.alpha) + " beta=" + std::to_string(s.beta) +
+         " pads=" + std::to_string(s.pad_a) + "," + std::to_string(s.pad_b) + "," +
+         std::to_string(s.pad_c) + " offset=" + std::to_string(s.offset);
+}
+
+struct Problem {
+  Shape s;
+  std::size_t lda, ldb, ldc;
+  std::vector<std::uint16_t> a, b;
+  std::vector<float> c0;
+  std::vector<double> ref, bound;
+
+  Problem(const Shape& shape, std::uint64_t seed) : s(shape) {
+    const std::size_t a_rows = s.ta == 'N' ? s.m : s.k, a_cols = s.ta == 'N' ? s.k : s.m;
+    const std::size_t b_rows = s.tb == 'N' ? s.k : s.n, b_cols = s.tb == 'N' ? s.n : s.k;
+    lda = a_cols + s.pad_a;
+    ldb = b_cols + s.pad_b;
+    ldc = s.n + s.pad_c;
+    a = random_bf16(s.offset + a_rows * lda, seed);
+    b = random_bf16(s.offset + b_rows * ldb, seed + 1);
+    c0 = mha::test::random_vector(s.offset + s.m * ldc, seed + 2);
+    if (s.beta == 0.f) std::fill(c0.begin(), c0.end(), kNaN);  // must never be read
+    ref.assign(s.m * s.n, 0.0);
+    bound.assign(s.m * s.n, 0.0);
+    for (std::size_t i = 0; i < s.m; ++i) {
+      for (std::size_t j = 0; j < s.n; ++j) {
+        double sum = 0, mag = 0;
+        for (std::size_t p = 0; p < s.k; ++p) {
+          const double x = fp32(s.ta == 'N' ? A()[i * lda + p] : A()[p * lda + i]);
+          const double y = fp32(s.tb == 'N' ? B()[p * ldb + j] : B()[j * ldb + p]);
+          sum += x * y;
+          mag += std::fabs(x * y);
+        }
+        double r = s.alpha * sum, bnd = std::fabs(s.alpha) * mag;
+        if (s.beta != 0.f) {
+          const double c = C0()[i * ldc + j];
+          r += s.beta * c;
+          bnd += std::fabs(s.beta * c);
+        }
+        ref[i * s.n + j] = r;
+        bound[i * s.n + j] = static_cast<double>(s.k + 4) * FLT_EPSILON * bnd;
+      }
+    }
+  }
+  const std::uint16_t* A() const { return a.data() + s.offset; }
+  const std::uint16_t* B() const { return b.data() + s.offset; }
+  const float* C0() const { return c0.data() + s.offset; }
+
+  // c against the reference; the padding between rows must be untouched.
+  bool check(const std::vector<float>& c) const {
+    const float* cc = c.data() + s.offset;
+    for (std::size_t i = 0; i < s.m; ++i) {
+      for (std::size_t j = 0; j < s.n; ++j) {
+        const double got = cc[i * ldc + j], want = ref[i * s.n + j];
+        if (!(std::fabs(got - want) <= bound[i * s.n + j])) {
+          UNSCOPED_INFO("C(" << i << ", " << j << ") = " << got << ", reference " << want
+                             << ", bound " << bound[i * s.n + j]);
+          return false;
+        }
+      }
+      for (std::size_t j = s.n; j < ldc && i + 1 < s.m; ++j) {
+        if (std::memcmp(&C0()[i * ldc + j], &cc[i * ldc + j], sizeof(float)) != 0) {
+          UNSCOPED_INFO("padding C(" << i << ", " << j << ") was written");
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+std::vector<float> run(const Problem& p) {
+  std::vector<float> c = p.c0;
+  const mha_status st = mha_gemm_bf16(p.s.ta, p.s.tb, p.s.m, p.s.n, p.s.k, p.s.alpha, p.A(), p.lda,
+                                      p.B(), p.ldb, p.s.beta, c.data() + p.s.offset, p.ldc);
+  INFO(mha_last_error());
+  REQUIRE(st == MHA_OK);
+  return c;
+}
+
+// The internal driver on one kernel table's dot path.
+std::vector<float> run_dot(const mha::detail::GemmBf16Kernels& g, const Problem& p) {
+  std::vector<float> c = p.c0;
+  const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
+  mha::detail::gemm_bf16(&g, f, p.s.ta == 'N' ? mha::detail::Trans::N : mha::detail::Trans::T,
+                         p.s.tb == 'N' ? mha::detail::Trans::N : mha::detail::Trans::T, p.s.m,
+                         p.s.n, p.s.k, p.s.alpha, p.A(), p.lda, p.B(), p.ldb, p.s.beta,
+                         c.data() + p.s.offset, p.ldc);
+  return c;
+}
+
+bool bitwise_equal(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+std::size_t uniform(std::mt19937_64& rng, std::size_t lo, std::size_t hi) {
+  return lo + rng() % (hi - lo + 1);
+}
+
+Shape random_shape(std::mt19937_64& rng, std::size_t m, std::size_t n, std::size_t k) {
+  static constexpr float kAlphas[] = {0.75f, -1.5f, 2.f, 1.f};
+  static constexpr float kBetas[] = {0.f, 1.f, -0.5f};
+  Shape s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.ta = rng() % 2 ? 'T' : 'N';
+  s.tb = rng() % 2 ? 'T' : 'N';
+  s.alpha = kAlphas[rng() % 4];
+  s.beta = kBetas[rng() % 3];
+  s.pad_a = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.pad_b = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.pad_c = rng() % 3 == 0 ? rng() % 5 : 0;
+  s.offset = rng() % 2;
+  return s;
+}
+
+// Every m, n and k in 1..40 (the other two random), random shapes up to 40,
+// and shapes crossing the blocks (MC 336, KC 1024 with an odd k in the last
+// block, NC 768, several tile rows and columns).
+std::vector<Shape> reference_shapes() {
+  std::mt19937_64 rng(20261125);
+  std::vector<Shape> shapes;
+  for (std::size_t v = 1; v <= 40; ++v) {
+    shapes.push_back(random_shape(rng, v, uniform(rng, 1, 40), uniform(rng, 1, 40)));
+    shapes.push_back(random_shape(rng, uniform(rng, 1, 40), v, uniform(rng, 1, 40)));
+    shapes.push_back(random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), v));
+  }
+  const std::size_t total = scaled(1500, shapes.size() + 20);
+  while (shapes.size() < total) {
+    shapes.push_back(
+        random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
+  }
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
+           {700, 90, 31}, {301, 50, 1101}, {37, 800, 257}, {2, 513, 2049}, {97, 129, 600}}) {
+    for (char ta : {'N', 'T'}) {
+      for (char tb : {'N', 'T'}) {
+        Shape s = random_shape(rng, m, n, k);
+        s.ta = ta;
+        s.tb = tb;
+        shapes.push_back(s);
+      }
+    }
+  }
+  return shapes;
+}
+
+void check_reference(const std::vector<Shape>& shapes) {
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    const Problem p(shapes[i], 3000 + i);
+    if (!p.check(run(p))) {
+      ++failures;
+      FAIL_CHECK(describe(shapes[i]));
+    }
+  }
+  CHECK(failures == 0);
+}
+
+// Forces one bf16 path for the scope (the plan's own choice again after).
+struct ForcedBf16Path {
+  explicit ForcedBf16Path(Bf16Path p) { mha::detail::set_gemm_bf16_path_override(p); }
+  ~ForcedBf16Path() { mha::detail::set_gemm_bf16_path_override(std::nullopt); }
+  ForcedBf16Path(const ForcedBf16Path&) = delete;
+  ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
+};
+
+const mha::detail::GemmBf16Kernels* hardware_bf16() {
+  return mha::detail::gemm_bf16_kernels(mha::Isa::avx512);
+}
+
+}  // namespace
+
+TEST_CASE("gemm_bf16 matches the reference on every m, n, k in 1..40 and random shapes",
+          "[gemm][bf16]") {
+  INFO("kernels: " << mha_kernel_name(MHA_BF16));
+  check_reference(reference_shapes());
+}
+
+TEST_CASE("gemm_bf16's fp32 path, forced, matches the reference", "[gemm][bf16][paths]") {
+  ForcedBf16Path forced(Bf16Path::fp32);
+  check_reference(reference_shapes());
+}
+
+TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+  if (hw == nullptr) {
+    WARN("skipped: this build or CPU has no AVX512_BF16");
+    return;
+  }
+  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
+  REQUIRE(hw->kc == emu.kc);
+  std::vector<Shape> shapes = reference_shapes();
+  shapes.resize(scaled(300, 120));
+  std::mt19937_64 rng(5);
+  shapes.push_back(random_shape(rng, 50, 70, 2051));  // three K blocks, odd k
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    Problem p(shapes[i], 7000 + i);
+    // Operands of every scale, with denormals, tiny products and sums
+    // cancelling to the denormal range, where the flushing shows.
+    for (auto* x : {&p.a, &p.b}) {
+      for (std::uint16_t& v : *x) {
+        const unsigned r = static_cast<unsigned>(rng() % 8);
+        if (r == 0) v = static_cast<std::uint16_t>((v & 0x807fu) | ((rng() % 40) << 7));
+        if (r == 1) v &= 0x807fu;  // denormal (or zero)
+        if (r == 2) v = static_cast<std::uint16_t>((v & 0x807fu) | ((40 + rng() % 30) << 7));
+      }
+    }
+    const std::vector<float> want = run_dot(emu, p), got = run_dot(*hw, p);
+    if (!bitwise_equal(got, want)) {
+      ++failures;
+      FAIL_CHECK(describe(shapes[i]));
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  std::mt19937_64 rng(81);
+  for (Bf16Path path : {Bf16Path::dot, Bf16Path::fp32}) {
+    ForcedBf16Path forced(path);
+    for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
+             {300, 500, 200}, {1000, 33, 301}, {129, 129, 129}, {700, 900, 1100}, {45, 1001, 33}}) {
+      const Shape s = random_shape(rng, m, n, k);
+      const Problem p(s, m + n + k);
+      INFO(describe(s) << ", path " << mha::detail::gemm_bf16_path_name(path));
+      std::vector<std::vector<float>> c;
+      for (std::size_t t : {1, 2, 3}) {
+        mha::set_num_threads(t);
+        c.push_back(run(p));
+      }
+      mha::set_num_threads(0);
+      CHECK(p.check(c[0]));
+      CHECK(bitwise_equal(c[0], c[1]));
+      CHECK(bitwise_equal(c[0], c[2]));
+    }
+  }
+}
+
+TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32", "[gemm][bf16]") {
+  std::vector<Shape> shapes = reference_shapes();
+  shapes.resize(scaled(400, 150));
+  std::mt19937_64 rng(17);
+  shapes.push_back(random_shape(rng, 301, 50, 1101));
+  shapes.push_back(random_shape(rng, 37, 800, 2049));
+  const bool dot = mha::detail::gemm_bf16_kernels(mha::detail::active_isa()) != nullptr;
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    Shape s = shapes[i];
+    // m == 1 on the fp32 path: gemm_bf16 takes sgemm's GEMV, which rounds
+    // differently (mha.h).
+    if (!dot && s.m == 1) s.m = 2;
+    const Problem p(s, 9000 + i);
+    const std::vector<float> want = run(p);
+    const mha::PackedBf16B packed(s.tb, s.k, s.n, p.B(), p.ldb);
+    CHECK(packed.k() == s.k);
+    CHECK(packed.n() == s.n);
+    std::vector<float> c16 = p.c0, c32 = p.c0;
+    mha::gemm_bf16(s.ta, s.m, s.alpha, p.A(), p.lda, packed, s.beta, c16.data() + s.offset, p.ldc);
+    // fp32 values just below each bf16 in magnitude, which round to it
+    // (truncation would not).
+    std::vector<float> a32(p.a.size());
+    for (std::size_t j = 0; j < a32.size(); ++j) a32[j] = fp32(p.a[j]) * (1.f - 0x1p-12f);
+    mha::gemm_bf16(s.ta, s.m, s.alpha, a32.data() + s.offset, p.lda, packed, s.beta,
+                   c32.data() + s.offset, p.ldc);
+    if (!bitwise_equal(c16, want) || !bitwise_equal(c32, want)) {
+      ++failures;
+      FAIL_CHECK(describe(s));
+    }
+  }
+  CHECK(failures == 0);
+
+  if (!mha::test::threads_allowed()) {
+    WARN("thread counts skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  const Problem p(random_shape(rng, 700, 900, 1100), 99);
+  const mha::PackedBf16B packed(p.s.tb, p.s.k, p.s.n, p.B(), p.ldb);
+  std::vector<std::vector<float>> c;
+  for (std::size_t t : {1, 2, 3}) {
+    mha::set_num_threads(t);
+    c.push_back(p.c0);
+    mha::gemm_bf16(p.s.ta, p.s.m, p.s.alpha, p.A(), p.lda, packed, p.s.beta,
+                   c.back().data() + p.s.offset, p.ldc);
+  }
+  mha::set_num_threads(0);
+  CHECK(p.check(c[0]));
+  CHECK(bitwise_equal(c[0], c[1]));
+  CHECK(bitwise_equal(c[0], c[2]));
+}
+
+TEST_CASE("gemm_bf16: zero sizes, k == 0 and alpha == 0 follow BLAS", "[gemm][bf16]") {
+  const std::vector<std::uint16_t> nan_ab(16, 0x7fc0);  // NaN: must not be read
+  std::vector<float> c(16, 2.f);
+  CHECK(mha_gemm_bf16('N', 'N', 0, 4, 4, 1.f, nullptr, 4, nan_ab.data(), 4, 0.f, nullptr, 4) ==
+        MHA_OK);
+  CHECK(mha_gemm_bf16('N', 'N', 4, 4, 0, 1.f, nullptr, 1, nullptr, 4, 0.5f, c.data(), 4) == MHA_OK);
+  CHECK(c == std::vector<float>(16, 1.f));
+  CHECK(mha_gemm_bf16('N', 'T', 4, 4, 4, 0.f, nan_ab.data(), 4, nan_ab.data(), 4, 3.f, c.data(),
+                      4) == MHA_OK);
+  CHECK(c == std::vector<float>(16, 3.f));
+  std::fill(c.begin(), c.end(), kNaN);
+  CHECK(mha_gemm_bf16('T', 'N', 4, 4, 0, 1.f, nullptr, 4, nullptr, 4, 0.f, c.data(), 4) == MHA_OK);
+  CHECK(c == std::vector<float>(16, 0.f));
+}
+
+TEST_CASE("gemm_bf16: bad arguments are rejected with a message naming them", "[gemm][bf16]") {
+  std::vector<std::uint16_t> a(64, 0x3f80), b(64, 0x3f80);
+  std::vector<float> c(64, 0.f);
+  auto rejects = [](mha_status st, const char* needle) {
+    INFO(mha_last_error());
+    CHECK(st == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(mha_last_error()).find(needle) != std::string::npos);
+  };
+  rejects(mha_gemm_bf16('X', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4),
+          "transa");
+  rejects(mha_gemm_bf16('N', 'C', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4),
+          "transb");
+  rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 3, b.data(), 4, 0.f, c.data(), 4), "lda");
+  rejects(mha_gemm_bf16('T', 'N', 5, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 5), "lda");
+  rejects(mha_gemm_bf16('N', 'T', 4, 5, 4, 1.f, a.data(), 4, b.data(), 3, 0.f, c.data(), 5), "ldb");
+  rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 3), "ldc");
+  rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, nullptr, 4, b.data(), 4, 0.f, c.data(), 4),
+          "a is NULL");
+  rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, nullptr, 4, 0.f, c.data(), 4),
+          "b is NULL");
+  rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, nullptr, 4),
+          "c is NULL");
+  const std::size_t huge = std::numeric_limits<std::size_t>::max() / 2;
+  rejects(mha_gemm_bf16('N', 'N', huge, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 4),
+          "overflows");
+  mha_gemm_bf16_packed_b* packed = nullptr;
+  rejects(mha_gemm_bf16_pack_b('N', 0, 4, b.data(), 4, &packed), "k = 0");
+  rejects(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 4, nullptr), "out");
+  rejects(mha_gemm_bf16_pack_b('Q', 4, 4, b.data(), 4, &packed), "transb");
+  rejects(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 3, &packed), "ldb");
+  rejects(mha_gemm_bf16_pack_b('N', huge, huge, b.data(), huge, &packed), "overflows");
+  CHECK(packed == nullptr);
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, a.data(), 4, nullptr, 0.f, c.data(), 4),
+          "b:");
+  REQUIRE(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 4, &packed) == MHA_OK);
+  CHECK(mha_gemm_bf16_packed_b_k(packed) == 4);
+  CHECK(mha_gemm_bf16_packed_b_n(packed) == 4);
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, static_cast<mha_dtype>(9), a.data(), 4, packed, 0.f,
+                               c.data(), 4),
+          "a_type");
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_FP32, a.data(), 2, packed, 0.f, c.data(), 4),
+          "lda");
+  rejects(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, nullptr, 4, packed, 0.f, c.data(), 4),
+          "a is NULL");
+  CHECK(mha_gemm_bf16_packed('N', 4, 1.f, MHA_BF16, a.data(), 4, packed, 0.f, c.data(), 4) ==
+        MHA_OK);
+  CHECK(c[0] == 4.f);
+  mha_gemm_bf16_packed_b_destroy(packed);
+  rejects(mha_fp32_to_bf16(4, nullptr, a.data()), "x is NULL");
+  rejects(mha_bf16_to_fp32(4, a.data(), nullptr), "y is NULL");
+  try {
+    mha::gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 2);
+    FAIL("no exception");
+  } catch (const mha::Error& e) {
+    CHECK(e.status() == MHA_INVALID_ARGUMENT);
+    CHECK(std::string(e.what()).find("ldc") != std::string::npos);
+  }
+}
+
+TEST_CASE("fp32 <-> bf16 conversions round to nearest even", "[gemm][bf16]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  // (fp32 bits, bf16 bits): exact, ties to even both ways, above a tie,
+  // the sign, a denormal, overflow to infinity, infinity, NaN made quiet.
+  const std::vector<std::pair<std::uint32_t, std::uint16_t>> cases = {
+      {0x3f800000u, 0x3f80},  // 1
+      {0x3f808000u, 0x3f80},  // 1 + 2^-8: a tie, to the even 1
+      {0x3f818000u, 0x3f82},  // a tie above an odd bf16: up
+      {0x3f808001u, 0x3f81},  // just above a tie: up
+      {0x3f807fffu, 0x3f80},  // just below: down
+      {0xbf818000u, 0xbf82},  // negative
+      {0x00018000u, 0x0002},  // a denormal, kept
+      {0x7f7fffffu, 0x7f80},  // FLT_MAX rounds to infinity
+      {0x7f800000u, 0x7f80},  // infinity
+      {0x7f800001u, 0x7fc0},  // a signalling NaN, made quiet
+      {0xffc00000u, 0xffc0},  // a quiet NaN
+  };
+  for (const auto& [in, want] : cases) {
+    float x;
+    std::memcpy(&x, &in, sizeof x);
+    std::uint16_t y = 0;
+    REQUIRE(mha_fp32_to_bf16(1, &x, &y) == MHA_OK);
+    INFO("fp32 bits " << std::hex << in);
+    CHECK(y == want);
+  }
+  const std::vector<std::uint16_t> h = {0x3f80, 0xc049, 0x0001, 0xff80};
+  std::vector<float> back(h.size());
+  REQUIRE(mha_bf16_to_fp32(h.size(), h.data(), back.data()) == MHA_OK);
+  CHECK(back == std::vector<float>{1.f, -3.140625f, 0x1p-133f, -inf});
+  CHECK(mha_fp32_to_bf16(0, nullptr, nullptr) == MHA_OK);
+}
+
+TEST_CASE("mha_kernel_name names the kernels that serve each dtype", "[gemm][bf16]") {
+  const std::string isa = mha_isa_name();
+  CHECK(mha_kernel_name(MHA_FP32) == isa);
+  const bool dot = mha::detail::gemm_bf16_kernels(mha::detail::active_isa()) != nullptr;
+  CHECK(dot == (isa == "avx512" && mha::detail::cpu_features().avx512_bf16));
+  CHECK(mha_kernel_name(MHA_BF16) == (dot ? std::string("avx512_bf16") : isa));
+  CHECK(std::string(mha::kernel_name(MHA_BF16)) == mha_kernel_name(MHA_BF16));
+  CHECK(std::string(mha_kernel_name(static_cast<mha_dtype>(7))) == "invalid");
+}
