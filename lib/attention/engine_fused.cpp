@@ -16,6 +16,7 @@
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "gemm/gemm.hpp"
@@ -56,13 +57,17 @@ AttentionEngine::AttentionEngine(const KernelSet& kernels, const AttentionShape&
   const GemmKernels& g = *kernels.gemm;
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
   Impl& m = *impl_;
-  m.q_cols = round_up(E, g.nr);
-  m.k_cols = round_up(kv, g.nr);
-  m.v_cols = round_up(kv, g.nr);
-  const std::size_t q_floats = packed_b_floats(g, E, E);
-  const std::size_t k_floats = packed_b_floats(g, shape.kdim, kv);
-  const std::size_t v_floats = packed_b_floats(g, shape.vdim, kv);
-  m.in_weights = alloc_floats(q_floats + k_floats + v_floats);
+  m.q_cols = checked_round_up(E, g.nr, "embed_dim (in whole strips)");
+  m.k_cols = checked_round_up(kv, g.nr, "num_kv_heads*head_dim (in whole strips)");
+  m.v_cols = m.k_cols;
+  // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as these
+  // are the sizes allocated.
+  const std::size_t q_floats = checked_mul(E, m.q_cols, "packed q_weight");
+  const std::size_t k_floats = checked_mul(shape.kdim, m.k_cols, "packed k_weight");
+  const std::size_t v_floats = checked_mul(shape.vdim, m.v_cols, "packed v_weight");
+  checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
+  m.in_weights = alloc_floats(
+      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights"));
   float* dst = m.in_weights.get();
   m.wq = pack_weight(g, w.q_weight, E, E, dst);
   m.wk = pack_weight(g, w.k_weight, kv, shape.kdim, dst + q_floats);
@@ -187,8 +192,9 @@ struct KvCache::Storage {
 KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
     : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
   storage_->packing = kv_packing(*engine.kernels().gemm, engine.shape(), batch, max_len);
+  // Left untouched: pages of positions never reached are never backed, and
+  // step() zeroes each K strip as it enters it.
   storage_->data = alloc_floats(storage_->packing.floats);
-  std::fill_n(storage_->data.get(), storage_->packing.floats, 0.0f);
 }
 
 KvCache::~KvCache() = default;
@@ -242,6 +248,8 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
         const float* kr = p.k + row * p.ldkv + gh * d;
         const float* vr = p.v + row * p.ldkv + gh * d;
         float* kcol = kb + (pos / nr) * d * nr + pos % nr;
+        // A strip's columns past the length must read as zero (core.hpp).
+        if (pos % nr == 0) std::fill_n(kcol, d * nr, 0.0f);
         for (std::size_t c = 0; c < d; ++c) kcol[c * nr] = kr[c];
         std::copy_n(vr, d, vb + pos * pk.ldv);
       }

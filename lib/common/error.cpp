@@ -21,13 +21,6 @@ void set_last_error(const char* message) noexcept {
   }
 }
 
-std::size_t checked_mul(std::size_t a, std::size_t b, const char* what) {
-  std::size_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    invalid_argument(what, ": size ", a, " x ", b, " overflows");
-  return r;
-}
-
 }  // namespace detail
 }  // namespace mha
 

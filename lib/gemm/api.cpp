@@ -4,11 +4,13 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <memory>
 #include <mha/gemm.hpp>
 #include <new>
 #include <utility>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
@@ -16,14 +18,7 @@
 struct mha_sgemm_packed_b {
   const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
   mha::detail::PackedBView view;
-  float* data;  // 64-byte aligned, packed_b_floats(kernels, k, n) floats
-
-  mha_sgemm_packed_b(const mha_sgemm_packed_b&) = delete;
-  mha_sgemm_packed_b& operator=(const mha_sgemm_packed_b&) = delete;
-  mha_sgemm_packed_b(const mha::detail::GemmKernels* g, std::size_t floats)
-      : kernels(g),
-        data(static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64}))) {}
-  ~mha_sgemm_packed_b() { ::operator delete (data, std::align_val_t{64}); }
+  mha::detail::AlignedFloats data;  // packed_b_floats(kernels, k, n) floats
 };
 
 namespace mha {
@@ -41,14 +36,19 @@ Trans parse_trans(char t, const char* name) {
 
 // A row-major matrix stored rows x cols with leading dimension ld: ld must
 // cover a row, the pointer must be set unless the matrix is empty, and the
-// extent must be addressable.
-void check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
-                  std::size_t cols, std::size_t ld) {
+// bytes it spans must be addressable. Returns those bytes.
+detail::Extent check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
+                            std::size_t cols, std::size_t ld) {
   check_arg(ld >= cols && ld >= 1, ld_name, " = ", ld, ": expected >= max(1, ", cols,
             ") (the row length of the stored ", name, ")");
   check_arg(p != nullptr || rows == 0 || cols == 0, name, " is NULL but has ", rows, " x ", cols,
             " elements");
-  detail::checked_mul(rows, ld, name);
+  const std::size_t bytes = detail::float_bytes(detail::matrix_floats(rows, cols, ld, name), name);
+  return {p, detail::addressable(p, bytes, name)};
+}
+
+void check_disjoint(detail::Extent out, detail::Extent in, const char* message) {
+  check_arg(!detail::overlaps(out, in), message);
 }
 
 void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
@@ -56,9 +56,12 @@ void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::
                    float beta, float* c, std::size_t ldc) {
   const Trans ta = parse_trans(transa, "transa");
   const Trans tb = parse_trans(transb, "transb");
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
-  check_matrix("c", "ldc", c, m, n, ldc);
+  const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  const auto eb = check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  // C is written while A and B are still being read (blocked, threaded).
+  check_disjoint(ec, ea, "c overlaps a: expected disjoint arrays");
+  check_disjoint(ec, eb, "c overlaps b: expected disjoint arrays");
   detail::sgemm(*detail::kernels().gemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -68,12 +71,15 @@ mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, cons
   check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
   check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
   const detail::GemmKernels& g = *detail::kernels().gemm;
-  const std::size_t padded_n = detail::checked_mul(detail::ceil_div(n, g.nr), g.nr, "n");
-  const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
-  detail::checked_mul(floats, sizeof(float), "packed b");
-  auto* packed = new mha_sgemm_packed_b(&g, floats);
-  packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data);
-  return packed;
+  // The packed layout: n rounded up to whole strips of nr columns, k deep.
+  const std::size_t padded_n = detail::checked_round_up(n, g.nr, "n (rounded up to whole strips)");
+  const std::size_t floats = detail::checked_mul(k, padded_n, "packed b (k x padded n)");
+  detail::float_bytes(floats, "packed b (k x padded n)");
+  auto packed = std::make_unique<mha_sgemm_packed_b>();
+  packed->kernels = &g;
+  packed->data = detail::alloc_floats(floats);
+  packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data.get());
+  return packed.release();
 }
 
 void packed_checked(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
@@ -82,8 +88,11 @@ void packed_checked(char transa, std::size_t m, float alpha, const float* a, std
   const Trans ta = parse_trans(transa, "transa");
   check_arg(b != nullptr, "b: expected a packed B from mha_sgemm_pack_b, got NULL");
   const std::size_t n = b->view.n, k = b->view.k;
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("c", "ldc", c, m, n, ldc);
+  const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  const detail::Extent ebias{bias, m == 0 ? 0 : n * sizeof(float)};
+  check_disjoint(ec, ea, "c overlaps a: expected disjoint arrays");
+  check_disjoint(ec, ebias, "c overlaps bias: expected disjoint arrays");
   detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
 }
 
