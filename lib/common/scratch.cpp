@@ -1,31 +1,77 @@
 #include "common/scratch.hpp"
 
+#include <pthread.h>
+
 #include <cstdlib>
 #include <new>
+
+#include "common/checked.hpp"
 
 namespace mha::detail {
 namespace {
 
+constexpr auto kSlots = static_cast<unsigned>(ScratchSlot::kCount);
+
 struct Buffer {
-  float* data = nullptr;
-  std::size_t capacity = 0;
-  ~Buffer() { std::free(data); }
+  float* data;
+  std::size_t capacity;
 };
 
-thread_local Buffer buffers[static_cast<unsigned>(ScratchSlot::kCount)];
+// This thread's buffers, allocated on its first use.
+struct Buffers {
+  Buffer slot[kSlots];
+};
+
+void free_buffers(void* p) noexcept {
+  auto* b = static_cast<Buffers*>(p);
+  for (Buffer& s : b->slot) ::operator delete (s.data, std::align_val_t{64});
+  delete b;
+}
+
+// Frees a thread's buffers when it exits. A pthread key, not a thread_local
+// with a destructor: glibc aborts the process when it cannot register a TLS
+// destructor, whereas pthread_setspecific reports ENOMEM, which becomes
+// MHA_OUT_OF_MEMORY.
+pthread_key_t exit_key() {
+  static const pthread_key_t key = [] {
+    pthread_key_t k;
+    if (pthread_key_create(&k, free_buffers) != 0) throw std::bad_alloc();
+    return k;
+  }();
+  return key;
+}
+
+// Trivially destructible, so it needs no registration; the key owns the memory.
+thread_local Buffers* buffers = nullptr;
+
+Buffers& this_thread_buffers() {
+  if (buffers == nullptr) {
+    const pthread_key_t key = exit_key();
+    auto* fresh = new Buffers{};
+    if (pthread_setspecific(key, fresh) != 0) {
+      delete fresh;
+      throw std::bad_alloc();
+    }
+    buffers = fresh;
+  }
+  return *buffers;
+}
 
 }  // namespace
 
 float* thread_scratch(ScratchSlot slot, std::size_t floats) {
-  Buffer& b = buffers[static_cast<unsigned>(slot)];
+  Buffer& b = this_thread_buffers().slot[static_cast<unsigned>(slot)];
   if (floats > b.capacity) {
     // Round up to 64 bytes and keep 1/8 headroom, so sizes that creep up by
-    // a little do not reallocate on every call.
-    std::size_t want = floats + floats / 8;
-    want = (want + 15) & ~std::size_t{15};
-    void* p = std::aligned_alloc(64, want * sizeof(float));
-    if (p == nullptr) throw std::bad_alloc();
-    std::free(b.data);
+    // a little do not reallocate on every call. A size that cannot be
+    // allocated at all is out of memory, not a wrapped small buffer.
+    std::size_t want, bytes;
+    if (!add_ok(floats, floats / 8, want) || !round_up_ok(want, 16, want) ||
+        !mul_ok(want, sizeof(float), bytes) || bytes > kMaxObjectBytes) {
+      throw std::bad_alloc();
+    }
+    void* p = ::operator new (bytes, std::align_val_t{64});
+    ::operator delete (b.data, std::align_val_t{64});
     b.data = static_cast<float*>(p);
     b.capacity = want;
   }
