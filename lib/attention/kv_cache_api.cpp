@@ -59,7 +59,17 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
   check_no_overlap(eo, eq, true, "mha_attention_step: out", "query");
   check_no_overlap(eo, ek, true, "mha_attention_step: out", "key");
   check_no_overlap(eo, ev, true, "mha_attention_step: out", "value");
-  attn->engine->step(c, n_new, query, key, value, out);
+  // The engine appends to the cache before the attention core allocates its
+  // working memory: a failure after that rolls the cache back (truncate
+  // restores the zero K columns past the length; V rows past it are never
+  // read), so a failed step changes nothing.
+  const std::size_t length = c.length();
+  try {
+    attn->engine->step(c, n_new, query, key, value, out);
+  } catch (...) {
+    c.truncate(length);
+    throw;
+  }
 }
 
 }  // namespace
@@ -95,7 +105,6 @@ MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, 
                                        mha_kv_cache** out) {
   return mha::detail::guarded([&] {
     mha::detail::check_arg(out != nullptr, "mha_kv_cache_create: out must not be NULL");
-    *out = nullptr;
     *out = mha::make_cache(attn, batch, max_len);
   });
 }
