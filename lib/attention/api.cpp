@@ -16,7 +16,6 @@ namespace mha {
 namespace {
 
 using detail::check_arg;
-using detail::checked_mul;
 
 detail::AttentionShape resolve_shape(const mha_config& c) {
   check_arg(c.embed_dim != 0, "config.embed_dim: expected > 0, got 0");
@@ -33,13 +32,10 @@ detail::AttentionShape resolve_shape(const mha_config& c) {
   check_arg(c.num_heads % s.num_kv_heads == 0,
             "config.num_kv_heads: expected a divisor of num_heads (", c.num_heads, "), got ",
             s.num_kv_heads);
-  // Every weight matrix's element and byte count must fit size_t.
-  checked_mul(checked_mul(s.embed_dim, s.embed_dim, "q_weight/out_weight [E, E]"), sizeof(float),
-              "q_weight/out_weight bytes");
-  checked_mul(checked_mul(s.kv_dim(), s.kdim, "k_weight [kv_heads*head_dim, kdim]"), sizeof(float),
-              "k_weight bytes");
-  checked_mul(checked_mul(s.kv_dim(), s.vdim, "v_weight [kv_heads*head_dim, vdim]"), sizeof(float),
-              "v_weight bytes");
+  // Every weight matrix's element and byte count must fit one object.
+  detail::tensor_extent(nullptr, {s.embed_dim, s.embed_dim}, "q_weight/out_weight [E, E]");
+  detail::tensor_extent(nullptr, {s.kv_dim(), s.kdim}, "k_weight [kv_heads*head_dim, kdim]");
+  detail::tensor_extent(nullptr, {s.kv_dim(), s.vdim}, "v_weight [kv_heads*head_dim, vdim]");
   return s;
 }
 

@@ -66,8 +66,10 @@ AttentionEngine::AttentionEngine(const KernelSet& kernels, const AttentionShape&
   const std::size_t k_floats = checked_mul(shape.kdim, m.k_cols, "packed k_weight");
   const std::size_t v_floats = checked_mul(shape.vdim, m.v_cols, "packed v_weight");
   checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
-  m.in_weights = alloc_floats(
-      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights"));
+  const std::size_t in_floats =
+      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights");
+  float_bytes(in_floats, "packed weights");
+  m.in_weights = alloc_floats(in_floats);
   float* dst = m.in_weights.get();
   m.wq = pack_weight(g, w.q_weight, E, E, dst);
   m.wk = pack_weight(g, w.k_weight, kv, shape.kdim, dst + q_floats);
