@@ -182,6 +182,9 @@ void AttentionEngine::forward(const ForwardArgs& a) const {
   // shared by every query head of the group (GQA without copies).
   const KvCacheView kv = pack_kv(g, s, f.packing, a.batch, a.kv_len, p.k, p.v, p.ldkv, packed_kv);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
+  // run_core writes the weights; the output projection must not then fail
+  // for want of this thread's scratch (a call changes nothing or succeeds).
+  if (a.attn_weights != nullptr) reserve_gemm_packed(g, q_rows, m.wo);
   run_core(kernels_, s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
   gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
 }

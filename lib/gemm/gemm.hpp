@@ -43,6 +43,10 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias = nullptr);
+// Grows the calling thread's scratch to what gemm_packed over m rows of b
+// takes on it (at most), so that a caller that must not fail after writing
+// other outputs can allocate it first; throws std::bad_alloc.
+void reserve_gemm_packed(const GemmKernels& g, std::size_t m, const PackedBView& b);
 
 // op(A) [m x k] packed once by the caller for gemm_serial_packed_a, when the
 // same rows multiply several B (the attention core's query block against
