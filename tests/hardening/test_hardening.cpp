@@ -4,7 +4,9 @@
 // every overlap of an output with an input or another output that mha.h does
 // not allow is MHA_INVALID_ARGUMENT; and a failing call writes nothing (no
 // output element, no handle, no cache length).
+#include <dlfcn.h>
 #include <mha/mha.h>
+#include <pthread.h>
 #include <tbb/task_arena.h>
 
 #include <atomic>
@@ -21,6 +23,24 @@
 
 #include "common/parallel.hpp"
 #include "support/reference.hpp"
+
+// Counts the thread-local destructors registered on one watched thread:
+// glibc aborts the process when such a registration runs out of memory, so
+// the library must make none.
+namespace {
+std::atomic<pthread_t> watched{};
+std::atomic<bool> watching{false};
+std::atomic<int> tls_registrations{0};
+}  // namespace
+
+// The library is linked statically into this binary, so its registrations
+// call this definition; the real one is libstdc++'s.
+extern "C" int __cxa_thread_atexit(void (*dtor)(void*), void* obj, void* dso) noexcept {
+  using Impl = int (*)(void (*)(void*), void*, void*);
+  static const auto next = reinterpret_cast<Impl>(dlsym(RTLD_NEXT, "__cxa_thread_atexit"));
+  if (watching.load() && pthread_equal(pthread_self(), watched.load())) tls_registrations++;
+  return next(dtor, obj, dso);
+}
 
 namespace {
 
@@ -383,4 +403,32 @@ TEST_CASE("parallel_for: a task that fails on a worker is finished by the caller
     threw = true;
   }
   CHECK(threw);
+}
+
+TEST_CASE("per-thread state registers no TLS destructor (regression)", "[hardening]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: no second thread may be started here");
+    return;
+  }
+  // A new thread's first calls: one that grows the scratch and fails with a
+  // message, and one that succeeds.
+  Model m(16, 2);
+  std::vector<float> x = random_vector(4 * 16, 1), out(4 * 16);
+  mha_status bad = MHA_OK, good = MHA_INVALID_ARGUMENT;
+  mha_set_num_threads(1);
+  std::thread t([&] {
+    watched.store(pthread_self());
+    watching.store(true);
+    bad = mha_attention_forward(m.attn.get(), 1, 4, 4, x.data(), x.data(), x.data(), nullptr,
+                                nullptr, nullptr, 0);
+    good = mha_attention_forward(m.attn.get(), 1, 4, 4, x.data(), x.data(), x.data(), nullptr,
+                                 out.data(), nullptr, 0);
+    (void)mha_last_error();
+    watching.store(false);
+  });
+  t.join();
+  mha_set_num_threads(0);
+  CHECK(bad == MHA_INVALID_ARGUMENT);
+  CHECK(good == MHA_OK);
+  CHECK(tls_registrations.load() == 0);
 }
