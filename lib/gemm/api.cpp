@@ -43,12 +43,7 @@ detail::Extent check_matrix(const char* name, const char* ld_name, const void* p
             ") (the row length of the stored ", name, ")");
   check_arg(p != nullptr || rows == 0 || cols == 0, name, " is NULL but has ", rows, " x ", cols,
             " elements");
-  const std::size_t bytes = detail::float_bytes(detail::matrix_floats(rows, cols, ld, name), name);
-  return {p, detail::addressable(p, bytes, name)};
-}
-
-void check_disjoint(detail::Extent out, detail::Extent in, const char* message) {
-  check_arg(!detail::overlaps(out, in), message);
+  return detail::matrix_extent(p, rows, cols, ld, name);
 }
 
 void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
@@ -60,8 +55,8 @@ void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::
   const auto eb = check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
   const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
   // C is written while A and B are still being read (blocked, threaded).
-  check_disjoint(ec, ea, "c overlaps a: expected disjoint arrays");
-  check_disjoint(ec, eb, "c overlaps b: expected disjoint arrays");
+  detail::check_no_overlap(ec, ea, false, "c", "a");
+  detail::check_no_overlap(ec, eb, false, "c", "b");
   detail::sgemm(*detail::kernels().gemm, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -91,8 +86,8 @@ void packed_checked(char transa, std::size_t m, float alpha, const float* a, std
   const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
   const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
   const detail::Extent ebias{bias, m == 0 ? 0 : n * sizeof(float)};
-  check_disjoint(ec, ea, "c overlaps a: expected disjoint arrays");
-  check_disjoint(ec, ebias, "c overlaps bias: expected disjoint arrays");
+  detail::check_no_overlap(ec, ea, false, "c", "a");
+  detail::check_no_overlap(ec, ebias, false, "c", "bias");
   detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
 }
 

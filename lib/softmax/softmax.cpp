@@ -96,12 +96,8 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
   check_arg(y != nullptr, "softmax: y is null (expected ", rows, " x ", cols, " floats)");
   check_arg(ldx >= cols, "softmax: ldx = ", ldx, " (expected >= cols = ", cols, ")");
   check_arg(ldy >= cols, "softmax: ldy = ", ldy, " (expected >= cols = ", cols, ")");
-  const Extent ex{
-      x, addressable(x, float_bytes(matrix_floats(rows, cols, ldx, "softmax: x"), "softmax: x"),
-                     "softmax: x")};
-  const Extent ey{
-      y, addressable(y, float_bytes(matrix_floats(rows, cols, ldy, "softmax: y"), "softmax: y"),
-                     "softmax: y")};
+  const Extent ex = matrix_extent(x, rows, cols, ldx, "softmax: x");
+  const Extent ey = matrix_extent(y, rows, cols, ldy, "softmax: y");
   check_arg(std::isfinite(options.scale), "softmax: scale = ", options.scale,
             " (expected a finite value; 0 means 1)");
   Extent eadd{nullptr, 0};
@@ -109,13 +105,10 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
     check_arg(options.additive_ld == 0 || options.additive_ld >= cols,
               "softmax: additive_ld = ", options.additive_ld,
               " (expected 0 to broadcast one row, or >= cols = ", cols, ")");
-    const std::size_t floats =
-        options.additive_ld == 0
-            ? cols
-            : matrix_floats(rows, cols, options.additive_ld, "softmax: additive");
-    eadd = {options.additive,
-            addressable(options.additive, float_bytes(floats, "softmax: additive"),
-                        "softmax: additive")};
+    // additive_ld == 0 broadcasts one row.
+    eadd =
+        matrix_extent(options.additive, options.additive_ld == 0 ? 1 : rows, cols,
+                      options.additive_ld == 0 ? cols : options.additive_ld, "softmax: additive");
   }
   const Extent evalid =
       tensor_extent(options.valid_len, {rows}, "softmax: valid_len", sizeof(std::size_t));
