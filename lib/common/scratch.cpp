@@ -22,10 +22,16 @@ struct Buffers {
   Buffer slot[kSlots];
 };
 
+// Trivially destructible, so it needs no registration; the key owns the memory.
+thread_local Buffers* buffers = nullptr;
+
+// Runs on the exiting thread; clearing the pointer lets a later destructor
+// of that thread that still calls into the library start afresh.
 void free_buffers(void* p) noexcept {
   auto* b = static_cast<Buffers*>(p);
   for (Buffer& s : b->slot) ::operator delete (s.data, std::align_val_t{64});
   delete b;
+  buffers = nullptr;
 }
 
 // Frees a thread's buffers when it exits. A pthread key, not a thread_local
@@ -40,9 +46,6 @@ pthread_key_t exit_key() {
   }();
   return key;
 }
-
-// Trivially destructible, so it needs no registration; the key owns the memory.
-thread_local Buffers* buffers = nullptr;
 
 Buffers& this_thread_buffers() {
   if (buffers == nullptr) {
