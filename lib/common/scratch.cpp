@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "common/aligned.hpp"
 #include "common/checked.hpp"
 
 namespace mha::detail {
@@ -67,10 +68,12 @@ float* thread_scratch(ScratchSlot slot, std::size_t floats) {
   if (floats > b.capacity) {
     // Round up to 64 bytes and keep 1/8 headroom, so sizes that creep up by
     // a little do not reallocate on every call. A size that cannot be
-    // allocated at all is out of memory, not a wrapped small buffer.
+    // allocated at all, or only backed by overcommit that fails when the
+    // pages are touched, is out of memory (never a wrapped small buffer).
     std::size_t want, bytes;
     if (!add_ok(floats, floats / 8, want) || !round_up_ok(want, 16, want) ||
-        !mul_ok(want, sizeof(float), bytes) || bytes > kMaxObjectBytes) {
+        !mul_ok(want, sizeof(float), bytes) || bytes > kMaxObjectBytes ||
+        exceeds_physical_memory(bytes)) {
       throw std::bad_alloc();
     }
     void* p = ::operator new (bytes, std::align_val_t{64});

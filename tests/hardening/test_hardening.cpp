@@ -204,6 +204,16 @@ TEST_CASE("overflow: attention create, forward and step", "[hardening]") {
   expect_invalid(mha_attention_forward(m.attn.get(), kMax / 4, 2, 2, x.data(), x.data(), x.data(),
                                        &mask, out.data(), nullptr, 0),
                  "query");
+  // Valid sizes whose working memory (2^36 rows of projections) exceeds the
+  // machine: out of memory before any input is read or output written
+  // (in place, as the extents are too large for distinct buffers).
+  const std::size_t rows = std::size_t{1} << 36;
+  const std::vector<float> x0 = x;
+  const mha_status huge = mha_attention_forward(m.attn.get(), 1, rows, 1, x.data(), x.data(),
+                                                x.data(), nullptr, x.data(), nullptr, 0);
+  INFO("mha_last_error: " << mha_last_error());
+  CHECK(huge == MHA_OUT_OF_MEMORY);
+  CHECK(x == x0);
   CHECK(untouched(out));
   CHECK(untouched(wts));
 }
