@@ -204,6 +204,17 @@ TEST_CASE("overflow: attention create, forward and step", "[hardening]") {
   expect_invalid(mha_attention_forward(m.attn.get(), kMax / 4, 2, 2, x.data(), x.data(), x.data(),
                                        &mask, out.data(), nullptr, 0),
                  "query");
+  // length + n_new would wrap past SIZE_MAX.
+  mha_kv_cache* c = nullptr;
+  REQUIRE(mha_kv_cache_create(m.attn.get(), 1, 4, &c) == MHA_OK);
+  std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)> cache(c, mha_kv_cache_destroy);
+  REQUIRE(mha_attention_step(m.attn.get(), c, 1, x.data(), x.data(), x.data(), wts.data()) ==
+          MHA_OK);
+  wts.assign(wts.size(), kSentinel);
+  expect_invalid(
+      mha_attention_step(m.attn.get(), c, kMax, x.data(), x.data(), x.data(), out.data()),
+      "max_len");
+  CHECK(mha_kv_cache_length(c) == 1);
   // Valid sizes whose working memory (2^36 rows of projections) exceeds the
   // machine: out of memory before any input is read or output written
   // (in place, as the extents are too large for distinct buffers).
