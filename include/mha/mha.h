@@ -7,7 +7,34 @@
  *
  * Errors: every function that can fail returns an mha_status; on failure
  * nothing is written to the outputs, and mha_last_error() returns a message
- * (thread-local, valid until the next failing call on the same thread). */
+ * (thread-local, valid until the next failing call on the same thread).
+ *
+ * Failure atomicity: a call either succeeds or changes nothing: no output
+ * element, no handle (*out is written only on success), no KV-cache length
+ * or content. Memory is reserved before anything is written; when a worker
+ * thread of the library cannot start or runs out of memory, the calling
+ * thread finishes its share, so such failures end in MHA_OK or in
+ * MHA_OUT_OF_MEMORY with nothing changed, never in an abort. (One case is
+ * weaker: if the calling thread, finishing a failed worker's share, runs
+ * out of memory too, the status is MHA_OUT_OF_MEMORY but the shares other
+ * threads finished are written; a KV cache is still left unchanged.)
+ *
+ * Sizes: every element count, every byte count and every padded or packed
+ * layout the library allocates from the arguments (a KV cache's max_len, a
+ * packed B's n rounded up to whole strips) must fit size_t, and each array
+ * an argument describes (its (rows - 1) * ld + cols elements) must fit one
+ * object (PTRDIFF_MAX bytes) in the address space; otherwise the call fails
+ * with MHA_INVALID_ARGUMENT and a message naming the argument. A buffer the
+ * library would allocate that exceeds this machine's physical memory is
+ * MHA_OUT_OF_MEMORY; KV caches are allocated without being touched, so
+ * only the positions reached take memory.
+ *
+ * Overlaps: an output must not share a byte with an input or with another
+ * output (the bytes an argument spans follow from its sizes and strides),
+ * except where a function allows it below: in-place softmax (x == y with
+ * ldx == ldy), and attention whose out is the very array passed as query,
+ * key or value. Any other overlap is MHA_INVALID_ARGUMENT. Inputs may
+ * overlap each other freely. */
 #ifndef MHA_MHA_H
 #define MHA_MHA_H
 
@@ -74,7 +101,8 @@ MHA_API size_t mha_get_num_threads(void);
  * ldb >= max(1, k)); ldc >= max(1, n). Pointers may be NULL only for a matrix
  * with no elements. BLAS conventions: m or n == 0 is a no-op; k == 0 or
  * alpha == 0 gives C = beta * C without reading A or B; beta == 0 never reads
- * C (NaN in C is overwritten). Threaded; bit-identical at any thread count. */
+ * C (NaN in C is overwritten). Threaded; bit-identical at any thread count.
+ * C must not overlap A or B. */
 MHA_API mha_status mha_sgemm(char transa, char transb, size_t m, size_t n, size_t k, float alpha,
                              const float* a, size_t lda, const float* b, size_t ldb, float beta,
                              float* c, size_t ldc);
@@ -97,7 +125,8 @@ MHA_API size_t mha_sgemm_packed_b_n(const mha_sgemm_packed_b* packed);
 /* C[m x n] = alpha * op(A) * B + beta * C (+ bias[j] on every row when bias
  * is not NULL; bias has n elements and is added once, after the product).
  * For m >= 2 bit-identical to mha_sgemm with the same arguments on the same
- * ISA (m == 1 takes mha_sgemm's unpacked GEMV path, which rounds differently). */
+ * ISA (m == 1 takes mha_sgemm's unpacked GEMV path, which rounds differently).
+ * C must not overlap A or bias. */
 MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const float* a, size_t lda,
                                     const mha_sgemm_packed_b* b, float beta, float* c, size_t ldc,
                                     const float* bias);
@@ -190,14 +219,16 @@ typedef struct {
  * Rules: a row with no kept column, or whose kept z are all -inf, is all 0;
  * a row whose kept z contain NaN or +inf (including x*scale overflowing) is
  * NaN at every kept column and 0 elsewhere (masked x are never read).
- * In place (x == y, ldx == ldy) is allowed; other overlaps are an error.
+ * In place (x == y, ldx == ldy) is allowed; any other overlap of y with x,
+ * with additive or with valid_len is an error.
  * Accuracy: exp within 2 ulp; each output within a few ulp plus the rounding
  * of z (|z - max| * 2^-24 relative). Rows run in parallel for large inputs;
  * the result is bit-identical for any thread count. */
 MHA_API mha_status mha_softmax(size_t rows, size_t cols, const float* x, size_t ldx, float* y,
                                size_t ldy, const mha_softmax_options* opt);
 
-/* x [batch, seq, heads*head_dim] -> y [batch, heads, seq, head_dim]. */
+/* x [batch, seq, heads*head_dim] -> y [batch, heads, seq, head_dim]. y must
+ * not overlap x (likewise for mha_merge_heads). */
 MHA_API mha_status mha_split_heads(size_t batch, size_t seq, size_t heads, size_t head_dim,
                                    const float* x, float* y);
 /* x [batch, heads, seq, head_dim] -> y [batch, seq, heads*head_dim]. */
@@ -259,7 +290,11 @@ MHA_API void mha_attention_destroy(mha_attention* attn);
  * mha_softmax and PyTorch, z is formed before the -inf of an additive entry
  * can mask it: a NaN or +inf score plus -inf is NaN. Value rows are not
  * screened: NaN or inf in value reaches out through weights*V (0*NaN is NaN)
- * and may make NaN any row of out that reads it, even with weight 0. */
+ * and may make NaN any row of out that reads it, even with weight 0.
+ *
+ * Overlaps: out may be the very array passed as query, key or value (it is
+ * written after they are read), but must not otherwise overlap them or the
+ * mask; attn_weights must not overlap out, query, key, value or the mask. */
 MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch, size_t q_len,
                                          size_t kv_len, const float* query, /* [batch, q_len, E] */
                                          const float* key,     /* [batch, kv_len, kdim] */
@@ -281,6 +316,9 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
  * mha_attention. */
 typedef struct mha_kv_cache mha_kv_cache;
 
+/* The cache's memory (its padded layout for max_len positions) is reserved
+ * here but not touched, so a generous max_len costs address space, not
+ * memory; MHA_OUT_OF_MEMORY if it exceeds physical memory. */
 MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, size_t max_len,
                                        mha_kv_cache** out);
 MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache);
@@ -300,7 +338,10 @@ MHA_API mha_status mha_kv_cache_truncate(mha_kv_cache* cache, size_t len);
  * ones, until truncated away. n_new > 1 is a chunked prefill.
  *   query [batch, n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim],
  *   out   [batch, n_new, E].
- * Fails with MHA_INVALID_ARGUMENT, changing nothing, if length + n_new > max_len. */
+ * Fails with MHA_INVALID_ARGUMENT, changing nothing, if length + n_new > max_len.
+ * out may be the very array passed as query, key or value, but must not
+ * otherwise overlap them. A failed step (MHA_OUT_OF_MEMORY included) leaves
+ * the cache's length and contents as they were. */
 MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* cache, size_t n_new,
                                       const float* query, const float* key, const float* value,
                                       float* out);

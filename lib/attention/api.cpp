@@ -3,12 +3,12 @@
 // entry points are thin guarded() wrappers over the C++ class.
 #include <mha/mha.h>
 
-#include <initializer_list>
 #include <memory>
 #include <mha/attention.hpp>
 #include <utility>
 
 #include "attention/engine.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 
@@ -16,7 +16,6 @@ namespace mha {
 namespace {
 
 using detail::check_arg;
-using detail::checked_mul;
 
 detail::AttentionShape resolve_shape(const mha_config& c) {
   check_arg(c.embed_dim != 0, "config.embed_dim: expected > 0, got 0");
@@ -33,13 +32,10 @@ detail::AttentionShape resolve_shape(const mha_config& c) {
   check_arg(c.num_heads % s.num_kv_heads == 0,
             "config.num_kv_heads: expected a divisor of num_heads (", c.num_heads, "), got ",
             s.num_kv_heads);
-  // Every weight matrix's element and byte count must fit size_t.
-  checked_mul(checked_mul(s.embed_dim, s.embed_dim, "q_weight/out_weight [E, E]"), sizeof(float),
-              "q_weight/out_weight bytes");
-  checked_mul(checked_mul(s.kv_dim(), s.kdim, "k_weight [kv_heads*head_dim, kdim]"), sizeof(float),
-              "k_weight bytes");
-  checked_mul(checked_mul(s.kv_dim(), s.vdim, "v_weight [kv_heads*head_dim, vdim]"), sizeof(float),
-              "v_weight bytes");
+  // Every weight matrix's element and byte count must fit one object.
+  detail::tensor_extent(nullptr, {s.embed_dim, s.embed_dim}, "q_weight/out_weight [E, E]");
+  detail::tensor_extent(nullptr, {s.kv_dim(), s.kdim}, "k_weight [kv_heads*head_dim, kdim]");
+  detail::tensor_extent(nullptr, {s.kv_dim(), s.vdim}, "v_weight [kv_heads*head_dim, vdim]");
   return s;
 }
 
@@ -50,14 +46,6 @@ void check_weights(const mha_weights& w) {
   check_arg(w.v_weight != nullptr,
             "weights.v_weight: expected a [kv_heads*head_dim, vdim] array, got NULL");
   check_arg(w.out_weight != nullptr, "weights.out_weight: expected a [E, E] array, got NULL");
-}
-
-// Element count a*b*c of a tensor named `what`, also checked as bytes.
-std::size_t tensor_size(std::initializer_list<std::size_t> dims, const char* what) {
-  std::size_t n = 1;
-  for (std::size_t d : dims) n = checked_mul(n, d, what);
-  checked_mul(n, sizeof(float), what);
-  return n;
 }
 
 detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch, std::size_t q_len,
@@ -71,12 +59,37 @@ detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch
   check_arg(key != nullptr, "key: expected a [batch, kv_len, kdim] array, got NULL");
   check_arg(value != nullptr, "value: expected a [batch, kv_len, vdim] array, got NULL");
   check_arg(out != nullptr, "out: expected a [batch, q_len, embed_dim] array, got NULL");
-  tensor_size({batch, q_len, s.embed_dim}, "query/out [batch, q_len, embed_dim]");
-  tensor_size({batch, kv_len, s.kdim}, "key [batch, kv_len, kdim]");
-  tensor_size({batch, kv_len, s.vdim}, "value [batch, kv_len, vdim]");
-  tensor_size({batch, kv_len}, "key_padding [batch, kv_len]");
+  using detail::check_no_overlap;
+  using detail::tensor_extent;
+  const auto eq = tensor_extent(query, {batch, q_len, s.embed_dim}, "query [batch, q_len, E]");
+  const auto ek = tensor_extent(key, {batch, kv_len, s.kdim}, "key [batch, kv_len, kdim]");
+  const auto ev = tensor_extent(value, {batch, kv_len, s.vdim}, "value [batch, kv_len, vdim]");
+  const auto eo = tensor_extent(out, {batch, q_len, s.embed_dim}, "out [batch, q_len, E]");
   // The per-head score and weight tensors bound every index the engine forms.
-  tensor_size({batch, s.num_heads, q_len, kv_len}, "scores [batch, num_heads, q_len, kv_len]");
+  tensor_extent(nullptr, {batch, s.num_heads, q_len, kv_len},
+                "scores [batch, num_heads, q_len, kv_len]");
+  const auto ew = tensor_extent(
+      attn_weights, {batch, average_weights ? 1 : s.num_heads, q_len, kv_len}, "attn_weights");
+  const unsigned char* padding = mask != nullptr ? mask->key_padding : nullptr;
+  const float* additive = mask != nullptr ? mask->additive : nullptr;
+  const auto ep = tensor_extent(padding, {batch, kv_len}, "mask->key_padding [batch, kv_len]", 1);
+  const auto ea =
+      mask != nullptr && mask->additive_per_head
+          ? tensor_extent(additive, {batch, s.num_heads, q_len, kv_len}, "mask->additive")
+          : tensor_extent(additive, {q_len, kv_len}, "mask->additive");
+  // out is written only after every input has been read, so in place is
+  // safe; the weights are written while the mask is still being read.
+  check_no_overlap(eo, eq, true, "out", "query");
+  check_no_overlap(eo, ek, true, "out", "key");
+  check_no_overlap(eo, ev, true, "out", "value");
+  check_no_overlap(eo, ep, false, "out", "mask->key_padding");
+  check_no_overlap(eo, ea, false, "out", "mask->additive");
+  check_no_overlap(ew, eo, false, "attn_weights", "out");
+  check_no_overlap(ew, eq, false, "attn_weights", "query");
+  check_no_overlap(ew, ek, false, "attn_weights", "key");
+  check_no_overlap(ew, ev, false, "attn_weights", "value");
+  check_no_overlap(ew, ep, false, "attn_weights", "mask->key_padding");
+  check_no_overlap(ew, ea, false, "attn_weights", "mask->additive");
   detail::ForwardArgs a;
   a.batch = batch;
   a.q_len = q_len;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "softmax/kernels.hpp"
@@ -186,11 +187,16 @@ struct Partials {
 
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
                      std::size_t capacity) {
+  // Checked: a KV cache's capacity comes straight from the caller's max_len.
+  const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
   KvPacking p;
-  p.k_stride = round_up(packed_b_floats(g, s.head_dim, capacity), 16);
+  p.k_stride = checked_round_up(
+      checked_mul(checked_round_up(capacity, g.nr, what), s.head_dim, what), 16, what);
   p.ldv = round_up(s.head_dim, 16);
-  p.v_stride = round_up(capacity * p.ldv, 16);
-  p.floats = batch * s.num_kv_heads * (p.k_stride + p.v_stride);
+  p.v_stride = checked_round_up(checked_mul(capacity, p.ldv, what), 16, what);
+  p.floats = checked_mul(checked_mul(batch, s.num_kv_heads, what),
+                         checked_add(p.k_stride, p.v_stride, what), what);
+  float_bytes(p.floats, what);
   return p;
 }
 

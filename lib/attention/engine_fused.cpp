@@ -16,6 +16,7 @@
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "gemm/gemm.hpp"
@@ -55,13 +56,19 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
   const GemmKernels& g = gemm();
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
   Impl& m = *impl_;
-  m.q_cols = round_up(E, g.nr);
-  m.k_cols = round_up(kv, g.nr);
-  m.v_cols = round_up(kv, g.nr);
-  const std::size_t q_floats = packed_b_floats(g, E, E);
-  const std::size_t k_floats = packed_b_floats(g, shape.kdim, kv);
-  const std::size_t v_floats = packed_b_floats(g, shape.vdim, kv);
-  m.in_weights = alloc_floats(q_floats + k_floats + v_floats);
+  m.q_cols = checked_round_up(E, g.nr, "embed_dim (in whole strips)");
+  m.k_cols = checked_round_up(kv, g.nr, "num_kv_heads*head_dim (in whole strips)");
+  m.v_cols = m.k_cols;
+  // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as these
+  // are the sizes allocated.
+  const std::size_t q_floats = checked_mul(E, m.q_cols, "packed q_weight");
+  const std::size_t k_floats = checked_mul(shape.kdim, m.k_cols, "packed k_weight");
+  const std::size_t v_floats = checked_mul(shape.vdim, m.v_cols, "packed v_weight");
+  checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
+  const std::size_t in_floats =
+      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights");
+  float_bytes(in_floats, "packed weights");
+  m.in_weights = alloc_floats(in_floats);
   float* dst = m.in_weights.get();
   m.wq = pack_weight(g, w.q_weight, E, E, dst);
   m.wk = pack_weight(g, w.k_weight, kv, shape.kdim, dst + q_floats);
@@ -185,6 +192,9 @@ void AttentionEngine::run(const Pass& a) const {
                                                       p.ldkv, ws + f.proj);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
   try {
+    // run_core writes the weights; the output projection must not then fail
+    // for want of this thread's scratch (a call changes nothing or succeeds).
+    if (a.attn_weights != nullptr) reserve_gemm_packed(g, q_rows, m.wo);
     run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
     gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
   } catch (...) {
@@ -225,8 +235,9 @@ struct KvCache::Storage {
 KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
     : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
   storage_->packing = kv_packing(engine.gemm(), engine.shape(), batch, max_len);
+  // Left untouched: pages of positions never reached are never backed, and
+  // append() zeroes each K strip as it enters it.
   storage_->data = alloc_floats(storage_->packing.floats);
-  std::fill_n(storage_->data.get(), storage_->packing.floats, 0.0f);
 }
 
 KvCache::~KvCache() = default;
@@ -259,6 +270,8 @@ KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std:
       float* vb = values(b * kvh + gh);
       for (std::size_t t = 0; t < n_new; ++t) {
         const std::size_t pos = length_ + t, row = b * n_new + t;
+        // A strip's columns past the length must read as zero (core.hpp).
+        if (pos % kb.nr == 0) kb.clear_strip(pos);
         kb.write(pos, k + row * ld + gh * d);
         std::copy_n(v + row * ld + gh * d, d, vb + pos * ldv);
       }

@@ -7,22 +7,20 @@
 #include <utility>
 
 #include "attention/engine.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 
 namespace mha {
 namespace {
 
 using detail::check_arg;
-using detail::checked_mul;
 
 mha_kv_cache* make_cache(const mha_attention* attn, std::size_t batch, std::size_t max_len) {
   check_arg(attn != nullptr, "mha_kv_cache_create: attn must not be NULL");
   check_arg(batch > 0, "mha_kv_cache_create: batch must be > 0, got 0");
   check_arg(max_len > 0, "mha_kv_cache_create: max_len must be > 0, got 0");
-  const auto& s = attn->engine->shape();
-  checked_mul(checked_mul(checked_mul(batch, max_len, "batch * max_len"), s.kv_dim(),
-                          "batch * max_len * kv_dim"),
-              2 * sizeof(float), "KV cache bytes");
+  // The KvCache constructor sizes its padded layout with checked arithmetic
+  // (kv_packing) and allocates without touching the pages.
   auto cache = std::make_unique<mha_kv_cache>();
   cache->cache = std::make_unique<detail::KvCache>(*attn->engine, batch, max_len);
   return cache.release();
@@ -49,6 +47,19 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
   check_arg(key != nullptr, "mha_attention_step: key must not be NULL");
   check_arg(value != nullptr, "mha_attention_step: value must not be NULL");
   check_arg(out != nullptr, "mha_attention_step: out must not be NULL");
+  using detail::check_no_overlap;
+  using detail::tensor_extent;
+  const auto& s = attn->engine->shape();
+  const std::size_t B = c.batch();
+  const auto eq = tensor_extent(query, {B, n_new, s.embed_dim}, "mha_attention_step: query");
+  const auto ek = tensor_extent(key, {B, n_new, s.kdim}, "mha_attention_step: key");
+  const auto ev = tensor_extent(value, {B, n_new, s.vdim}, "mha_attention_step: value");
+  const auto eo = tensor_extent(out, {B, n_new, s.embed_dim}, "mha_attention_step: out");
+  // out is written only after every input has been read: in place is safe.
+  check_no_overlap(eo, eq, true, "mha_attention_step: out", "query");
+  check_no_overlap(eo, ek, true, "mha_attention_step: out", "key");
+  check_no_overlap(eo, ev, true, "mha_attention_step: out", "value");
+  // The engine advances the cache only when the whole step succeeds.
   attn->engine->step(c, n_new, query, key, value, out);
 }
 
@@ -85,7 +96,6 @@ MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, 
                                        mha_kv_cache** out) {
   return mha::detail::guarded([&] {
     mha::detail::check_arg(out != nullptr, "mha_kv_cache_create: out must not be NULL");
-    *out = nullptr;
     *out = mha::make_cache(attn, batch, max_len);
   });
 }

@@ -5,24 +5,24 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <memory>
 #include <new>
 
 namespace mha::detail {
 
 struct AlignedFree {
-  void operator()(float* p) const noexcept { std::free(p); }
+  void operator()(float* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedFree>;
 
-// n floats (contents unspecified), 64-byte aligned; throws std::bad_alloc.
-inline AlignedFloats alloc_floats(std::size_t n) {
-  const std::size_t bytes = ((n == 0 ? 1 : n) * sizeof(float) + 63) & ~std::size_t{63};
-  void* p = std::aligned_alloc(64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  return AlignedFloats(static_cast<float*>(p));
-}
+// Whether `bytes` exceeds the physical memory of this machine: such a buffer
+// could only be backed by overcommit and would fail when touched, so it is
+// refused up front.
+bool exceeds_physical_memory(std::size_t bytes) noexcept;
+
+// n floats (contents unspecified, pages untouched), 64-byte aligned; throws
+// std::bad_alloc, also when n floats cannot be addressed or backed.
+AlignedFloats alloc_floats(std::size_t n);
 
 inline std::size_t ceil_div(std::size_t a, std::size_t b) {
   return (a + b - 1) / b;

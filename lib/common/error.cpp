@@ -1,5 +1,7 @@
 #include "common/error.hpp"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace mha {
@@ -10,27 +12,22 @@ Error::~Error() = default;
 
 namespace detail {
 namespace {
-thread_local std::string last_error;
-}
+// A plain array, not a std::string: a thread_local with a destructor makes
+// glibc register it on the thread's first call, and glibc aborts the process
+// when that registration runs out of memory.
+constexpr std::size_t kMaxMessage = 1024;
+thread_local char last_error[kMaxMessage];
+}  // namespace
 
 void set_last_error(const char* message) noexcept {
-  try {
-    last_error = message;
-  } catch (...) {
-    last_error.clear();  // keep mha_last_error() valid even without memory
-  }
-}
-
-std::size_t checked_mul(std::size_t a, std::size_t b, const char* what) {
-  std::size_t r;
-  if (__builtin_mul_overflow(a, b, &r))
-    invalid_argument(what, ": size ", a, " x ", b, " overflows");
-  return r;
+  const std::size_t n = std::min(std::strlen(message), kMaxMessage - 1);
+  std::memcpy(last_error, message, n);
+  last_error[n] = '\0';
 }
 
 }  // namespace detail
 }  // namespace mha
 
 extern "C" MHA_API const char* mha_last_error(void) {
-  return mha::detail::last_error.c_str();
+  return mha::detail::last_error;
 }

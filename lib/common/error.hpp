@@ -29,10 +29,6 @@ void check_arg(bool ok, Parts&&... parts) {
   if (!ok) invalid_argument(std::forward<Parts>(parts)...);
 }
 
-// a*b, or an MHA_INVALID_ARGUMENT naming `what` if it overflows size_t, so
-// element counts derived from user sizes can never wrap.
-std::size_t checked_mul(std::size_t a, std::size_t b, const char* what);
-
 void set_last_error(const char* message) noexcept;
 
 // Runs f() for a C entry point: MHA_OK, or the status of the exception caught,

@@ -79,19 +79,51 @@ void parallel_for(std::size_t tasks, std::size_t max_threads, FunctionRef<void(s
     for (std::size_t i = 0; i < tasks; ++i) body(i);
     return;
   }
+  // Which tasks have finished, so that whatever TBB or a worker could not do
+  // is finished here, serially, and no failure inside TBB (a thread that does
+  // not start, a worker out of memory, an exception from a task on a worker)
+  // reaches the caller half done or std::terminate. Large task counts, rare,
+  // take their flags from the heap before anything is written.
+  constexpr std::size_t kInlineTasks = 4096;
+  std::atomic<bool> inline_done[kInlineTasks];
+  std::unique_ptr<std::atomic<bool>[]> heap_done;
+  std::atomic<bool>* done = inline_done;
+  if (tasks > kInlineTasks) {
+    heap_done = std::make_unique<std::atomic<bool>[]>(tasks);
+    done = heap_done.get();
+  }
+  for (std::size_t i = 0; i < tasks; ++i) done[i].store(false, std::memory_order_relaxed);
   auto run = [&] {
     tbb::this_task_arena::isolate([&] {
       tbb::parallel_for(tbb::blocked_range<std::size_t>(0, tasks, 1),
                         [&](const tbb::blocked_range<std::size_t>& r) {
-                          for (std::size_t i = r.begin(); i != r.end(); ++i) body(i);
+                          for (std::size_t i = r.begin(); i != r.end(); ++i) {
+                            // A task that throws is left to the serial pass below.
+                            try {
+                              body(i);
+                              done[i].store(true, std::memory_order_relaxed);
+                            } catch (...) {
+                            }
+                          }
                         });
     });
   };
-  const auto here = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
-  if (threads < here && threads < kMaxArenas) {
-    arena_for(threads).execute(run);
-  } else {
-    run();
+  try {
+    const auto here = static_cast<std::size_t>(tbb::this_task_arena::max_concurrency());
+    if (threads < here && threads < kMaxArenas) {
+      arena_for(threads).execute(run);
+    } else {
+      run();
+    }
+  } catch (...) {
+    // TBB itself failed (arena or thread creation, task allocation): the
+    // tasks it did not run are run below.
+  }
+  // TBB has joined every task it started (also when it threw), so `done` is
+  // final; the tasks that did not run, or threw, run on this thread, where an
+  // exception reaches the caller's guarded().
+  for (std::size_t i = 0; i < tasks; ++i) {
+    if (!done[i].load(std::memory_order_relaxed)) body(i);
   }
 }
 

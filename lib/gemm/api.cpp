@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <mha/gemm.hpp>
 #include <new>
 #include <utility>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
@@ -19,20 +21,11 @@ struct mha_sgemm_packed_b {
   const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
   mha::detail::PackedBView view;
   mha::detail::AlignedFloats data;  // packed_b_floats(kernels, k, n) floats
-
-  mha_sgemm_packed_b(const mha::detail::GemmKernels* g, std::size_t floats)
-      : kernels(g), data(mha::detail::alloc_floats(floats)) {}
 };
 
 struct mha_gemm_bf16_packed_b {
-  mha::detail::PackedBf16B packed;  // its data is `data`
-  void* data;                       // 64-byte aligned, packed_bf16_b_bytes
-
-  mha_gemm_bf16_packed_b(const mha_gemm_bf16_packed_b&) = delete;
-  mha_gemm_bf16_packed_b& operator=(const mha_gemm_bf16_packed_b&) = delete;
-  explicit mha_gemm_bf16_packed_b(std::size_t bytes)
-      : data(::operator new (bytes, std::align_val_t{64})) {}
-  ~mha_gemm_bf16_packed_b() { ::operator delete (data, std::align_val_t{64}); }
+  mha::detail::PackedBf16B packed;    // its data is `data`
+  mha::detail::AlignedFloats storage;  // packed_bf16_b_bytes, in whole floats
 };
 
 namespace mha {
@@ -50,14 +43,14 @@ Trans parse_trans(char t, const char* name) {
 
 // A row-major matrix stored rows x cols with leading dimension ld: ld must
 // cover a row, the pointer must be set unless the matrix is empty, and the
-// extent must be addressable.
-void check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
-                  std::size_t cols, std::size_t ld) {
+// bytes it spans must be addressable. Returns those bytes.
+detail::Extent check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
+                            std::size_t cols, std::size_t ld) {
   check_arg(ld >= cols && ld >= 1, ld_name, " = ", ld, ": expected >= max(1, ", cols,
             ") (the row length of the stored ", name, ")");
   check_arg(p != nullptr || rows == 0 || cols == 0, name, " is NULL but has ", rows, " x ", cols,
             " elements");
-  detail::checked_mul(rows, ld, name);
+  return detail::matrix_extent(p, rows, cols, ld, name);
 }
 
 void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
@@ -65,9 +58,12 @@ void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::
                    float beta, float* c, std::size_t ldc) {
   const Trans ta = parse_trans(transa, "transa");
   const Trans tb = parse_trans(transb, "transb");
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
-  check_matrix("c", "ldc", c, m, n, ldc);
+  const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  const auto eb = check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  // C is written while A and B are still being read (blocked, threaded).
+  detail::check_no_overlap(ec, ea, false, "c", "a");
+  detail::check_no_overlap(ec, eb, false, "c", "b");
   detail::sgemm(detail::gemm_kernels(detail::active_isa()), ta, tb, m, n, k, alpha, a, lda, b, ldb,
                 beta, c, ldc);
 }
@@ -78,12 +74,15 @@ mha_sgemm_packed_b* pack_checked(char transb, std::size_t k, std::size_t n, cons
   check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
   check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
   const detail::GemmKernels& g = detail::gemm_kernels(detail::active_isa());
-  const std::size_t padded_n = detail::checked_mul(detail::ceil_div(n, g.nr), g.nr, "n");
-  const std::size_t floats = detail::checked_mul(k, padded_n, "packed b");
-  detail::checked_mul(floats, sizeof(float), "packed b");
-  auto* packed = new mha_sgemm_packed_b(&g, floats);
+  // The packed layout: n rounded up to whole strips of nr columns, k deep.
+  const std::size_t padded_n = detail::checked_round_up(n, g.nr, "n (rounded up to whole strips)");
+  const std::size_t floats = detail::checked_mul(k, padded_n, "packed b (k x padded n)");
+  detail::float_bytes(floats, "packed b (k x padded n)");
+  auto packed = std::make_unique<mha_sgemm_packed_b>();
+  packed->kernels = &g;
+  packed->data = detail::alloc_floats(floats);
   packed->view = detail::pack_b(g, tb, k, n, b, ldb, packed->data.get());
-  return packed;
+  return packed.release();
 }
 
 void packed_checked(char transa, std::size_t m, float alpha, const float* a, std::size_t lda,
@@ -92,8 +91,11 @@ void packed_checked(char transa, std::size_t m, float alpha, const float* a, std
   const Trans ta = parse_trans(transa, "transa");
   check_arg(b != nullptr, "b: expected a packed B from mha_sgemm_pack_b, got NULL");
   const std::size_t n = b->view.n, k = b->view.k;
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("c", "ldc", c, m, n, ldc);
+  const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  const detail::Extent ebias{bias, m == 0 ? 0 : n * sizeof(float)};
+  detail::check_no_overlap(ec, ea, false, "c", "a");
+  detail::check_no_overlap(ec, ebias, false, "c", "bias");
   detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
 }
 
@@ -124,9 +126,11 @@ mha_gemm_bf16_packed_b* bf16_pack_checked(char transb, std::size_t k, std::size_
   detail::checked_mul(detail::checked_mul(detail::checked_mul(std::max<std::size_t>(n, 64), 2, "n"),
                                           detail::checked_mul(k, 2, "k"), "packed b"),
                       sizeof(float), "packed b");
-  auto* packed = new mha_gemm_bf16_packed_b(detail::packed_bf16_b_bytes(g, f, k, n));
-  packed->packed = detail::pack_bf16_b(g, f, tb, k, n, b, ldb, packed->data);
-  return packed;
+  auto packed = std::make_unique<mha_gemm_bf16_packed_b>();
+  packed->storage = detail::alloc_floats(
+      detail::ceil_div(detail::packed_bf16_b_bytes(g, f, k, n), sizeof(float)));
+  packed->packed = detail::pack_bf16_b(g, f, tb, k, n, b, ldb, packed->storage.get());
+  return packed.release();
 }
 
 void bf16_packed_checked(char transa, std::size_t m, float alpha, mha_dtype a_type, const void* a,

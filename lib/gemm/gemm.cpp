@@ -595,6 +595,13 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
   }
 }
 
+void reserve_gemm_packed(const GemmKernels& g, std::size_t m, const PackedBView& b) {
+  // gemm_serial_filling's request for its largest block of rows.
+  if (m != 0 && b.n != 0 && b.k != 0) {
+    thread_scratch(ScratchSlot::kGemmA, std::min(round_up(m, g.mr), g.mc) * std::min(b.k, g.kc));
+  }
+}
+
 void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias) {

@@ -3,6 +3,7 @@
 // them directly with the kernel set it was created on.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <string_view>
@@ -56,6 +57,11 @@ struct PackedBColumns {
     float* col = column(j);
     for (std::size_t p = 0; p < k; ++p) col[p * nr] = 0.0f;
   }
+  // Zeroes the whole strip holding column j.
+  void clear_strip(std::size_t j) const {
+    float* strip = data + (j / nr) * k * nr;
+    std::fill_n(strip, k * nr, 0.0f);
+  }
   // The first n columns.
   PackedBView view(std::size_t n) const { return PackedBView::whole(data, k, n, nr); }
 };
@@ -73,6 +79,10 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                  const float* bias = nullptr);
+// Grows the calling thread's scratch to what gemm_packed over m rows of b
+// takes on it (at most), so that a caller that must not fail after writing
+// other outputs can allocate it first; throws std::bad_alloc.
+void reserve_gemm_packed(const GemmKernels& g, std::size_t m, const PackedBView& b);
 
 // op(A) [m x k] packed once by the caller for gemm_serial_packed_a, when the
 // same rows multiply several B (the attention core's query block against

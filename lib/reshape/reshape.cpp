@@ -6,6 +6,7 @@
 #include <mha/reshape.hpp>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "dispatch/dispatch.hpp"
@@ -58,14 +59,16 @@ Shape check_shape(const char* fn, std::size_t batch, std::size_t seq, std::size_
                   std::size_t head_dim, std::size_t parts) {
   const std::size_t e = checked_mul(
       checked_mul(checked_mul(checked_mul(batch, seq, fn), heads, fn), head_dim, fn), parts, fn);
-  checked_mul(e, sizeof(float), fn);
+  float_bytes(e, fn);
   return {batch, seq, heads, head_dim, e / parts};
 }
 
-// Whether [a, a + na) and [b, b + nb) (in floats) do not intersect.
+// Whether [a, a + na) and [b, b + nb) (in floats) do not intersect, the
+// ranges checked as addressable first.
 bool disjoint(const float* a, std::size_t na, const float* b, std::size_t nb) {
-  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
-  return pa + na * sizeof(float) <= pb || pb + nb * sizeof(float) <= pa;
+  const Extent ea{a, addressable(a, na * sizeof(float), "reshape: input or output")};
+  const Extent eb{b, addressable(b, nb * sizeof(float), "reshape: input or output")};
+  return !overlaps(ea, eb);
 }
 
 // Tokens per block: the token-major side of a block (tokens x row floats,

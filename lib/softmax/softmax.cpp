@@ -9,6 +9,7 @@
 #include <mha/softmax.hpp>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "dispatch/dispatch.hpp"
@@ -91,16 +92,6 @@ void softmax_row(const SoftmaxKernels& k, std::size_t i, std::size_t cols, const
   std::fill(y + zero_from, y + cols, 0.f);
 }
 
-// Whether [a, a + (rows-1)*lda + cols) and the same for b intersect.
-bool overlaps(const float* a, std::size_t lda, const float* b, std::size_t ldb, std::size_t rows,
-              std::size_t cols) {
-  const auto lo_a = reinterpret_cast<std::uintptr_t>(a);
-  const auto lo_b = reinterpret_cast<std::uintptr_t>(b);
-  const std::uintptr_t hi_a = lo_a + ((rows - 1) * lda + cols) * sizeof(float);
-  const std::uintptr_t hi_b = lo_b + ((rows - 1) * ldb + cols) * sizeof(float);
-  return lo_a < hi_b && lo_b < hi_a;
-}
-
 }  // namespace
 }  // namespace mha::detail
 
@@ -114,18 +105,26 @@ void softmax(std::size_t rows, std::size_t cols, const float* x, std::size_t ldx
   check_arg(y != nullptr, "softmax: y is null (expected ", rows, " x ", cols, " floats)");
   check_arg(ldx >= cols, "softmax: ldx = ", ldx, " (expected >= cols = ", cols, ")");
   check_arg(ldy >= cols, "softmax: ldy = ", ldy, " (expected >= cols = ", cols, ")");
-  checked_mul(rows - 1, ldx, "softmax: rows x ldx");
-  checked_mul(rows - 1, ldy, "softmax: rows x ldy");
+  const Extent ex = matrix_extent(x, rows, cols, ldx, "softmax: x");
+  const Extent ey = matrix_extent(y, rows, cols, ldy, "softmax: y");
   check_arg(std::isfinite(options.scale), "softmax: scale = ", options.scale,
             " (expected a finite value; 0 means 1)");
+  Extent eadd{nullptr, 0};
   if (options.additive != nullptr) {
     check_arg(options.additive_ld == 0 || options.additive_ld >= cols,
               "softmax: additive_ld = ", options.additive_ld,
               " (expected 0 to broadcast one row, or >= cols = ", cols, ")");
-    checked_mul(rows - 1, options.additive_ld, "softmax: rows x additive_ld");
+    // additive_ld == 0 broadcasts one row.
+    eadd =
+        matrix_extent(options.additive, options.additive_ld == 0 ? 1 : rows, cols,
+                      options.additive_ld == 0 ? cols : options.additive_ld, "softmax: additive");
   }
-  check_arg((x == y && ldx == ldy) || !overlaps(x, ldx, y, ldy, rows, cols),
+  const Extent evalid =
+      tensor_extent(options.valid_len, {rows}, "softmax: valid_len", sizeof(std::size_t));
+  check_arg((x == y && ldx == ldy) || !overlaps(ey, ex),
             "softmax: y overlaps x (expected in place with x == y and ldx == ldy, or disjoint)");
+  check_no_overlap(ey, eadd, false, "softmax: y", "additive");
+  check_no_overlap(ey, evalid, false, "softmax: y", "valid_len");
 
   const SoftmaxKernels& k = softmax_kernels(active_isa());
   const float s = options.scale == 0.f ? 1.f : options.scale;

@@ -1,0 +1,423 @@
+// Allocation-failure injection: this binary replaces the global operator new
+// (which every allocation of the library reaches: handles, packed weights, KV
+// caches, per-thread scratch) with one that fails the N-th allocation after
+// it is armed. Each operation of a scenario (attention create, forward self
+// and cross, with and without weights, KV-cache create, step and truncate,
+// sgemm packed and not, softmax, reshape) runs once for every N until an
+// armed run makes fewer than N allocations, on a fresh thread so that its
+// scratch starts empty, at 1 thread and inside a tbb::task_arena(4). Each
+// failed run must return MHA_OUT_OF_MEMORY with a message and leave every
+// output, handle and cache untouched, or (when the failure hit a worker and
+// the calling thread finished its tasks) succeed with the reference result;
+// a retry must then succeed with results bit-identical to a run without
+// injection. Runs under ASan with leak detection, so a failure that leaks is
+// caught too.
+#include <mha/mha.h>
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/reference.hpp"
+
+namespace {
+
+std::atomic<bool> armed{false};
+std::atomic<long> countdown{0};
+std::atomic<bool> fired{false};
+
+void* allocate(std::size_t n, std::size_t align) {
+  if (armed.load(std::memory_order_relaxed) && countdown.fetch_sub(1) == 1) {
+    fired.store(true);
+    throw std::bad_alloc();
+  }
+  if (n == 0) n = 1;
+  void* p = align <= alignof(std::max_align_t)
+                ? std::malloc(n)
+                : std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void arm(long n) {
+  fired.store(false);
+  countdown.store(n);
+  armed.store(true);
+}
+// Disarms; whether the armed window's N-th allocation was made (and failed).
+bool disarm() {
+  armed.store(false);
+  return fired.load();
+}
+
+void* allocate_nothrow(std::size_t n, std::size_t align) noexcept {
+  try {
+    return allocate(n, align);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+// Every form, so that no allocation reaches the sanitizer's own operator new
+// and is then freed here (an alloc-dealloc mismatch under ASan).
+void* operator new(std::size_t n) {
+  return allocate(n, 0);
+}
+void* operator new[](std::size_t n) {
+  return allocate(n, 0);
+}
+void* operator new(std::size_t n, std::align_val_t al) {
+  return allocate(n, static_cast<std::size_t>(al));
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  return allocate(n, static_cast<std::size_t>(al));
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(n, 0);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(n, 0);
+}
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(n, static_cast<std::size_t>(al));
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return allocate_nothrow(n, static_cast<std::size_t>(al));
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+
+namespace {
+
+using mha::test::random_vector;
+
+constexpr float kSentinel = -7777.f;
+
+// One operation of the scenario: prepare() puts its outputs (and any state it
+// changes) in a known state, call() runs it, observe() returns everything a
+// caller can see of the outputs and state.
+struct Op {
+  std::string name;
+  std::function<void()> prepare;
+  std::function<mha_status()> call;
+  std::function<std::vector<float>()> observe;
+  bool allocates = true;  // on a fresh thread; false for the copy-only operations
+};
+
+struct Outcome {
+  bool fired = false;
+  mha_status status = MHA_OK, retry = MHA_OK;
+  std::string message;
+  std::vector<float> before, after, after_retry;
+};
+
+// Runs op with the n-th allocation failing (n = 0: none) on a fresh thread,
+// or on this one where no second thread may be started (qemu-user; there
+// the scratch is warm after the first run and fewer allocations fail).
+Outcome attempt(const Op& op, long n, bool four_threads) {
+  Outcome o;
+  // Prepared here, so that the fresh thread's scratch is still empty.
+  op.prepare();
+  o.before = op.observe();
+  const auto body = [&] {
+    if (n > 0) arm(n);
+    o.status = op.call();
+    o.fired = disarm();
+    o.message = mha_last_error();
+    o.after = op.observe();
+    if (o.fired) {
+      o.retry = op.call();
+      o.after_retry = op.observe();
+    }
+  };
+  if (!mha::test::threads_allowed()) {
+    body();
+    return o;
+  }
+  std::thread t([&] {
+    if (four_threads) {
+      tbb::task_arena arena(4);
+      arena.execute(body);
+    } else {
+      body();
+    }
+  });
+  t.join();
+  return o;
+}
+
+void run_injection(const Op& op, bool four_threads) {
+  INFO(op.name << (four_threads ? " in task_arena(4)" : " at 1 thread"));
+  const Outcome ref = attempt(op, 0, four_threads);
+  REQUIRE(ref.status == MHA_OK);
+  long failures = 0;
+  for (long n = 1;; ++n) {
+    INFO("allocation " << n << " fails");
+    const Outcome o = attempt(op, n, four_threads);
+    if (!o.fired) {
+      REQUIRE(o.status == MHA_OK);
+      REQUIRE(o.after == ref.after);
+      break;
+    }
+    ++failures;
+    if (o.status == MHA_OK) {
+      REQUIRE(o.after == ref.after);  // absorbed: a worker failed, the caller finished
+    } else {
+      REQUIRE(o.status == MHA_OUT_OF_MEMORY);
+      REQUIRE(!o.message.empty());
+      REQUIRE(o.after == o.before);
+    }
+    REQUIRE(o.retry == MHA_OK);
+    REQUIRE(o.after_retry == ref.after);
+  }
+  if (op.allocates && mha::test::threads_allowed()) CHECK(failures > 0);
+}
+
+std::vector<float> sentinel(std::size_t n) {
+  return std::vector<float>(n, kSentinel);
+}
+
+struct Scenario {
+  static constexpr std::size_t E = 64, H = 4, B = 2, L = 128, Lkv = 96;
+  std::vector<float> wq = random_vector(E * E, 1, -0.2f, 0.2f);
+  std::vector<float> wk = random_vector(E * E, 2, -0.2f, 0.2f);
+  std::vector<float> wv = random_vector(E * E, 3, -0.2f, 0.2f);
+  std::vector<float> wo = random_vector(E * E, 4, -0.2f, 0.2f);
+  std::vector<float> bias = random_vector(E, 5);
+  mha_weights weights{wq.data(),   wk.data(),   wv.data(),   wo.data(),
+                      bias.data(), bias.data(), bias.data(), bias.data()};
+  mha_config cfg{E, H, 0, 0, 0};
+  mha_attention* attn = nullptr;
+  std::vector<float> x = random_vector(B * L * E, 6), kv = random_vector(B * Lkv * E, 7);
+  std::vector<float> out = sentinel(B * L * E), w = sentinel(B * H * L * Lkv);
+
+  Scenario() { REQUIRE(mha_attention_create(&cfg, &weights, &attn) == MHA_OK); }
+  ~Scenario() { mha_attention_destroy(attn); }
+  Scenario(const Scenario&) = delete;
+  Scenario& operator=(const Scenario&) = delete;
+};
+
+// A handle written by a create: "not written" (the sentinel) is observable.
+template <class T>
+T* const kNoHandle = reinterpret_cast<T*>(std::uintptr_t{0x1234});
+
+void run_all(bool four_threads) {
+  Scenario s;
+  constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L, Lkv = Scenario::Lkv;
+  const auto reset_out = [&] {
+    s.out = sentinel(s.out.size());
+    s.w = sentinel(s.w.size());
+  };
+  const auto outputs = [&] {
+    std::vector<float> v = s.out;
+    v.insert(v.end(), s.w.begin(), s.w.end());
+    return v;
+  };
+
+  mha_attention* created = kNoHandle<mha_attention>;
+  run_injection(
+      {"attention create", [&] { created = kNoHandle<mha_attention>; },
+       [&] {
+         const mha_status st = mha_attention_create(&s.cfg, &s.weights, &created);
+         // The handle itself is compared through the results of
+         // other operations; here only "written or not" counts.
+         if (st == MHA_OK) {
+           mha_attention_destroy(created);
+           created = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{created == kNoHandle<mha_attention> ? 1.f : 0.f}; }},
+      four_threads);
+
+  const float* x = s.x.data();
+  run_injection({"forward self", reset_out,
+                 [&] {
+                   return mha_attention_forward(s.attn, B, L, L, x, x, x, nullptr, s.out.data(),
+                                                nullptr, 0);
+                 },
+                 outputs},
+                four_threads);
+  const float* kv = s.kv.data();
+  run_injection({"forward cross with weights", reset_out,
+                 [&] {
+                   return mha_attention_forward(s.attn, B, L, Lkv, x, kv, kv, nullptr, s.out.data(),
+                                                s.w.data(), 0);
+                 },
+                 outputs},
+                four_threads);
+  mha_mask causal{};
+  causal.causal = 1;
+  run_injection({"forward self, causal, averaged weights", reset_out,
+                 [&] {
+                   return mha_attention_forward(s.attn, B, L, L, x, x, x, &causal, s.out.data(),
+                                                s.w.data(), 1);
+                 },
+                 outputs},
+                four_threads);
+
+  mha_kv_cache* cache_made = kNoHandle<mha_kv_cache>;
+  run_injection(
+      {"KV cache create", [&] { cache_made = kNoHandle<mha_kv_cache>; },
+       [&] {
+         const mha_status st = mha_kv_cache_create(s.attn, B, L, &cache_made);
+         if (st == MHA_OK) {
+           mha_kv_cache_destroy(cache_made);
+           cache_made = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{cache_made == kNoHandle<mha_kv_cache> ? 1.f : 0.f}; }},
+      four_threads);
+
+  // Steps on a cache holding a 40-token prefix (the prepare step rebuilds it
+  // with truncate and a prefill, so every attempt starts from the same cache).
+  mha_kv_cache* cache = nullptr;
+  REQUIRE(mha_kv_cache_create(s.attn, B, L, &cache) == MHA_OK);
+  constexpr std::size_t kPrefix = 40, kChunk = 24;
+  std::vector<float> prefix = random_vector(B * kPrefix * E, 8),
+                     chunk = random_vector(B * kChunk * E, 9);
+  std::vector<float> scratch_out(B * kPrefix * E);
+  const auto with_prefix = [&] {
+    REQUIRE(mha_kv_cache_truncate(cache, 0) == MHA_OK);
+    REQUIRE(mha_attention_step(s.attn, cache, kPrefix, prefix.data(), prefix.data(), prefix.data(),
+                               scratch_out.data()) == MHA_OK);
+    reset_out();
+  };
+  const auto step_state = [&] {
+    std::vector<float> v(s.out.begin(), s.out.begin() + B * kChunk * E);
+    v.push_back(static_cast<float>(mha_kv_cache_length(cache)));
+    return v;
+  };
+  for (std::size_t n_new : {std::size_t{1}, kChunk}) {
+    run_injection({"KV step of " + std::to_string(n_new), with_prefix,
+                   [&] {
+                     return mha_attention_step(s.attn, cache, n_new, chunk.data(), chunk.data(),
+                                               chunk.data(), s.out.data());
+                   },
+                   step_state},
+                  four_threads);
+  }
+  run_injection({"KV truncate", with_prefix, [&] { return mha_kv_cache_truncate(cache, 17); },
+                 step_state, false},
+                four_threads);
+  mha_kv_cache_destroy(cache);
+
+  constexpr std::size_t M = 128;
+  std::vector<float> a = random_vector(M * M, 10), b = random_vector(M * M, 11);
+  std::vector<float> c = sentinel(M * M), cbias = random_vector(M, 15);
+  const auto reset_c = [&] { c = sentinel(M * M); };
+  const auto c_state = [&] { return c; };
+  // Read in place, without packing: nothing to allocate at this size.
+  run_injection({"sgemm NN", reset_c,
+                 [&] {
+                   return mha_sgemm('N', 'N', M, M, M, 1.f, a.data(), M, b.data(), M, 0.f, c.data(),
+                                    M);
+                 },
+                 c_state, false},
+                four_threads);
+  run_injection({"sgemm TT, beta 1", [&] { c = random_vector(M * M, 12); },
+                 [&] {
+                   return mha_sgemm('T', 'T', M, M, M, 0.5f, a.data(), M, b.data(), M, 1.f,
+                                    c.data(), M);
+                 },
+                 c_state},
+                four_threads);
+  mha_sgemm_packed_b* packed = kNoHandle<mha_sgemm_packed_b>;
+  run_injection(
+      {"sgemm pack_b", [&] { packed = kNoHandle<mha_sgemm_packed_b>; },
+       [&] {
+         const mha_status st = mha_sgemm_pack_b('T', M, M, b.data(), M, &packed);
+         if (st == MHA_OK) {
+           mha_sgemm_packed_b_destroy(packed);
+           packed = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{packed == kNoHandle<mha_sgemm_packed_b> ? 1.f : 0.f}; }},
+      four_threads);
+  REQUIRE(mha_sgemm_pack_b('N', M, M, b.data(), M, &packed) == MHA_OK);
+  run_injection({"sgemm packed", reset_c,
+                 [&] {
+                   return mha_sgemm_packed('N', M, 1.f, a.data(), M, packed, 0.f, c.data(), M,
+                                           cbias.data());
+                 },
+                 c_state},
+                four_threads);
+  mha_sgemm_packed_b_destroy(packed);
+
+  constexpr std::size_t R = 64, C = 1024;
+  std::vector<float> sx = random_vector(R * C, 13), sy = sentinel(R * C);
+  run_injection({"softmax in place", [&] { sy = sx; },
+                 [&] { return mha_softmax(R, C, sy.data(), C, sy.data(), C, nullptr); },
+                 [&] { return sy; }, false},
+                four_threads);
+  constexpr std::size_t RB = 2, RS = 64, RH = 4, RD = 256;
+  std::vector<float> rx = random_vector(RB * RS * RH * RD, 14), ry = sentinel(RB * RS * RH * RD);
+  run_injection({"split_heads", [&] { ry = sentinel(ry.size()); },
+                 [&] { return mha_split_heads(RB, RS, RH, RD, rx.data(), ry.data()); },
+                 [&] { return ry; }, false},
+                four_threads);
+}
+
+}  // namespace
+
+TEST_CASE("allocation failures at 1 thread: out of memory, nothing changed, retry exact",
+          "[hardening][oom]") {
+  mha_set_num_threads(1);
+  run_all(false);
+  mha_set_num_threads(0);
+}
+
+TEST_CASE("allocation failures in a task_arena(4): out of memory, nothing changed, retry exact",
+          "[hardening][oom]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: no second thread may be started here");
+    return;
+  }
+  run_all(true);
+}
