@@ -99,11 +99,11 @@ inline bool overlaps(Extent a, Extent b) noexcept {
   return lo_a < lo_b + b.bytes && lo_b < lo_a + a.bytes;
 }
 
-// The extent of a row-major rows x cols matrix with row stride ld at p, its
-// bytes checked and its range addressable.
+// The extent of a row-major rows x cols matrix of `elem`-byte elements with
+// row stride ld at p, its bytes checked and its range addressable.
 inline Extent matrix_extent(const void* p, std::size_t rows, std::size_t cols, std::size_t ld,
-                            const char* what) {
-  return {p, addressable(p, matrix_floats(rows, cols, ld, what) * sizeof(float), what)};
+                            const char* what, std::size_t elem = sizeof(float)) {
+  return {p, addressable(p, matrix_floats(rows, cols, ld, what) * elem, what)};
 }
 
 // The extent of a dense tensor of `elem`-byte elements with these dimensions

@@ -24,7 +24,7 @@ struct mha_sgemm_packed_b {
 };
 
 struct mha_gemm_bf16_packed_b {
-  mha::detail::PackedBf16B packed;    // its data is `data`
+  mha::detail::PackedBf16B packed;     // its data is `data`
   mha::detail::AlignedFloats storage;  // packed_bf16_b_bytes, in whole floats
 };
 
@@ -45,12 +45,12 @@ Trans parse_trans(char t, const char* name) {
 // cover a row, the pointer must be set unless the matrix is empty, and the
 // bytes it spans must be addressable. Returns those bytes.
 detail::Extent check_matrix(const char* name, const char* ld_name, const void* p, std::size_t rows,
-                            std::size_t cols, std::size_t ld) {
+                            std::size_t cols, std::size_t ld, std::size_t elem = sizeof(float)) {
   check_arg(ld >= cols && ld >= 1, ld_name, " = ", ld, ": expected >= max(1, ", cols,
             ") (the row length of the stored ", name, ")");
   check_arg(p != nullptr || rows == 0 || cols == 0, name, " is NULL but has ", rows, " x ", cols,
             " elements");
-  return detail::matrix_extent(p, rows, cols, ld, name);
+  return detail::matrix_extent(p, rows, cols, ld, name, elem);
 }
 
 void sgemm_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,
@@ -104,9 +104,15 @@ void gemm_bf16_checked(char transa, char transb, std::size_t m, std::size_t n, s
                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const Trans ta = parse_trans(transa, "transa");
   const Trans tb = parse_trans(transb, "transb");
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
-  check_matrix("c", "ldc", c, m, n, ldc);
+  constexpr std::size_t kBf16 = sizeof(std::uint16_t);
+  const auto ea =
+      check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda, kBf16);
+  const auto eb =
+      check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb, kBf16);
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  // C is written while A and B are still being read (blocked, threaded).
+  detail::check_no_overlap(ec, ea, false, "c", "a");
+  detail::check_no_overlap(ec, eb, false, "c", "b");
   const Isa isa = detail::active_isa();
   detail::gemm_bf16(detail::gemm_bf16_kernels(isa), detail::gemm_kernels(isa), ta, tb, m, n, k,
                     alpha, a, lda, b, ldb, beta, c, ldc);
@@ -116,7 +122,8 @@ mha_gemm_bf16_packed_b* bf16_pack_checked(char transb, std::size_t k, std::size_
                                           const std::uint16_t* b, std::size_t ldb) {
   const Trans tb = parse_trans(transb, "transb");
   check_arg(k >= 1 && n >= 1, "k = ", k, ", n = ", n, ": a packed B needs k >= 1 and n >= 1");
-  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb);
+  check_matrix("b", "ldb", b, tb == Trans::N ? k : n, tb == Trans::N ? n : k, ldb,
+               sizeof(std::uint16_t));
   const Isa isa = detail::active_isa();
   const detail::GemmBf16Kernels* g = detail::gemm_bf16_kernels(isa);
   const detail::GemmKernels& f = detail::gemm_kernels(isa);
@@ -141,17 +148,24 @@ void bf16_packed_checked(char transa, std::size_t m, float alpha, mha_dtype a_ty
             ": expected MHA_BF16 or MHA_FP32");
   check_arg(b != nullptr, "b: expected a packed B from mha_gemm_bf16_pack_b, got NULL");
   const std::size_t n = b->packed.n, k = b->packed.k;
-  check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda);
-  check_matrix("c", "ldc", c, m, n, ldc);
   const bool bf16 = a_type == MHA_BF16;
+  const auto ea = check_matrix("a", "lda", a, ta == Trans::N ? m : k, ta == Trans::N ? k : m, lda,
+                               bf16 ? sizeof(std::uint16_t) : sizeof(float));
+  const auto ec = check_matrix("c", "ldc", c, m, n, ldc);
+  detail::check_no_overlap(ec, ea, false, "c", "a");
   detail::gemm_bf16_packed(ta, m, alpha, bf16 ? static_cast<const std::uint16_t*>(a) : nullptr,
                            bf16 ? nullptr : static_cast<const float*>(a), lda, b->packed, beta, c,
                            ldc);
 }
 
-void check_convert(std::size_t n, const void* x, const void* y) {
+// x of n x_elem-byte elements into y of n y_elem-byte ones, disjoint.
+void check_convert(std::size_t n, const void* x, std::size_t x_elem, const void* y,
+                   std::size_t y_elem) {
   check_arg(x != nullptr || n == 0, "x is NULL but has ", n, " elements");
   check_arg(y != nullptr || n == 0, "y is NULL but has ", n, " elements");
+  const auto ex = detail::tensor_extent(x, {n}, "x", x_elem);
+  const auto ey = detail::tensor_extent(y, {n}, "y", y_elem);
+  detail::check_no_overlap(ey, ex, false, "y", "x");
 }
 
 const char* kernel_name_of(mha_dtype dtype) {
@@ -241,12 +255,12 @@ void gemm_bf16(char transa, std::size_t m, float alpha, const float* a, std::siz
 }
 
 void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) {
-  check_convert(n, x, y);
+  check_convert(n, x, sizeof(float), y, sizeof(std::uint16_t));
   detail::fp32_to_bf16(n, x, y);
 }
 
 void bf16_to_fp32(std::size_t n, const std::uint16_t* x, float* y) {
-  check_convert(n, x, y);
+  check_convert(n, x, sizeof(std::uint16_t), y, sizeof(float));
   detail::bf16_to_fp32(n, x, y);
 }
 

@@ -432,6 +432,29 @@ TEST_CASE("gemm_bf16: bad arguments are rejected with a message naming them", "[
   mha_gemm_bf16_packed_b_destroy(packed);
   rejects(mha_fp32_to_bf16(4, nullptr, a.data()), "x is NULL");
   rejects(mha_bf16_to_fp32(4, a.data(), nullptr), "y is NULL");
+  // Outputs overlapping inputs (mha.h): C over A or B, a converted array over
+  // its source; the bytes each operand spans count, bf16 being 2 bytes.
+  {
+    std::vector<float> buf(64, 0.f);
+    auto* as_bf16 = reinterpret_cast<std::uint16_t*>(buf.data());
+    const std::vector<float> before = buf;
+    rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, as_bf16 + 8, 4, b.data(), 4, 0.f, buf.data(), 4),
+            "overlaps a");
+    rejects(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, as_bf16 + 30, 4, 0.f, buf.data(), 4),
+            "overlaps b");
+    // B spans bytes [64, 96): C from byte 96 on is disjoint.
+    CHECK(mha_gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, as_bf16 + 32, 4, 0.f, buf.data() + 24,
+                        4) == MHA_OK);
+    REQUIRE(mha_gemm_bf16_pack_b('N', 4, 4, b.data(), 4, &packed) == MHA_OK);
+    buf = before;
+    rejects(
+        mha_gemm_bf16_packed('N', 4, 1.f, MHA_FP32, buf.data() + 8, 4, packed, 0.f, buf.data(), 4),
+        "overlaps a");
+    mha_gemm_bf16_packed_b_destroy(packed);
+    rejects(mha_fp32_to_bf16(8, buf.data(), as_bf16 + 2), "overlaps x");
+    rejects(mha_bf16_to_fp32(8, as_bf16, buf.data() + 1), "overlaps x");
+    CHECK(buf == before);
+  }
   try {
     mha::gemm_bf16('N', 'N', 4, 4, 4, 1.f, a.data(), 4, b.data(), 4, 0.f, c.data(), 2);
     FAIL("no exception");
