@@ -76,6 +76,7 @@ struct CoreInputs {
   const mha_mask* mask;
   float* out;  // merged heads [batch*q_len, ldo], head h at column h*head_dim
   std::size_t ldo;
+  AttentionMods mods;  // RoPE already applied to q and the keys
 };
 
 // Runs the core. `weights`, if non-null, receives the attention weights

@@ -36,7 +36,7 @@ void truncate(mha_kv_cache* cache, std::size_t len) {
 }
 
 void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, const float* query,
-          const float* key, const float* value, float* out) {
+          const float* key, const float* value, float* out, const mha_mods* mods = nullptr) {
   check_arg(attn != nullptr, "mha_attention_step: attn must not be NULL");
   check_arg(cache != nullptr, "mha_attention_step: cache must not be NULL");
   detail::KvCache& c = *cache->cache;
@@ -49,7 +49,9 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
   check_arg(key != nullptr, "mha_attention_step: key must not be NULL");
   check_arg(value != nullptr, "mha_attention_step: value must not be NULL");
   check_arg(out != nullptr, "mha_attention_step: out must not be NULL");
-  attn->engine->step(c, n_new, query, key, value, out);
+  const detail::AttentionMods m = detail::resolve_mods(
+      mods, attn->engine->shape(), c.batch() * n_new, "mha_attention_step_mods");
+  attn->engine->step(c, n_new, query, key, value, out, m);
 }
 
 }  // namespace
@@ -75,6 +77,10 @@ void KvCache::truncate(std::size_t len) {
 void KvCache::step(std::size_t n_new, const float* query, const float* key, const float* value,
                    float* out) {
   mha::step(attn_, handle_, n_new, query, key, value, out);
+}
+void KvCache::step_mods(std::size_t n_new, const float* query, const float* key, const float* value,
+                        const mha_mods* mods, float* out) {
+  mha::step(attn_, handle_, n_new, query, key, value, out, mods);
 }
 
 }  // namespace mha
@@ -106,6 +112,12 @@ MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* c
                                       const float* query, const float* key, const float* value,
                                       float* out) {
   return mha::detail::guarded([&] { mha::step(attn, cache, n_new, query, key, value, out); });
+}
+
+MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cache* cache,
+                                           size_t n_new, const float* query, const float* key,
+                                           const float* value, const mha_mods* mods, float* out) {
+  return mha::detail::guarded([&] { mha::step(attn, cache, n_new, query, key, value, out, mods); });
 }
 
 }  // extern "C"
