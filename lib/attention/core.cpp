@@ -86,7 +86,7 @@ struct Ctx {
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = sc + r * ldsc;
       if (mods.softcap != 0.f) {
-        soft_cap(row, n);
+        sm.soft_cap(row, n, mods.softcap);
         if (additive) sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, 1.0f);
       } else if (additive) {
         sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, scale);
@@ -101,12 +101,6 @@ struct Ctx {
       if (end < k0 + n) std::fill(row + (end > k0 ? end - k0 : 0), row + n, kNegInf);
       if (begin > k0) std::fill(row, row + std::min(n, begin - k0), kNegInf);
     }
-  }
-  // z = cap·tanh(z / cap). A scalar loop, run only when soft-capping is on:
-  // the softmax table has no tanh kernel yet.
-  void soft_cap(float* row, std::size_t n) const {
-    const float cap = mods.softcap, inv = 1.0f / cap;
-    for (std::size_t j = 0; j < n; ++j) row[j] = cap * std::tanh(row[j] * inv);
   }
   // z += -slope·(i' - j) for keys k0..k0+n: an affine ramp without branches,
   // which the compiler vectorizes.

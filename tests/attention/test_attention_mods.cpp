@@ -9,7 +9,7 @@
 // and weights. RoPE adds one rotation of q and k (cos/sin rounded to float,
 // products rounded: a few ulp of |q|, |k|); ALiBi is formed in float from
 // exact integer distances (slope·(j - i') rounded once, < 300 · 2^-24 · slope
-// here); tanh is std::tanh (1 ulp). lse: absolute error <= 1e-5 ·
+// here); the soft cap is within 5e-7·cap (kernels.hpp). lse: absolute error <= 1e-5 ·
 // max(1, |lse|): it is m + log(sum), the max exact and log(sum) within a few
 // ulp of a sum accurate to the softmax's own bound.
 #include <oneapi/tbb/task_arena.h>
