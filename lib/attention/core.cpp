@@ -262,7 +262,8 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
 }
 
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
-                   std::size_t q_len, std::size_t kv_len, bool weights, bool average) {
+                   std::size_t q_len, std::size_t kv_len, bool weights, bool average,
+                   std::size_t window) {
   CorePlan p;
   p.materialize = weights;
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
@@ -274,15 +275,24 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
       q_len <= kQueryBlock + kQueryBlock / 2 ? q_len : std::max(g.mr, kQueryBlock / g.mr * g.mr);
   const std::size_t q_blocks = ceil_div(q_len, p.q_block);
   std::size_t tasks = batch * (weights && average ? 1 : s.num_heads) * q_blocks;
-  p.chunk_len = round_up(kv_len, p.key_tile);
-  if (!weights && tasks < kSplitTargetTasks && kv_len >= 2 * kMinChunk) {
-    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), kv_len / kMinChunk);
-    p.chunk_len = round_up(ceil_div(kv_len, want), p.key_tile);
-    p.chunks = ceil_div(kv_len, p.chunk_len);
+  // Query 0 (position kv_len - q_len) sees no key before its window, and
+  // later rows' windows start later: the keys before are nobody's, so a
+  // decode step with a window splits only the keys it reads.
+  if (window != 0 && kv_len > q_len + window) {
+    p.key_begin = (kv_len - q_len - window + 1) / p.key_tile * p.key_tile;
+  }
+  const std::size_t span = kv_len - p.key_begin;
+  p.chunk_len = round_up(span, p.key_tile);
+  if (!weights && tasks < kSplitTargetTasks && span >= 2 * kMinChunk) {
+    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), span / kMinChunk);
+    p.chunk_len = round_up(ceil_div(span, want), p.key_tile);
+    p.chunks = ceil_div(span, p.chunk_len);
     tasks *= p.chunks;
   }
+  // Keys each row reads: a window bounds them.
+  const std::size_t seen = window != 0 ? std::min(span, window) : span;
   const double flops = 4.0 * static_cast<double>(batch * s.num_heads * q_len) *
-                       static_cast<double>(kv_len * s.head_dim);
+                       static_cast<double>(seen * s.head_dim);
   p.max_threads = std::min(tasks, static_cast<std::size_t>(1 + flops / kFlopsPerThread));
   p.workspace_floats = p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
   if (weights) {
@@ -352,7 +362,8 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
     const std::size_t ch = t % chunks, qb = (t / chunks) % q_blocks;
     const std::size_t bh = t / (chunks * q_blocks), b = bh / H, h = bh % H;
     const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
-    const std::size_t k0 = ch * plan.chunk_len, k1 = std::min(kv_len, k0 + plan.chunk_len);
+    const std::size_t k0 = plan.key_begin + ch * plan.chunk_len;
+    const std::size_t k1 = std::min(kv_len, k0 + plan.chunk_len);
     float* sc = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
     float* m = sc + round_up(bq * plan.key_tile, 16);
     float* l = m + round_up(bq, 16);

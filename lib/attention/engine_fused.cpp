@@ -180,7 +180,7 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
   f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
   f.plan = plan_core(g, shape_, a.batch, a.q_len, a.kv_len(), a.attn_weights != nullptr,
-                     a.average_weights);
+                     a.average_weights, a.mods.window);
   return f;
 }
 

@@ -27,6 +27,8 @@
 #include <string>
 
 #include "attention/attention_case.hpp"
+#include "attention/core.hpp"
+#include "dispatch/dispatch.hpp"
 
 using namespace mha::test;
 
@@ -206,11 +208,20 @@ TEST_CASE("random modifier combinations match the double oracle", "[attention][m
 }
 
 TEST_CASE("window and sinks across split-KV chunks match the oracle", "[attention][mods]") {
-  // Few tasks and long keys: the core splits the keys into chunks, and the
-  // window skips whole chunks and tiles.
-  for (std::size_t window : {1, 100, 700, 5000}) {
-    AttentionCase c = base_case(16, 2, 0, 3, 1500, false, 77 + window);
+  // Few tasks and long keys: the core splits the keys into chunks (those
+  // the window reaches, from plan.key_begin), and the window skips tiles.
+  const auto& g = mha::detail::gemm_kernels(mha::current_isa());
+  for (std::size_t window : {1, 100, 700, 1500, 5000}) {
+    const std::size_t kv_len = window == 1500 ? 3000 : 1500;
+    AttentionCase c = base_case(16, 2, 0, 3, kv_len, false, 77 + window);
     c.batch = 1;
+    const mha::detail::AttentionShape shape{16, 2, 16, 16, 2, 8};
+    const mha::detail::CorePlan plan =
+        mha::detail::plan_core(g, shape, 1, 3, kv_len, false, false, window);
+    INFO("window " << window << ": key_begin " << plan.key_begin << ", chunks " << plan.chunks);
+    if (window == 1500) CHECK((plan.key_begin > 0 && plan.chunks > 1));
+    if (window == 5000) CHECK((plan.key_begin == 0 && plan.chunks > 1));
+    if (window <= 700) CHECK(plan.key_begin >= kv_len - 3 - window + 1 - plan.key_tile);
     ModsData md;
     md.mods.window = window;
     md.mods.causal = 1;
