@@ -395,6 +395,38 @@ TEST_CASE("KV-cache steps with modifiers equal the forward over the whole sequen
   }
 }
 
+TEST_CASE("a windowed decode step over a long cache equals the forward",
+          "[attention][mods][kv_cache]") {
+  // One token after 2999: the step's split-KV covers only the window's keys
+  // (plan.key_begin > 0, several chunks), with RoPE at position 2999.
+  AttentionCase c = base_case(16, 2, 1, 3000, 3000, true, 91);
+  c.batch = 1;
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view());
+  ModsData md;
+  md.mods.causal = 1;
+  md.mods.window = 1500;
+  md.mods.rope_dim = 8;
+  md.sink(2, 4);
+  md.want_lse(3000, 2);
+  std::vector<float> whole(3000 * 16);
+  attn.forward_mods(1, 3000, 3000, d.query.data(), d.query.data(), d.query.data(), nullptr,
+                    &md.mods, whole.data());
+  mha::KvCache cache(attn, 1, 3000);
+  std::vector<float> prefill(2999 * 16), last(16);
+  cache.step_mods(2999, d.query.data(), d.query.data(), d.query.data(), &md.mods, prefill.data());
+  ModsData one;
+  one.mods = md.mods;
+  one.want_lse(1, 2);
+  const float* x = d.query.data() + 2999 * 16;
+  cache.step_mods(1, x, x, x, &one.mods, last.data());
+  const std::vector<double> want(whole.end() - 16, whole.end());
+  CHECK(scaled_error(last, want) <= kTolerance);
+  CHECK(lse_error(one.lse, {md.lse[2999 * 2], md.lse[2999 * 2 + 1]}) <= kTolerance);
+  const std::vector<double> want_prefill(whole.begin(), whole.end() - 16);
+  CHECK(scaled_error(prefill, want_prefill) <= kTolerance);
+}
+
 TEST_CASE("modifiers give bit-identical results at 1, 2 and 3 threads",
           "[attention][mods][threads]") {
   if (!threads_allowed()) {
