@@ -259,6 +259,22 @@ TEST_CASE("modifiers off are bit-identical to mha_attention_forward", "[attentio
   }
 }
 
+TEST_CASE("a step with modifiers off is bit-identical to mha_attention_step",
+          "[attention][mods][kv_cache]") {
+  AttentionCase c = base_case(24, 3, 1, 9, 9, true, 17);
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view());
+  mha::KvCache plain(attn, c.batch, 16), with(attn, c.batch, 16);
+  ModsData md;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<float> a(c.batch * 9 * 24), b(a.size());
+    plain.step_self(9 - 8 * round, d.query.data(), a.data());
+    with.step_mods(9 - 8 * round, d.query.data(), d.query.data(), d.query.data(),
+                   round == 0 ? &md.mods : nullptr, b.data());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("soft-capping keeps masked keys masked", "[attention][mods]") {
   // A tiny cap makes every kept score nearly equal; masked keys must still
   // get weight exactly 0 (tanh(-inf) would give them -cap otherwise).
