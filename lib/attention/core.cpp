@@ -64,11 +64,12 @@ struct Ctx {
     return std::min(kv_len, static_cast<std::size_t>(last) + 1);
   }
   // The first key that query row i may see (sliding window), 0 without one.
+  // Any window size is valid, so it is compared, never converted to signed.
   std::size_t visible_begin(std::size_t i) const {
     if (mods.window == 0) return 0;
-    const std::ptrdiff_t first = static_cast<std::ptrdiff_t>(i) + causal_offset -
-                                 static_cast<std::ptrdiff_t>(mods.window) + 1;
-    return first <= 0 ? 0 : std::min(kv_len, static_cast<std::size_t>(first));
+    const std::ptrdiff_t next = static_cast<std::ptrdiff_t>(i) + causal_offset + 1;  // i' + 1
+    if (next <= 0 || static_cast<std::size_t>(next) <= mods.window) return 0;
+    return std::min(kv_len, static_cast<std::size_t>(next) - mods.window);
   }
   bool tile_all_padded(std::size_t b, std::size_t k0, std::size_t k1) const {
     if (padding == nullptr) return false;
@@ -278,7 +279,7 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
   // Query 0 (position kv_len - q_len) sees no key before its window, and
   // later rows' windows start later: the keys before are nobody's, so a
   // decode step with a window splits only the keys it reads.
-  if (window != 0 && kv_len > q_len + window) {
+  if (window != 0 && kv_len >= q_len && kv_len - q_len >= window) {
     p.key_begin = (kv_len - q_len - window + 1) / p.key_tile * p.key_tile;
   }
   const std::size_t span = kv_len - p.key_begin;

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mha/attention.hpp>
@@ -272,6 +273,24 @@ TEST_CASE("a step with modifiers off is bit-identical to mha_attention_step",
     with.step_mods(9 - 8 * round, d.query.data(), d.query.data(), d.query.data(),
                    round == 0 ? &md.mods : nullptr, b.data());
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  }
+}
+
+TEST_CASE("a window covering every key is no window, up to SIZE_MAX", "[attention][mods]") {
+  AttentionCase c = base_case(16, 2, 0, 30, 40, false, 23);
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view());
+  ModsData none;
+  none.mods.causal = 1;
+  const CaseResult want = run_mods(attn, c, d, &none.mods);
+  for (std::size_t window : {std::size_t{40}, std::size_t{41}, std::size_t{1} << 40, SIZE_MAX}) {
+    ModsData md;
+    md.mods.causal = 1;
+    md.mods.window = window;
+    const CaseResult got = run_mods(attn, c, d, &md.mods);
+    INFO("window " << window);
+    CHECK(std::memcmp(want.out.data(), got.out.data(), want.out.size() * sizeof(float)) == 0);
+    check_against_oracle(c, md);
   }
 }
 

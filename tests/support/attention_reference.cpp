@@ -100,8 +100,10 @@ ReferenceResult reference_attention(const mha_config& config, const mha_weights&
               x = neg_inf;
           }
           if (m.causal && static_cast<long long>(j) > qpos(i)) x = neg_inf;
-          if (m.window != 0 &&
-              static_cast<long long>(j) <= qpos(i) - static_cast<long long>(m.window))
+          // j <= i' - window, with window of any size_t value.
+          if (m.window != 0 && qpos(i) >= 0 &&
+              static_cast<unsigned long long>(qpos(i)) >= m.window &&
+              j <= static_cast<unsigned long long>(qpos(i)) - m.window)
             x = neg_inf;
           s[j] = x;
           mx = std::max(mx, x);
