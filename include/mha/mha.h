@@ -326,7 +326,9 @@ MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* c
  * cache stores K after RoPE, so every step on one cache must use the same
  * rope_dim, rope_theta and rope_interleaved, and the result then equals
  * mha_attention_forward_mods over the whole sequence with mods->causal set,
- * for the rows of the new tokens (lse included: [batch*n_new, H]). */
+ * for the rows of the new tokens (lse included: [batch*n_new, H]). With a
+ * window a step reads only the window's keys, but the cache still keeps every
+ * position up to max_len (there is no ring buffer). */
 MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cache* cache,
                                            size_t n_new, const float* query, const float* key,
                                            const float* value, const mha_mods* mods, float* out);
