@@ -33,6 +33,12 @@ class MHA_API MultiheadAttention {
                const float* key, const float* value, const mha_mask* mask, float* out,
                float* attn_weights = nullptr, bool average_weights = false) const;
 
+  // forward with modifiers (mods may be null); see mha_attention_forward_mods.
+  void forward_mods(std::size_t batch, std::size_t q_len, std::size_t kv_len, const float* query,
+                    const float* key, const float* value, const mha_mask* mask,
+                    const mha_mods* mods, float* out, float* attn_weights = nullptr,
+                    bool average_weights = false) const;
+
   // Self-attention: query, key and value are all `x` ([batch, len, E]);
   // requires kdim == vdim == E.
   void forward_self(std::size_t batch, std::size_t len, const float* x, const mha_mask* mask,

@@ -29,6 +29,9 @@ class MHA_API KvCache {
   // cache; see mha_attention_step for the layouts.
   void step(std::size_t n_new, const float* query, const float* key, const float* value,
             float* out);
+  // step with modifiers (mods may be null); see mha_attention_step_mods.
+  void step_mods(std::size_t n_new, const float* query, const float* key, const float* value,
+                 const mha_mods* mods, float* out);
   // Self-attention decoding: query, key and value are all x.
   void step_self(std::size_t n_new, const float* x, float* out) { step(n_new, x, x, x, out); }
 

@@ -305,6 +305,89 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
                                              ([batch, q_len, kv_len] when average_weights) */
                                          int average_weights);
 
+/* ---- Attention modifiers (models beyond BERT/GPT-2) ------------------ */
+
+/* Options of mha_attention_forward_mods and mha_attention_step_mods. Zero
+ * (apart from struct_size) switches every modifier off; the result is then
+ * bit-identical to mha_attention_forward / mha_attention_step.
+ *
+ * struct_size: sizeof(mha_mods) as the caller compiled it. Fields may be
+ * appended in later versions; a later library reads fields past struct_size
+ * as zero (off). This version accepts exactly sizeof(mha_mods): a larger size
+ * comes from a newer header whose extra fields it cannot honour, and a
+ * smaller one from no version, so both are MHA_INVALID_ARGUMENT.
+ *
+ * Positions. Query row i of a forward (0 <= i < q_len) has position
+ * i' = i + kv_len - q_len (aligned to the end of the keys, as the causal mask;
+ * negative when q_len > kv_len), key j has position j. In a step, new token t
+ * has position length + t (its position in the cache) for its query and key.
+ *
+ * Per (batch row, head h, query i, key j), in this order:
+ *   1. q, k projected; if rope_dim: their first rope_dim features rotated
+ *      (RoPE) at their positions (q at i', k at j; K is cached rotated);
+ *   2. z = scale * q.k (scale = 1/sqrt(head_dim));
+ *   3. if softcap: z = softcap * tanh(z / softcap) (so +-inf -> +-softcap);
+ *   4. z += -alibi_slopes[h] * (i' - j) (if alibi_slopes)
+ *         + the mask's additive entry (if any);
+ *   5. masks: key j is dropped if key_padding masks it, if causal (mask or
+ *      mods) and j > i', or if window and j <= i' - window;
+ *   6. softmax over the kept keys with the sink: with s = sinks[h] (or no
+ *      term without sinks), p_j = exp(z_j) / (sum over kept k of exp(z_k) +
+ *      exp(s)); out = sum_j p_j v_j. attn_weights are these p_j (a row sums to
+ *      less than 1 with a sink), 0 at dropped keys.
+ * The non-finite rule of mha_attention_forward applies to the final z of the
+ * kept keys; a row with no kept key is zero (weights and output), sink or not.
+ *
+ *   causal           nonzero: as mha_mask.causal (either one turns it on).
+ *   window           0: none; else query i' sees only keys j > i' - window
+ *                    (the last `window` positions up to i' when causal). Any
+ *                    value. The fused path skips key tiles outside every
+ *                    row's window: O(q_len * window) work per head.
+ *   alibi_slopes     NULL, or [num_heads] finite slopes (ALiBi).
+ *   softcap          0: off; else finite > 0 (Gemma 2: 50).
+ *   sinks            NULL, or [num_heads] finite logits (gpt-oss attention sinks).
+ *   rope_dim         0: off; else even and <= head_dim.
+ *   rope_theta       base of the frequencies, 0 means 10000; else finite > 0.
+ *                    Pair t (0 <= t < rope_dim/2) of a row at position p is
+ *                    rotated by the angle p * rope_theta^(-2t/rope_dim),
+ *                    computed in double (cos and sin rounded once to float).
+ *   rope_interleaved 0: pair t is features (t, t + rope_dim/2) (GPT-NeoX,
+ *                    LLaMA in the Hugging Face layout); 1: features (2t, 2t+1)
+ *                    (GPT-J). Other values are rejected. A pair (x, y)
+ *                    becomes (x cos - y sin, y cos + x sin).
+ *   lse              NULL, or out [rows, num_heads] with rows = batch*q_len
+ *                    (forward) or batch*n_new (step), row-major by (row, h):
+ *                    log(sum over kept k of exp(z_k) + exp(s)), the
+ *                    log-sum-exp of the row's final scores. -inf for a row
+ *                    with no kept key and no sink, s for one with a sink,
+ *                    NaN for a NaN row. Two results o1, o2 over disjoint key
+ *                    sets (without sinks, or the sink in one part only)
+ *                    merge as o = (e^(lse1-M) o1 + e^(lse2-M) o2) /
+ *                    (e^(lse1-M) + e^(lse2-M)), M = max(lse1, lse2), per
+ *                    head before the output projection; the two weights sum
+ *                    to 1 and the projection is affine, so with one head they
+ *                    merge mha's `out` rows directly (up to rounding). */
+typedef struct {
+  size_t struct_size;
+  int causal;
+  size_t window;
+  const float* alibi_slopes;
+  float softcap;
+  const float* sinks;
+  size_t rope_dim;
+  float rope_theta;
+  int rope_interleaved;
+  float* lse;
+} mha_mods;
+
+/* mha_attention_forward with modifiers (mask may be NULL; mods may be NULL,
+ * which is mha_attention_forward). attn_weights and average_weights as there. */
+MHA_API mha_status mha_attention_forward_mods(const mha_attention* attn, size_t batch, size_t q_len,
+                                              size_t kv_len, const float* query, const float* key,
+                                              const float* value, const mha_mask* mask,
+                                              const mha_mods* mods, float* out, float* attn_weights,
+                                              int average_weights);
+
 /* ---- KV cache for incremental decoding ------------------------------- */
 
 /* Projected keys and values of every position decoded so far, for `batch`
@@ -345,6 +428,18 @@ MHA_API mha_status mha_kv_cache_truncate(mha_kv_cache* cache, size_t len);
 MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* cache, size_t n_new,
                                       const float* query, const float* key, const float* value,
                                       float* out);
+
+/* mha_attention_step with modifiers (mods may be NULL: mha_attention_step).
+ * mods->causal is implied. Positions are cache positions (see mha_mods); the
+ * cache stores K after RoPE, so every step on one cache must use the same
+ * rope_dim, rope_theta and rope_interleaved, and the result then equals
+ * mha_attention_forward_mods over the whole sequence with mods->causal set,
+ * for the rows of the new tokens (lse included: [batch*n_new, H]). With a
+ * window a step reads only the window's keys, but the cache still keeps every
+ * position up to max_len (there is no ring buffer). */
+MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cache* cache,
+                                           size_t n_new, const float* query, const float* key,
+                                           const float* value, const mha_mods* mods, float* out);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,9 @@
 // entry points are thin guarded() wrappers over the C++ class.
 #include <mha/mha.h>
 
+#include <array>
+#include <cmath>
+#include <initializer_list>
 #include <memory>
 #include <mha/attention.hpp>
 #include <utility>
@@ -48,10 +51,15 @@ void check_weights(const mha_weights& w) {
   check_arg(w.out_weight != nullptr, "weights.out_weight: expected a [E, E] array, got NULL");
 }
 
+// The arrays of a forward: query, key, value, out, attn_weights, key padding,
+// additive mask.
+using ForwardArrays = std::array<detail::Extent, 7>;
+
 detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch, std::size_t q_len,
                               std::size_t kv_len, const float* query, const float* key,
                               const float* value, const mha_mask* mask, float* out,
-                              float* attn_weights, bool average_weights) {
+                              float* attn_weights, bool average_weights,
+                              ForwardArrays* arrays = nullptr) {
   check_arg(batch != 0, "batch: expected > 0, got 0");
   check_arg(q_len != 0, "q_len: expected > 0, got 0");
   check_arg(kv_len != 0, "kv_len: expected > 0, got 0");
@@ -90,6 +98,7 @@ detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch
   check_no_overlap(ew, ev, false, "attn_weights", "value");
   check_no_overlap(ew, ep, false, "attn_weights", "mask->key_padding");
   check_no_overlap(ew, ea, false, "attn_weights", "mask->additive");
+  if (arrays != nullptr) *arrays = {eq, ek, ev, eo, ew, ep, ea};
   detail::ForwardArgs a;
   a.batch = batch;
   a.q_len = q_len;
@@ -121,7 +130,73 @@ const detail::AttentionEngine& engine_of(const mha_attention* handle) {
   return *handle->engine;
 }
 
+void forward_mods(const detail::AttentionEngine& e, std::size_t batch, std::size_t q_len,
+                  std::size_t kv_len, const float* query, const float* key, const float* value,
+                  const mha_mask* mask, const mha_mods* mods, float* out, float* attn_weights,
+                  bool average_weights) {
+  ForwardArrays x;
+  detail::ForwardArgs a = make_args(e.shape(), batch, q_len, kv_len, query, key, value, mask, out,
+                                    attn_weights, average_weights, &x);
+  a.mods = detail::resolve_mods(mods, e.shape(), batch * q_len,
+                                {x[0], x[1], x[2], x[3], x[4], x[5], x[6]},
+                                "mha_attention_forward_mods");
+  e.forward(a);
+}
+
 }  // namespace
+
+namespace detail {
+
+AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size_t rows,
+                           std::initializer_list<Extent> arrays, const char* fn) {
+  AttentionMods r;
+  if (m == nullptr) return r;
+  check_arg(m->struct_size == sizeof(mha_mods), fn,
+            ": mods->struct_size: expected sizeof(mha_mods) (", sizeof(mha_mods), "), got ",
+            m->struct_size);
+  const auto all_finite = [&](const float* x) {
+    for (std::size_t h = 0; h < s.num_heads; ++h)
+      if (!std::isfinite(x[h])) return h;
+    return s.num_heads;
+  };
+  if (m->alibi_slopes != nullptr) {
+    const std::size_t h = all_finite(m->alibi_slopes);
+    check_arg(h == s.num_heads, fn, ": mods->alibi_slopes[", h, "]: expected finite, got ",
+              h < s.num_heads ? m->alibi_slopes[h] : 0.f);
+  }
+  if (m->sinks != nullptr) {
+    const std::size_t h = all_finite(m->sinks);
+    check_arg(h == s.num_heads, fn, ": mods->sinks[", h, "]: expected finite, got ",
+              h < s.num_heads ? m->sinks[h] : 0.f);
+  }
+  check_arg(m->softcap == 0.f || (std::isfinite(m->softcap) && m->softcap > 0.f), fn,
+            ": mods->softcap: expected 0 (off) or finite > 0, got ", m->softcap);
+  check_arg(m->rope_dim % 2 == 0 && m->rope_dim <= s.head_dim, fn,
+            ": mods->rope_dim: expected even and <= head_dim (", s.head_dim, "), got ",
+            m->rope_dim);
+  check_arg(m->rope_theta == 0.f || (std::isfinite(m->rope_theta) && m->rope_theta > 0.f), fn,
+            ": mods->rope_theta: expected 0 (10000) or finite > 0, got ", m->rope_theta);
+  check_arg(m->rope_interleaved == 0 || m->rope_interleaved == 1, fn,
+            ": mods->rope_interleaved: expected 0 or 1, got ", m->rope_interleaved);
+  // lse [rows, H] is written while every other array may still be read.
+  const Extent el = tensor_extent(m->lse, {rows, s.num_heads}, "mods->lse [rows, num_heads]");
+  const Extent eh[] = {tensor_extent(m->alibi_slopes, {s.num_heads}, "mods->alibi_slopes [H]"),
+                       tensor_extent(m->sinks, {s.num_heads}, "mods->sinks [H]")};
+  for (const Extent& x : arrays) check_no_overlap(el, x, false, "mods->lse", "another array");
+  for (const Extent& x : eh) check_no_overlap(el, x, false, "mods->lse", "a per-head array");
+  r.causal = m->causal != 0;
+  r.window = m->window;
+  r.alibi = m->alibi_slopes;
+  r.softcap = m->softcap;
+  r.sinks = m->sinks;
+  r.rope_dim = m->rope_dim;
+  r.rope_theta = m->rope_theta != 0.f ? m->rope_theta : 10000.f;
+  r.rope_interleaved = m->rope_interleaved != 0;
+  r.lse = m->lse;
+  return r;
+}
+
+}  // namespace detail
 
 MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_weights& weights)
     : handle_(make_handle(config, weights).release()) {}
@@ -148,6 +223,14 @@ void MultiheadAttention::forward(std::size_t batch, std::size_t q_len, std::size
   const detail::AttentionEngine& e = engine_of(handle_);
   e.forward(make_args(e.shape(), batch, q_len, kv_len, query, key, value, mask, out, attn_weights,
                       average_weights));
+}
+
+void MultiheadAttention::forward_mods(std::size_t batch, std::size_t q_len, std::size_t kv_len,
+                                      const float* query, const float* key, const float* value,
+                                      const mha_mask* mask, const mha_mods* mods, float* out,
+                                      float* attn_weights, bool average_weights) const {
+  mha::forward_mods(engine_of(handle_), batch, q_len, kv_len, query, key, value, mask, mods, out,
+                    attn_weights, average_weights);
 }
 
 void MultiheadAttention::forward_self(std::size_t batch, std::size_t len, const float* x,
@@ -205,6 +288,17 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
     const mha::detail::AttentionEngine& e = mha::engine_of(attn);
     e.forward(mha::make_args(e.shape(), batch, q_len, kv_len, query, key, value, mask, out,
                              attn_weights, average_weights != 0));
+  });
+}
+
+MHA_API mha_status mha_attention_forward_mods(const mha_attention* attn, size_t batch, size_t q_len,
+                                              size_t kv_len, const float* query, const float* key,
+                                              const float* value, const mha_mask* mask,
+                                              const mha_mods* mods, float* out, float* attn_weights,
+                                              int average_weights) {
+  return mha::detail::guarded([&] {
+    mha::forward_mods(mha::engine_of(attn), batch, q_len, kv_len, query, key, value, mask, mods,
+                      out, attn_weights, average_weights != 0);
   });
 }
 

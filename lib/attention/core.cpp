@@ -44,6 +44,7 @@ struct Ctx {
   const unsigned char* padding;  // [batch, kv_len] or null
   const float* additive;         // or null
   bool additive_per_head;
+  const AttentionMods& mods;
 
   std::size_t group() const { return s.num_heads / s.num_kv_heads; }
   const float* q_rows(std::size_t b, std::size_t h, std::size_t q0) const {
@@ -60,32 +61,58 @@ struct Ctx {
     if (last < 0) return 0;
     return std::min(kv_len, static_cast<std::size_t>(last) + 1);
   }
+  // The first key that query row i may see (sliding window), 0 without one.
+  // Any window size is valid, so it is compared, never converted to signed.
+  std::size_t visible_begin(std::size_t i) const {
+    if (mods.window == 0) return 0;
+    const std::ptrdiff_t next = static_cast<std::ptrdiff_t>(i) + causal_offset + 1;  // i' + 1
+    if (next <= 0 || static_cast<std::size_t>(next) <= mods.window) return 0;
+    return std::min(kv_len, static_cast<std::size_t>(next) - mods.window);
+  }
   bool tile_all_padded(std::size_t b, std::size_t k0, std::size_t k1) const {
     if (padding == nullptr) return false;
     const unsigned char* p = padding + b * kv_len;
     return std::all_of(p + k0, p + k1, [](unsigned char x) { return x != 0; });
   }
 
-  // S rows (scores of rows q0.. for keys k0..k0+n, ld ldsc) get scale, the
-  // additive mask and -inf for causal/padding-masked keys.
+  // S rows (scores of rows q0.. for keys k0..k0+n, ld ldsc) get, in the
+  // order of mha_mods: scale, soft-capping, ALiBi and the additive mask, then
+  // -inf for causal-, window- and padding-masked keys (after the cap, so a
+  // masked key stays -inf). Each modifier costs one test per row when off.
   void mask_scores(std::size_t b, std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0,
                    std::size_t n, float* sc, std::size_t ldsc) const {
     const unsigned char* pad = padding ? padding + b * kv_len + k0 : nullptr;
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = sc + r * ldsc;
-      if (additive) sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, scale);
+      if (mods.softcap != 0.f) {
+        sm.soft_cap(row, n, mods.softcap);
+        if (additive) sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, 1.0f);
+      } else if (additive) {
+        sm.scale_add(row, additive_row(b, h, q0 + r) + k0, row, n, scale);
+      }
+      if (mods.alibi != nullptr) add_alibi(h, q0 + r, k0, row, n);
       if (pad) {
         for (std::size_t j = 0; j < n; ++j) {
           if (pad[j]) row[j] = kNegInf;
         }
       }
-      const std::size_t end = visible_end(q0 + r);
+      const std::size_t end = visible_end(q0 + r), begin = visible_begin(q0 + r);
       if (end < k0 + n) std::fill(row + (end > k0 ? end - k0 : 0), row + n, kNegInf);
+      if (begin > k0) std::fill(row, row + std::min(n, begin - k0), kNegInf);
     }
   }
+  // z += -slope·(i' - j) for keys k0..k0+n: an affine ramp without branches,
+  // which the compiler vectorizes.
+  void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const {
+    const float slope = mods.alibi[h];
+    const float base = static_cast<float>(static_cast<std::ptrdiff_t>(k0) -
+                                          static_cast<std::ptrdiff_t>(i) - causal_offset);
+    for (std::size_t j = 0; j < n; ++j) row[j] += slope * (base + static_cast<float>(j));
+  }
   // Scores are produced with the scale folded into the GEMM unless an
-  // additive mask needs them unscaled first (scale·qk + mask, as PyTorch).
-  float gemm_alpha() const { return additive ? 1.0f : scale; }
+  // additive mask needs them unscaled first (scale·qk + mask, as PyTorch);
+  // soft-capping needs them scaled, and then adds the mask unscaled.
+  float gemm_alpha() const { return additive && mods.softcap == 0.f ? 1.0f : scale; }
 
   // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head h:
   // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, and (m, l) the
@@ -104,6 +131,10 @@ struct Ctx {
     }
     // Keys past the last row's causal limit are masked for every row: stop.
     kend = std::min(kend, visible_end(q1 - 1));
+    // Keys before the first row's window are masked for every row: start at
+    // the tile holding its first key (on the same tile grid as without a
+    // window, which the packed K strips need).
+    kbeg = std::max(kbeg, visible_begin(q0) / bk * bk);
     const std::size_t gh = h / group();
     const PackedBView keys = in.kv.keys(b, gh);
     const float* values = in.kv.values(b, gh);
@@ -126,11 +157,22 @@ struct Ctx {
     }
   }
 
-  // o rows /= l: zero for rows that saw no key, NaN for poisoned ones.
-  void normalize(std::size_t rows, float* o, std::size_t ldo, const float* m,
-                 const float* l) const {
-    for (std::size_t r = 0; r < rows; ++r)
-      online_finalize(sm, {m[r], l[r]}, o + r * ldo, s.head_dim);
+  // o rows /= l (with head h's sink joined): zero for rows that saw no key,
+  // NaN for poisoned ones; their log-sum-exp to lse if asked.
+  void normalize(std::size_t b, std::size_t h, std::size_t q0, std::size_t rows, float* o,
+                 std::size_t ldo, const float* m, const float* l) const {
+    for (std::size_t r = 0; r < rows; ++r) {
+      OnlineRow st{m[r], l[r]};
+      join_sink(h, st, o + r * ldo, s.head_dim);
+      online_finalize(sm, st, o + r * ldo, s.head_dim);
+      store_lse(b, h, q0 + r, st);
+    }
+  }
+  void join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const {
+    if (mods.sinks != nullptr) online_rescale(sm, acc, n, online_sink(sm, st, mods.sinks[h]));
+  }
+  void store_lse(std::size_t b, std::size_t h, std::size_t i, const OnlineRow& st) const {
+    if (mods.lse != nullptr) mods.lse[(b * in.q_len + i) * s.num_heads + h] = online_lse(st);
   }
 
   // Zeroes row i's causal- and padding-masked keys in a weights row: a NaN
@@ -143,6 +185,7 @@ struct Ctx {
       }
     }
     std::fill(row + visible_end(i), row + kv_len, 0.0f);
+    std::fill(row, row + visible_begin(i), 0.0f);
   }
 
   // Weights requested: the rows of P are the caller's output, so they are
@@ -159,7 +202,9 @@ struct Ctx {
       float* row = p + r * ldp;
       OnlineRow st;
       online_update(sm, st, row, kv_len);
+      join_sink(h, st, row, kv_len);
       online_finalize(sm, st, row, kv_len);
+      store_lse(b, h, q0 + r, st);
       if (online_poisoned(st)) zero_masked_keys(b, q0 + r, row);
     }
     gemm_serial_inplace(g, Trans::N, rows, s.head_dim, kv_len, 1.0f, p, ldp, in.kv.values(b, gh),
@@ -222,7 +267,8 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
 }
 
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
-                   std::size_t q_len, std::size_t kv_len, bool weights, bool average) {
+                   std::size_t q_len, std::size_t kv_len, bool weights, bool average,
+                   std::size_t window) {
   CorePlan p;
   p.materialize = weights;
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
@@ -234,15 +280,24 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
       q_len <= kQueryBlock + kQueryBlock / 2 ? q_len : std::max(g.mr, kQueryBlock / g.mr * g.mr);
   const std::size_t q_blocks = ceil_div(q_len, p.q_block);
   std::size_t tasks = batch * (weights && average ? 1 : s.num_heads) * q_blocks;
-  p.chunk_len = round_up(kv_len, p.key_tile);
-  if (!weights && tasks < kSplitTargetTasks && kv_len >= 2 * kMinChunk) {
-    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), kv_len / kMinChunk);
-    p.chunk_len = round_up(ceil_div(kv_len, want), p.key_tile);
-    p.chunks = ceil_div(kv_len, p.chunk_len);
+  // Query 0 (position kv_len - q_len) sees no key before its window, and
+  // later rows' windows start later: the keys before are nobody's, so a
+  // decode step with a window splits only the keys it reads.
+  if (window != 0 && kv_len >= q_len && kv_len - q_len >= window) {
+    p.key_begin = (kv_len - q_len - window + 1) / p.key_tile * p.key_tile;
+  }
+  const std::size_t span = kv_len - p.key_begin;
+  p.chunk_len = round_up(span, p.key_tile);
+  if (!weights && tasks < kSplitTargetTasks && span >= 2 * kMinChunk) {
+    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), span / kMinChunk);
+    p.chunk_len = round_up(ceil_div(span, want), p.key_tile);
+    p.chunks = ceil_div(span, p.chunk_len);
     tasks *= p.chunks;
   }
+  // Keys each row reads: a window bounds them.
+  const std::size_t seen = window != 0 ? std::min(span, window) : span;
   const double flops = 4.0 * static_cast<double>(batch * s.num_heads * q_len) *
-                       static_cast<double>(kv_len * s.head_dim);
+                       static_cast<double>(seen * s.head_dim);
   p.max_threads = std::min(tasks, threads_for({flops}));
   p.workspace_floats = p.chunks > 1 ? batch * s.num_heads * p.chunks * q_len * (s.head_dim + 2) : 0;
   if (weights) {
@@ -266,11 +321,12 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
               in,
               kv_len,
               static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim))),
-              mask && mask->causal,
+              (mask && mask->causal) || in.mods.causal,
               static_cast<std::ptrdiff_t>(kv_len) - static_cast<std::ptrdiff_t>(in.q_len),
               mask ? mask->key_padding : nullptr,
               mask ? mask->additive : nullptr,
-              mask && mask->additive_per_head};
+              mask && mask->additive_per_head,
+              in.mods};
   const std::size_t H = s.num_heads, d = s.head_dim, bq = plan.q_block;
   const std::size_t q_blocks = ceil_div(in.q_len, bq);
 
@@ -311,7 +367,8 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
     const std::size_t ch = t % chunks, qb = (t / chunks) % q_blocks;
     const std::size_t bh = t / (chunks * q_blocks), b = bh / H, h = bh % H;
     const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
-    const std::size_t k0 = ch * plan.chunk_len, k1 = std::min(kv_len, k0 + plan.chunk_len);
+    const std::size_t k0 = plan.key_begin + ch * plan.chunk_len;
+    const std::size_t k1 = std::min(kv_len, k0 + plan.chunk_len);
     float* sc = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
     float* m = sc + round_up(bq * plan.key_tile, 16);
     float* l = m + round_up(bq, 16);
@@ -319,7 +376,7 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
     if (chunks == 1) {
       float* o = c.out_rows(b, h, q0);
       c.attend_online(b, h, q0, q1, k0, k1, o, in.ldo, m, l, sc, qpack);
-      c.normalize(q1 - q0, o, in.ldo, m, l);
+      c.normalize(b, h, q0, q1 - q0, o, in.ldo, m, l);
     } else {
       c.attend_online(b, h, q0, q1, k0, k1, parts.o(b, h, ch) + q0 * d, d, parts.m(b, h, ch) + q0,
                       parts.l(b, h, ch) + q0, sc, qpack);
@@ -334,7 +391,14 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
       const auto part = [&](std::size_t ch) {
         return OnlinePart{{parts.m(b, h, ch)[i], parts.l(b, h, ch)[i]}, parts.o(b, h, ch) + i * d};
       };
-      online_merge(c.sm, chunks, part, c.out_rows(b, h, i), d);
+      if (in.mods.sinks != nullptr) {
+        // The sink joins chunk 0's partial (it belongs to no chunk's keys).
+        OnlineRow st{parts.m(b, h, 0)[i], parts.l(b, h, 0)[i]};
+        c.join_sink(h, st, parts.o(b, h, 0) + i * d, d);
+        parts.m(b, h, 0)[i] = st.max;
+        parts.l(b, h, 0)[i] = st.sum;
+      }
+      c.store_lse(b, h, i, online_merge(c.sm, chunks, part, c.out_rows(b, h, i), d));
     }
   });
 }

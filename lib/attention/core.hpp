@@ -60,14 +60,18 @@ struct CorePlan {
   std::size_t key_tile = 0;   // keys per online-softmax step (multiple of nr)
   std::size_t chunks = 1;     // split-KV chunks (1 = no split)
   std::size_t chunk_len = 0;  // keys per chunk (multiple of key_tile)
+  std::size_t key_begin = 0;  // first key any row may see (sliding window), tile-aligned
   // From threads_for: the one field the thread count sets (a cap, not the split).
   std::size_t max_threads = 1;
   bool materialize = false;          // caller asked for the weights
   std::size_t workspace_floats = 0;  // from the calling thread (split partials)
   std::size_t task_floats = 0;       // per task
 };
+// `window`: mha_mods.window (0: none); the chunks then cover only the keys
+// some row's window reaches.
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
-                   std::size_t q_len, std::size_t kv_len, bool weights, bool average);
+                   std::size_t q_len, std::size_t kv_len, bool weights, bool average,
+                   std::size_t window);
 
 struct CoreInputs {
   const float* q;  // [batch*q_len, ldq], head h at column h*head_dim
@@ -77,6 +81,7 @@ struct CoreInputs {
   const mha_mask* mask;
   float* out;  // merged heads [batch*q_len, ldo], head h at column h*head_dim
   std::size_t ldo;
+  AttentionMods mods;  // RoPE already applied to q and the keys
 };
 
 // Runs the core. `weights`, if non-null, receives the attention weights

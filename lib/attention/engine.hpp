@@ -6,9 +6,11 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <initializer_list>
 #include <memory>
 #include <mha/isa.hpp>
 
+#include "common/checked.hpp"
 #include "gemm/gemm.hpp"
 #include "softmax/kernels.hpp"
 
@@ -24,6 +26,26 @@ struct AttentionShape {
   std::size_t kv_dim() const { return num_kv_heads * head_dim; }
 };
 
+// mha_mods resolved (rope_theta defaulted) and validated; the zero value is
+// "no modifiers".
+struct AttentionMods {
+  bool causal = false;
+  std::size_t window = 0;
+  const float* alibi = nullptr;  // [H] slopes
+  float softcap = 0.f;
+  const float* sinks = nullptr;  // [H] logits
+  std::size_t rope_dim = 0;
+  float rope_theta = 10000.f;
+  bool rope_interleaved = false;
+  float* lse = nullptr;  // [rows, H]
+};
+
+// Validates *m (NULL: no modifiers) for a call producing `rows` query rows
+// (the size of lse), whose other arrays span `arrays` (lse, an output, must
+// overlap none of them), and resolves it; messages start with `fn`. In api.cpp.
+AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size_t rows,
+                           std::initializer_list<Extent> arrays, const char* fn);
+
 struct ForwardArgs {
   std::size_t batch = 0, q_len = 0, kv_len = 0;
   const float* query = nullptr;  // [batch, q_len, E]
@@ -33,6 +55,7 @@ struct ForwardArgs {
   float* out = nullptr;           // [batch, q_len, E]
   float* attn_weights = nullptr;  // optional, see mha_attention_forward
   bool average_weights = false;
+  AttentionMods mods;
 };
 
 class AttentionEngine;
@@ -97,7 +120,7 @@ class AttentionEngine {
   // Requires cache.length() + n_new <= cache.max_len() and a cache created
   // for this engine.
   void step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
-            const float* value, float* out) const;
+            const float* value, float* out, const AttentionMods& mods = {}) const;
 
   const AttentionShape& shape() const { return shape_; }
   // The ISA the engine was created on: its packed weights and every call run

@@ -15,6 +15,7 @@
 
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
+#include "attention/rope.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "common/parallel.hpp"
@@ -97,7 +98,7 @@ AttentionEngine::~AttentionEngine() = default;
 namespace {
 
 struct Projected {
-  const float *q, *k, *v;
+  float *q, *k, *v;  // scratch: RoPE rotates q and k in place
   std::size_t ldq, ldkv;
 };
 
@@ -147,16 +148,31 @@ struct AttentionEngine::Pass {
   float* attn_weights;
   bool average_weights;
   KvCache* cache;  // nullptr: K and V packed for this call only
+  AttentionMods mods;
 
   std::size_t kv_len() const { return cache != nullptr ? cache->length_ + kv_rows : kv_rows; }
+  // Positions (mha_mods) of the first query and key row this call projects.
+  std::ptrdiff_t q_pos0() const {
+    return static_cast<std::ptrdiff_t>(kv_len()) - static_cast<std::ptrdiff_t>(q_len);
+  }
+  std::ptrdiff_t k_pos0() const {
+    return static_cast<std::ptrdiff_t>(kv_len()) - static_cast<std::ptrdiff_t>(kv_rows);
+  }
+  // The positions RoPE needs: [rope_first(), rope_first() + rope_positions()).
+  std::ptrdiff_t rope_first() const { return std::min(q_pos0(), k_pos0()); }
+  std::size_t rope_positions() const {
+    const std::ptrdiff_t end = std::max(q_pos0() + static_cast<std::ptrdiff_t>(q_len),
+                                        k_pos0() + static_cast<std::ptrdiff_t>(kv_rows));
+    return mods.rope_dim == 0 ? 0 : static_cast<std::size_t>(end - rope_first());
+  }
 };
 
 struct AttentionEngine::Layout {
   bool fused;
-  std::size_t proj, packed, merged;
+  std::size_t proj, packed, merged, rope;
   KvPacking packing;
   CorePlan plan;
-  std::size_t total() const { return proj + packed + merged + plan.workspace_floats; }
+  std::size_t total() const { return proj + packed + merged + rope + plan.workspace_floats; }
 };
 
 AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
@@ -169,8 +185,9 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   f.packing = kv_packing(g, shape_, a.batch, a.kv_rows);
   f.packed = a.cache != nullptr ? 0 : f.packing.floats;
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
+  f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
   f.plan = plan_core(g, shape_, a.batch, a.q_len, a.kv_len(), a.attn_weights != nullptr,
-                     a.average_weights);
+                     a.average_weights, a.mods.window);
   return f;
 }
 
@@ -182,15 +199,25 @@ void AttentionEngine::run(const Pass& a) const {
   const Layout f = layout(a);
   float* ws = thread_scratch(ScratchSlot::kAttention, f.total());
   float* merged = ws + f.proj + f.packed;
-  float* core_ws = merged + f.merged;
+  float* rope = merged + f.merged;
+  float* core_ws = rope + f.rope;
   const Projected p =
       project(g, m, s, f.fused, q_rows, a.batch * a.kv_rows, a.query, a.key, a.value, ws);
+  if (a.mods.rope_dim != 0) {
+    // Rotated once here, before K is packed or cached: the cache holds
+    // rotated keys, as the models' caches do.
+    rope_table(a.mods, a.rope_first(), a.rope_positions(), rope);
+    rope_apply(a.mods, rope, a.rope_first(), a.q_pos0(), a.batch, a.q_len, s.num_heads, s.head_dim,
+               p.q, p.ldq);
+    rope_apply(a.mods, rope, a.rope_first(), a.k_pos0(), a.batch, a.kv_rows, s.num_kv_heads,
+               s.head_dim, p.k, p.ldkv);
+  }
   // K and V laid out once per (batch, kv head) in the GEMM's B layout and
   // shared by every query head of the group (GQA without copies).
   const KvCacheView kv = a.cache != nullptr ? a.cache->append(p.k, p.v, p.ldkv, a.kv_rows)
                                             : pack_kv(g, s, f.packing, a.batch, a.kv_rows, p.k, p.v,
                                                       p.ldkv, ws + f.proj);
-  const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E};
+  const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E, a.mods};
   try {
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
@@ -210,8 +237,8 @@ std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) cons
 }
 
 AttentionEngine::Pass AttentionEngine::forward_pass(const ForwardArgs& a) {
-  return {a.batch, a.q_len, a.kv_len,       a.query,           a.key,  a.value,
-          a.mask,  a.out,   a.attn_weights, a.average_weights, nullptr};
+  return {a.batch, a.q_len, a.kv_len,       a.query,           a.key,   a.value,
+          a.mask,  a.out,   a.attn_weights, a.average_weights, nullptr, a.mods};
 }
 
 void AttentionEngine::forward(const ForwardArgs& a) const {
@@ -219,10 +246,10 @@ void AttentionEngine::forward(const ForwardArgs& a) const {
 }
 
 void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
-                           const float* value, float* out) const {
+                           const float* value, float* out, const AttentionMods& mods) const {
   mha_mask causal{};
   causal.causal = 1;
-  run({cache.batch_, n_new, n_new, query, key, value, &causal, out, nullptr, false, &cache});
+  run({cache.batch_, n_new, n_new, query, key, value, &causal, out, nullptr, false, &cache, mods});
 }
 
 // A cache's blocks are K and V per (batch, kv head), in the layouts of

@@ -34,7 +34,7 @@ void truncate(mha_kv_cache* cache, std::size_t len) {
 }
 
 void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, const float* query,
-          const float* key, const float* value, float* out) {
+          const float* key, const float* value, float* out, const mha_mods* mods = nullptr) {
   check_arg(attn != nullptr, "mha_attention_step: attn must not be NULL");
   check_arg(cache != nullptr, "mha_attention_step: cache must not be NULL");
   detail::KvCache& c = *cache->cache;
@@ -59,8 +59,10 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
   check_no_overlap(eo, eq, true, "mha_attention_step: out", "query");
   check_no_overlap(eo, ek, true, "mha_attention_step: out", "key");
   check_no_overlap(eo, ev, true, "mha_attention_step: out", "value");
+  const detail::AttentionMods m =
+      detail::resolve_mods(mods, s, B * n_new, {eq, ek, ev, eo}, "mha_attention_step_mods");
   // The engine advances the cache only when the whole step succeeds.
-  attn->engine->step(c, n_new, query, key, value, out);
+  attn->engine->step(c, n_new, query, key, value, out, m);
 }
 
 }  // namespace
@@ -86,6 +88,10 @@ void KvCache::truncate(std::size_t len) {
 void KvCache::step(std::size_t n_new, const float* query, const float* key, const float* value,
                    float* out) {
   mha::step(attn_, handle_, n_new, query, key, value, out);
+}
+void KvCache::step_mods(std::size_t n_new, const float* query, const float* key, const float* value,
+                        const mha_mods* mods, float* out) {
+  mha::step(attn_, handle_, n_new, query, key, value, out, mods);
 }
 
 }  // namespace mha
@@ -116,6 +122,12 @@ MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* c
                                       const float* query, const float* key, const float* value,
                                       float* out) {
   return mha::detail::guarded([&] { mha::step(attn, cache, n_new, query, key, value, out); });
+}
+
+MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cache* cache,
+                                           size_t n_new, const float* query, const float* key,
+                                           const float* value, const mha_mods* mods, float* out) {
+  return mha::detail::guarded([&] { mha::step(attn, cache, n_new, query, key, value, out, mods); });
 }
 
 }  // extern "C"

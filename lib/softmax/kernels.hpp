@@ -34,6 +34,10 @@ struct SoftmaxKernels {
   // scale_add that also returns max(y[0..n)) (n >= 1; -inf if all are -inf;
   // NaN as for reduce_max): scaling, masking and the row max in one pass.
   float (*scale_add_max)(const float* x, const float* add, float* y, std::size_t n, float s);
+  // x[i] = cap * tanh(x[i] / cap) in place (cap > 0, finite): attention
+  // soft-capping. tanh(u) = 1 - 2/(exp(2u) + 1): absolute error <= 5e-7 · cap
+  // (a few ulp of cap; what the softmax sees), +-inf -> +-cap, NaN -> NaN.
+  void (*soft_cap)(float* x, std::size_t n, float cap);
 };
 
 extern const SoftmaxKernels softmax_kernels_scalar;

@@ -87,6 +87,21 @@ inline void online_finalize(const SoftmaxKernels& k, const OnlineRow& st, float*
   }
 }
 
+// Joins an attention sink (a logit with no value) to the row: st takes it as
+// one more score whose value row is zero, so acc needs only the returned
+// alpha (online_rescale). Done once per row, before online_finalize, or on one
+// part before online_merge. The sink is finite.
+inline float online_sink(const SoftmaxKernels& k, OnlineRow& st, float sink) {
+  return online_update(k, st, &sink, 1);
+}
+
+// log of the row's sum of exp(score): -inf if no score above -inf was seen,
+// NaN if the row is poisoned.
+inline float online_lse(const OnlineRow& st) {
+  if (st.sum == 0.f) return -std::numeric_limits<float>::infinity();
+  return st.max + std::log(st.sum);
+}
+
 // One partial result of a row over a range of its keys: the state and the
 // accumulator that online_update and online_rescale left (not finalized).
 struct OnlinePart {
@@ -99,21 +114,22 @@ struct OnlinePart {
 //   sum_c exp(max_c - M)·acc_c / sum_c exp(max_c - M)·sum_c,
 // M the largest max_c, summed in part order. As online_finalize: NaN if any part is poisoned, zeros
 // if no part saw a score above -inf. A part that saw none is not read.
+// Returns the merged row's state (M and its sum; for online_lse).
 template <class Part>
-void online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, float* out,
-                  std::size_t n) {
+OnlineRow online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, float* out,
+                       std::size_t n) {
   float m = -std::numeric_limits<float>::infinity();
   for (std::size_t c = 0; c < count; ++c) {
     const OnlineRow st = part(c).st;
     if (online_poisoned(st)) {
       std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
-      return;
+      return st;
     }
     if (m < st.max) m = st.max;
   }
   if (m == -std::numeric_limits<float>::infinity()) {
     std::fill(out, out + n, 0.f);
-    return;
+    return {};
   }
   float sum = 0.f;
   bool first = true;
@@ -127,6 +143,7 @@ void online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, 
     first = false;
   }
   k.scale(out, n, 1.f / sum);
+  return {m, sum};
 }
 
 }  // namespace mha::detail

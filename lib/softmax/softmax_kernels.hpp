@@ -221,9 +221,24 @@ struct SoftmaxImpl {
     return scale_add_impl<true>(x, add, y, n, s);
   }
 
+  // cap·(1 - 2/(exp(2x/cap) + 1)): no cancellation problem for the softmax,
+  // which needs absolute accuracy of the score (the 1 - ... loses the
+  // relative accuracy of tiny scores only); exp's overflow to +inf and
+  // underflow to 0 give exactly +-cap, and NaN stays NaN.
+  static V soft_cap_v(const V& x, const V& two_over_cap, const V& cap) {
+    const V one = L::splat(1.f);
+    return cap * (one - L::splat(2.f) / (exp_v(x * two_over_cap) + one));
+  }
+  static void soft_cap(float* x, std::size_t n, float cap) {
+    const V k = L::splat(2.f / cap), c = L::splat(cap);
+    std::size_t i = 0;
+    for (; i + W <= n; i += W) L::store(x + i, soft_cap_v(L::load(x + i), k, c));
+    if (i < n) store_tail(x + i, n - i, soft_cap_v(load_tail(x + i, n - i, 0.f), k, c));
+  }
+
   static constexpr SoftmaxKernels table() {
-    return SoftmaxKernels{&exp,       &reduce_max,    &exp_sum,      &scale,
-                          &scale_add, &scale_exp_sum, &scale_add_max};
+    return SoftmaxKernels{&exp,       &reduce_max,    &exp_sum,       &scale,
+                          &scale_add, &scale_exp_sum, &scale_add_max, &soft_cap};
   }
 };
 

@@ -188,6 +188,25 @@ void check_entry_points(std::size_t threads) {
             cache.step_self(1, tok.data(), tok_out.data());
             cache.truncate(10);
           }) <= allowed);
+    // Every modifier on: the RoPE table lives in the thread's scratch too.
+    const std::vector<float> per_head = random_vector(H, 11);
+    std::vector<float> lse(B * S * H);
+    mha_mods mods{};
+    mods.struct_size = sizeof(mha_mods);
+    mods.causal = 1;
+    mods.window = 8;
+    mods.alibi_slopes = per_head.data();
+    mods.softcap = 5.f;
+    mods.sinks = per_head.data();
+    mods.rope_dim = 8;
+    mods.lse = lse.data();
+    CHECK(steady_allocations([&] {
+            attn.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
+          }) <= allowed);
+    CHECK(steady_allocations([&] {
+            cache.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
+            cache.truncate(10);
+          }) <= allowed);
   }
   mha_set_num_threads(0);
 }

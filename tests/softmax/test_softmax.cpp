@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mha/isa.hpp>
@@ -341,4 +342,38 @@ TEST_CASE("online softmax merged across key ranges equals one-pass softmax", "[s
     INFO("case " << c << " n " << n << " parts " << count);
     check_online_acc(p, v, dv, out.data());
   }
+}
+
+TEST_CASE("soft_cap kernel is cap·tanh(x/cap) within 5e-7·cap", "[softmax][soft_cap]") {
+  // The bound of kernels.hpp: exp within 1 ulp, then 1 - 2/(e + 1) adds a
+  // few roundings of numbers <= 2, all absolute (the softmax needs the
+  // capped score's absolute error, not its relative one near 0).
+  const auto& k = mha::detail::softmax_kernels(mha::current_isa());
+  std::mt19937_64 rng(5);
+  double worst = 0;
+  for (float cap : {0.5f, 1.f, 30.f, 50.f}) {
+    for (std::size_t n = 1; n <= 70; ++n) {
+      std::vector<float> x = mha::test::random_vector(n, 100 * n + static_cast<std::size_t>(cap),
+                                                      -4.f * cap, 4.f * cap);
+      if (n % 3 == 0) x[rng() % n] = 1e-30f;
+      if (n % 5 == 0) x[rng() % n] = -1e30f;
+      const std::vector<float> in = x;
+      k.soft_cap(x.data(), n, cap);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double want = cap * std::tanh(static_cast<double>(in[i]) / cap);
+        const double err = std::abs(x[i] - want) / cap;
+        worst = std::max(worst, err);
+        INFO("cap " << cap << " x " << in[i] << " got " << x[i] << " want " << want);
+        REQUIRE(err <= 5e-7);
+      }
+    }
+    std::vector<float> special{kInf, -kInf, kNaN, 0.f, -0.f};
+    k.soft_cap(special.data(), special.size(), cap);
+    CHECK(special[0] == cap);
+    CHECK(special[1] == -cap);
+    CHECK(std::isnan(special[2]));
+    CHECK(special[3] == 0.f);
+    CHECK(special[4] == 0.f);
+  }
+  std::printf("soft_cap worst error: %.3g · cap (limit 5e-7)\n", worst);
 }

@@ -15,15 +15,19 @@ namespace mha::test {
 struct ReferenceResult {
   std::vector<double> out;      // [batch, q_len, E]
   std::vector<double> weights;  // [batch, H, q_len, kv_len], or [batch, q_len, kv_len] averaged
+  std::vector<double> lse;      // [batch*q_len, H] (mha_mods.lse), always computed
 };
 
 // Same arguments and layouts as mha_attention_forward; config defaults
 // (kdim, vdim, num_kv_heads == 0) are resolved as the library resolves them.
-// Weights are computed only if `want_weights`.
+// Weights are computed only if `want_weights`. `mods` (may be null) as in
+// mha_attention_forward_mods, straight from its definition in mha.h (lse is
+// returned in the result, mods->lse is ignored).
 ReferenceResult reference_attention(const mha_config& config, const mha_weights& weights,
                                     std::size_t batch, std::size_t q_len, std::size_t kv_len,
                                     const float* query, const float* key, const float* value,
-                                    const mha_mask* mask, bool want_weights, bool average_weights);
+                                    const mha_mask* mask, bool want_weights, bool average_weights,
+                                    const mha_mods* mods = nullptr);
 
 // Owned random weights for a config (PyTorch-like init: uniform in
 // +-1/sqrt(fan_in)), with each bias present or absent; view() gives the
