@@ -35,7 +35,7 @@ using mha::test::CaseData;
 using mha::test::random_vector;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kWorkers = 12, kIterations = 400;
+constexpr int kWorkers = 12, kIterations = 1500;
 constexpr std::size_t kCacheLen = 160;
 
 double soak_seconds() {
