@@ -40,6 +40,9 @@
 //  - MHA_FUZZ_STRICT_CREATE_OUT=1 requires a failed create to leave *out
 //    untouched; mha_kv_cache_create sets it to NULL first
 //    (lib/attention/kv_cache_api.cpp), so without the switch NULL passes.
+// tests/fuzz/pending holds one input per known bug, each named after it: with
+// both switches on every one fails today, and must pass once the fixes land
+// (build-fuzz/tests/fuzz/fuzz_api tests/fuzz/pending/*).
 #include <fuzzer/FuzzedDataProvider.h>
 #include <mha/mha.h>
 
