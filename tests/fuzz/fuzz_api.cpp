@@ -32,17 +32,10 @@
 //    shapes than the ones decoded here (E <= 32, kv_len <= 1110, inputs in
 //    [-1, 1], additive masks in [-3, 3] or -inf).
 //
-// Two switches hold back checks that known, not yet merged fixes make pass;
-// CI runs without them and the lead turns them on once the fixes land:
-//  - MHA_FUZZ_HUGE_SIZES=1 also decodes huge sizes (2^61 .. SIZE_MAX, whose
-//    byte counts overflow or cannot be allocated), which some size checks
-//    still wrap to small allocations;
-//  - MHA_FUZZ_STRICT_CREATE_OUT=1 requires a failed create to leave *out
-//    untouched; mha_kv_cache_create sets it to NULL first
-//    (lib/attention/kv_cache_api.cpp), so without the switch NULL passes.
-// tests/fuzz/pending holds one input per known bug, each named after it: with
-// both switches on every one fails today, and must pass once the fixes land
-// (build-fuzz/tests/fuzz/fuzz_api tests/fuzz/pending/*).
+// Sizes are sometimes huge (2^61 .. SIZE_MAX, whose byte counts overflow or
+// cannot be allocated): each must be rejected, never wrapped to a small
+// buffer. A failed create must leave *out untouched. tests/fuzz/corpus/
+// regression-* are inputs that once crashed or broke those rules.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <mha/mha.h>
 
@@ -85,25 +78,6 @@ constexpr double kAttentionTol = 1e-5;
     if (!(cond)) fail(__VA_ARGS__); \
   } while (0)
 
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-bool huge_sizes() {
-  static const bool on = env_on("MHA_FUZZ_HUGE_SIZES");
-  return on;
-}
-// Whether a failed create must leave *out as it was (mha.h: "on failure
-// nothing is written to the outputs"); off, NULL there is accepted too.
-bool strict_create_out() {
-  static const bool on = env_on("MHA_FUZZ_STRICT_CREATE_OUT");
-  return on;
-}
-template <class T>
-bool out_untouched(T* got, T* sentinel) {
-  return got == sentinel || (!strict_create_out() && got == nullptr);
-}
-
 // Sizes and data decoded from the fuzz input.
 struct Decoder {
   FuzzedDataProvider& p;
@@ -113,7 +87,7 @@ struct Decoder {
       : p(provider), rng(provider.ConsumeIntegral<std::uint32_t>()) {}
 
   std::size_t dim(std::size_t max) {
-    if (huge_sizes() && p.ConsumeIntegralInRange<int>(0, 15) == 0) {
+    if (p.ConsumeIntegralInRange<int>(0, 15) == 0) {
       static constexpr std::size_t kHuge[] = {(std::size_t{1} << 61) + 1, std::size_t{1} << 62,
                                               (std::size_t{1} << 62) + 3, SIZE_MAX / 2, SIZE_MAX};
       return kHuge[p.ConsumeIntegralInRange<std::size_t>(0, 4)];
@@ -359,7 +333,7 @@ void fuzz_packed(Decoder& d, const std::vector<std::string>& isas) {
   const mha_status st = mha_sgemm_pack_b(g.tb, g.k, g.n, b.ptr(g.null_empty), g.ldb, &packed);
   check_expectation(st, e, "mha_sgemm_pack_b");
   if (st != MHA_OK) {
-    FUZZ_CHECK(out_untouched(packed, sentinel), "mha_sgemm_pack_b failed but wrote *out");
+    FUZZ_CHECK(packed == sentinel, "mha_sgemm_pack_b failed but wrote *out");
     return;
   }
   FUZZ_CHECK(mha_sgemm_packed_b_k(packed) == g.k && mha_sgemm_packed_b_n(packed) == g.n,
@@ -736,7 +710,7 @@ void fuzz_cache(Decoder& d, const Model& m) {
   const mha_status st = mha_kv_cache_create(m.attn, batch, max_len, &cache);
   check_expectation(st, e, "mha_kv_cache_create");
   if (st != MHA_OK) {
-    FUZZ_CHECK(out_untouched(cache, sentinel), "mha_kv_cache_create failed but wrote *out");
+    FUZZ_CHECK(cache == sentinel, "mha_kv_cache_create failed but wrote *out");
     return;
   }
   FUZZ_CHECK(mha_kv_cache_length(cache) == 0, "a new cache has length %zu",
@@ -851,7 +825,7 @@ void fuzz_attention(Decoder& d) {
   const mha_status st = mha_attention_create(&c, &w, &attn);
   check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_attention_create");
   if (st != MHA_OK) {
-    FUZZ_CHECK(out_untouched(attn, sentinel), "mha_attention_create failed but wrote *out");
+    FUZZ_CHECK(attn == sentinel, "mha_attention_create failed but wrote *out");
     return;
   }
   m.attn = attn;
