@@ -42,4 +42,36 @@ class MHA_API KvCache {
   mha_kv_cache* handle_ = nullptr;
 };
 
+// The C++ face of mha_paged_kv_cache (mha.h, "Paged KV cache for continuous
+// batching").
+class MHA_API PagedKvCache {
+ public:
+  // num_slots sequences sharing a pool of num_blocks blocks of block_tokens
+  // positions, bound to `attn` (which must outlive it).
+  PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots, std::size_t block_tokens,
+               std::size_t num_blocks);
+  ~PagedKvCache();
+  PagedKvCache(PagedKvCache&& other) noexcept;
+  PagedKvCache& operator=(PagedKvCache&& other) noexcept;
+  PagedKvCache(const PagedKvCache&) = delete;
+  PagedKvCache& operator=(const PagedKvCache&) = delete;
+
+  std::size_t slot_length(std::size_t slot) const noexcept;
+  std::size_t free_blocks() const noexcept;
+  // Empties the slot, returning its blocks to the pool.
+  void reset_slot(std::size_t slot);
+  // Drops the slot's positions >= len (len <= slot_length(slot)).
+  void truncate_slot(std::size_t slot, std::size_t len);
+  // See mha_attention_step_ragged: sequence i's new tokens are rows
+  // q_start[i] .. q_start[i+1]-1, appended to slot slots[i].
+  void step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+            const float* query, const float* key, const float* value, float* out);
+
+  mha_paged_kv_cache* handle() const noexcept { return handle_; }
+
+ private:
+  const mha_attention* attn_;
+  mha_paged_kv_cache* handle_ = nullptr;
+};
+
 }  // namespace mha

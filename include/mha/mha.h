@@ -367,7 +367,7 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
  *                    head before the output projection; the two weights sum
  *                    to 1 and the projection is affine, so with one head they
  *                    merge mha's `out` rows directly (up to rounding). */
-typedef struct {
+typedef struct mha_mods {
   size_t struct_size;
   int causal;
   size_t window;
@@ -387,6 +387,36 @@ MHA_API mha_status mha_attention_forward_mods(const mha_attention* attn, size_t 
                                               const float* value, const mha_mask* mask,
                                               const mha_mods* mods, float* out, float* attn_weights,
                                               int average_weights);
+
+/* ---- Ragged batches -------------------------------------------------- */
+
+/* Sequences packed back to back, with no padding between them. */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_ragged) */
+  size_t num_seqs;
+  const size_t* q_start;  /* [num_seqs + 1]: sequence s owns query/out rows
+                             q_start[s] .. q_start[s+1]-1 */
+  const size_t* kv_start; /* [num_seqs + 1] for key/value rows, or NULL: the same as q_start */
+} mha_ragged;
+
+/* Attention over sequences packed back to back: each sequence attends only
+ * to its own keys, as mha_attention_forward with batch 1 on that sequence
+ * (unmasked), and so as a padded batch with key_padding on each sequence's
+ * missing rows. Projections run over all rows at once; no work is spent on
+ * padding, because there is none.
+ *   query/out [q_start[num_seqs], E], key [kv_start[num_seqs], kdim],
+ *   value [kv_start[num_seqs], vdim].
+ * Empty sequences are allowed and produce nothing (a sequence with queries
+ * but no keys gets a zero attention output, so its rows of out are out_bias).
+ * Offsets must start at 0 and never decrease (MHA_INVALID_ARGUMENT naming the
+ * offending entry); query/key/value/out may be NULL only where they have no
+ * rows. mods: NULL, or modifiers of which this version supports causal
+ * alone (each sequence's last query aligned with its last key); any other
+ * modifier set is MHA_UNSUPPORTED. Bit-identical at any thread count. */
+MHA_API mha_status mha_attention_forward_ragged(const mha_attention* attn, const mha_ragged* seqs,
+                                                const float* query, const float* key,
+                                                const float* value, const mha_mods* mods,
+                                                float* out);
 
 /* ---- KV cache for incremental decoding ------------------------------- */
 
@@ -440,6 +470,54 @@ MHA_API mha_status mha_attention_step(const mha_attention* attn, mha_kv_cache* c
 MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cache* cache,
                                            size_t n_new, const float* query, const float* key,
                                            const float* value, const mha_mods* mods, float* out);
+
+/* ---- Paged KV cache for continuous batching -------------------------- */
+
+/* Projected keys and values of `num_slots` independent sequences (one per
+ * request), each with its own length, held in a pool of `num_blocks` blocks
+ * of `block_tokens` positions. A slot takes blocks from the pool as it grows
+ * and gives them back when reset or truncated, so a short sequence uses only
+ * the blocks its length needs (memory: about 2·num_blocks·block_tokens·
+ * kv_heads·head_dim floats; a block's pages are touched when first used).
+ * Any block_tokens works; 256, or a multiple of it, keeps the kernels' key
+ * tile (smaller blocks shorten it). Same ownership and threading rules as
+ * mha_kv_cache. */
+typedef struct mha_paged_kv_cache mha_paged_kv_cache;
+
+MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t num_slots,
+                                             size_t block_tokens, size_t num_blocks,
+                                             mha_paged_kv_cache** out);
+MHA_API void mha_paged_kv_cache_destroy(mha_paged_kv_cache* cache);
+/* Positions held by `slot` (0 for NULL or a slot out of range). */
+MHA_API size_t mha_kv_cache_slot_length(const mha_paged_kv_cache* cache, size_t slot);
+/* Blocks in the pool that no slot holds (0 for NULL). */
+MHA_API size_t mha_kv_cache_free_blocks(const mha_paged_kv_cache* cache);
+/* Empties `slot` and returns its blocks to the pool (a finished request);
+ * the other slots are untouched and the slot can take a new request. */
+MHA_API mha_status mha_kv_cache_reset_slot(mha_paged_kv_cache* cache, size_t slot);
+/* Drops the slot's positions >= len (len <= its length), returning blocks
+ * it no longer needs. */
+MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t slot, size_t len);
+
+/* One step of continuous batching over any `num` distinct slots: sequence i
+ * brings q_start[i+1] - q_start[i] new tokens (0 allowed; 1 is a decode
+ * step, more a (chunked) prefill), packed back to back:
+ *   query/out [q_start[num], E], key [q_start[num], kdim],
+ *   value [q_start[num], vdim].
+ * Projects all rows at once, appends each sequence's keys and values to its
+ * slot, and attends its new tokens causally over the slot's whole history
+ * (new token t of a slot holding L positions sees positions <= L + t): the
+ * result equals mha_attention_forward with a causal mask over the slot's
+ * whole sequence, for the rows of the new tokens.
+ * If the pool lacks the blocks the step needs, it fails with
+ * MHA_OUT_OF_MEMORY and changes nothing (no slot's length or contents, no
+ * output); reset a finished slot and retry. MHA_INVALID_ARGUMENT, changing
+ * nothing, for a slot out of range or given twice, offsets that do not start
+ * at 0 or decrease, or a slot that would outgrow the whole pool. */
+MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,
+                                             size_t num, const size_t* slots, const size_t* q_start,
+                                             const float* query, const float* key,
+                                             const float* value, float* out);
 
 #ifdef __cplusplus
 }

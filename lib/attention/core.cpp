@@ -136,14 +136,13 @@ struct Ctx {
     // window, which the packed K strips need).
     kbeg = std::max(kbeg, visible_begin(q0) / bk * bk);
     const std::size_t gh = h / group();
-    const PackedBView keys = in.kv.keys(b, gh);
-    const float* values = in.kv.values(b, gh);
     // The query block is packed once and multiplies every key tile.
     pack_a(g, Trans::N, rows, d, q_rows(b, h, q0), in.ldq, qpack);
     for (std::size_t k0 = kbeg; k0 < kend; k0 += bk) {
       const std::size_t k1 = std::min(k0 + bk, kend), n = k1 - k0;
       if (tile_all_padded(b, k0, k1)) continue;
-      gemm_serial_packed_a(g, rows, qpack, keys.cols(k0, k1), gemm_alpha(), 0.0f, sc, bk);
+      gemm_serial_packed_a(g, rows, qpack, in.kv.key_tile(b, gh, k0, k1), gemm_alpha(), 0.0f, sc,
+                           bk);
       mask_scores(b, h, q0, rows, k0, n, sc, bk);
       for (std::size_t r = 0; r < rows; ++r) {
         OnlineRow st{m[r], l[r]};
@@ -152,8 +151,8 @@ struct Ctx {
         l[r] = st.sum;
       }
       // P·V straight from the S tile: V is row-major, so neither is packed.
-      gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, values + k0 * in.kv.ldv, in.kv.ldv,
-                          1.0f, o, ldo);
+      gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, in.kv.value_rows(b, gh, k0),
+                          in.kv.ldv, 1.0f, o, ldo);
     }
   }
 
@@ -399,6 +398,172 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
         parts.l(b, h, 0)[i] = st.sum;
       }
       c.store_lse(b, h, i, online_merge(c.sm, chunks, part, c.out_rows(b, h, i), d));
+    }
+  });
+}
+
+namespace {
+
+// A key tile that never straddles blocks of block_tokens keys: a whole block
+// if it is no longer than the usual tile, else the longest whole number of
+// strips (nr keys) dividing it, so tiles start on strips; failing both, a
+// whole block (its first column starts a strip).
+std::size_t paged_key_tile(std::size_t nr, std::size_t tile, std::size_t block_tokens) {
+  if (block_tokens <= tile) return block_tokens;
+  for (std::size_t t = tile / nr * nr; t >= nr; t -= nr) {
+    if (block_tokens % t == 0) return t;
+  }
+  return block_tokens;
+}
+
+}  // namespace
+
+RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedSeqs& seqs,
+                       std::size_t block_tokens) {
+  RaggedPlan r;
+  CorePlan& p = r.core;
+  const std::size_t n = seqs.num, H = s.num_heads, d = s.head_dim;
+  std::size_t max_q = 0, max_kv = 0;
+  double pairs = 0.0;
+  for (std::size_t b = 0; b < n; ++b) {
+    max_q = std::max(max_q, seqs.q_len(b));
+    max_kv = std::max(max_kv, seqs.kv_len(b));
+    pairs += static_cast<double>(seqs.q_len(b)) * static_cast<double>(seqs.kv_len(b));
+  }
+  p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
+  if (block_tokens != 0) p.key_tile = paged_key_tile(g.nr, p.key_tile, block_tokens);
+  // plan_core's rule on the longest sequence: shorter ones are one block.
+  p.q_block = max_q <= kQueryBlock + kQueryBlock / 2 ? std::max<std::size_t>(max_q, 1)
+                                                     : std::max(g.mr, kQueryBlock / g.mr * g.mr);
+  std::size_t tasks = 0;
+  for (std::size_t b = 0; b < n; ++b) tasks += H * ceil_div(seqs.q_len(b), p.q_block);
+  // Split-KV as in plan_core, one chunk length for every sequence (short
+  // query sets against long histories, e.g. a decode step).
+  p.chunk_len = std::max(p.key_tile, round_up(max_kv, p.key_tile));
+  if (tasks != 0 && tasks < kSplitTargetTasks && max_kv >= 2 * kMinChunk) {
+    const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), max_kv / kMinChunk);
+    p.chunk_len = round_up(ceil_div(max_kv, want), p.key_tile);
+  }
+  r.key_col.assign(n + 1, 0);
+  r.task_begin.assign(n + 1, 0);
+  r.chunks.assign(n, 1);
+  r.part_begin.assign(n, 0);
+  std::size_t parts = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t q = seqs.q_len(b), kv = seqs.kv_len(b);
+    if (kv > p.chunk_len) r.chunks[b] = ceil_div(kv, p.chunk_len);
+    r.key_col[b + 1] = r.key_col[b] + round_up(kv, g.nr);
+    r.task_begin[b + 1] = r.task_begin[b] + H * ceil_div(q, p.q_block) * r.chunks[b];
+    r.part_begin[b] = parts;
+    if (r.chunks[b] > 1) parts += H * r.chunks[b] * q * (d + 2);
+  }
+  p.chunks = 1;
+  for (std::size_t c : r.chunks) p.chunks = std::max(p.chunks, c);
+  p.max_threads =
+      std::min(r.task_begin[n], threads_for({4.0 * static_cast<double>(H * d) * pairs}));
+  p.workspace_floats = parts;
+  p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
+                  round_up(packed_a_floats(g, p.q_block, d), 16);
+  r.packing = kv_packing(g, s, 1, r.key_col[n]);
+  return r;
+}
+
+std::vector<KvCacheView> pack_kv_ragged(const GemmKernels& g, const AttentionShape& s,
+                                        const RaggedPlan& plan, const RaggedSeqs& seqs,
+                                        const float* k, const float* v, std::size_t ld,
+                                        float* dst) {
+  const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
+  const KvPacking& p = plan.packing;
+  float* kdst = dst;
+  float* vdst = dst + kvh * p.k_stride;
+  const std::size_t rows = seqs.kv_start[seqs.num];
+  const std::size_t threads = threads_for({0, 16.0 * static_cast<double>(rows * kvh * d)});
+  parallel_for(seqs.num * kvh, threads, [&](std::size_t t) {
+    const std::size_t b = t / kvh, gh = t % kvh, len = seqs.kv_len(b);
+    if (len == 0) return;
+    const std::size_t src = seqs.kv_start[b] * ld + gh * d, col = plan.key_col[b];
+    pack_b(g, Trans::T, d, len, k + src, ld, kdst + gh * p.k_stride + col * d);
+    float* vt = vdst + gh * p.v_stride + col * p.ldv;
+    for (std::size_t j = 0; j < len; ++j) std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
+  });
+  // Sequence b alone: its keys start a strip, so they are a view of their own.
+  std::vector<KvCacheView> views(seqs.num);
+  for (std::size_t b = 0; b < seqs.num; ++b) {
+    const std::size_t col = plan.key_col[b];
+    views[b] = {kdst + col * d, vdst + col * p.ldv, seqs.kv_len(b), kvh,  d,
+                g.nr,           p.k_stride,         p.v_stride,     p.ldv};
+  }
+  return views;
+}
+
+void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,
+                     const RaggedPlan& plan, const RaggedSeqs& seqs, const float* q,
+                     std::size_t ldq, const KvCacheView* kv, bool causal, float* out,
+                     std::size_t ldo, float* workspace) {
+  const std::size_t H = s.num_heads, d = s.head_dim, bq = plan.core.q_block;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  // Sequence b alone, as a batch of one.
+  const auto inputs = [&](std::size_t b) {
+    return CoreInputs{q + seqs.q_start[b] * ldq,   ldq, 1, seqs.q_len(b), kv[b], nullptr,
+                      out + seqs.q_start[b] * ldo, ldo};
+  };
+  const auto context = [&](const CoreInputs& in) {
+    return Ctx{g,
+               sm,
+               s,
+               plan.core,
+               in,
+               in.kv.len,
+               scale,
+               causal,
+               static_cast<std::ptrdiff_t>(in.kv.len) - static_cast<std::ptrdiff_t>(in.q_len),
+               nullptr,
+               nullptr,
+               false,
+               in.mods};
+  };
+  const auto partials = [&](std::size_t b) {
+    return Partials{workspace + plan.part_begin[b], seqs.q_len(b), d, plan.chunks[b], H};
+  };
+  parallel_for(plan.task_begin[seqs.num], plan.core.max_threads, [&](std::size_t t) {
+    const auto it = std::upper_bound(plan.task_begin.begin(), plan.task_begin.end(), t);
+    const std::size_t b = static_cast<std::size_t>(it - plan.task_begin.begin()) - 1;
+    const CoreInputs in = inputs(b);
+    const Ctx c = context(in);
+    const std::size_t chunks = plan.chunks[b], local = t - plan.task_begin[b];
+    const std::size_t q_blocks = ceil_div(in.q_len, bq);
+    const std::size_t ch = local % chunks, qb = (local / chunks) % q_blocks;
+    const std::size_t h = local / (chunks * q_blocks);
+    const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
+    const std::size_t k0 = ch * plan.core.chunk_len;
+    const std::size_t k1 = std::min(in.kv.len, k0 + plan.core.chunk_len);
+    float* sc = thread_scratch(ScratchSlot::kAttentionTask, plan.core.task_floats);
+    float* m = sc + round_up(bq * plan.core.key_tile, 16);
+    float* l = m + round_up(bq, 16);
+    float* qpack = l + round_up(bq, 16);
+    if (chunks == 1) {
+      float* o = c.out_rows(0, h, q0);
+      c.attend_online(0, h, q0, q1, k0, k1, o, ldo, m, l, sc, qpack);
+      c.normalize(0, h, q0, q1 - q0, o, ldo, m, l);
+    } else {
+      const Partials parts = partials(b);
+      c.attend_online(0, h, q0, q1, k0, k1, parts.o(0, h, ch) + q0 * d, d, parts.m(0, h, ch) + q0,
+                      parts.l(0, h, ch) + q0, sc, qpack);
+    }
+  });
+  if (plan.core.chunks == 1) return;
+
+  // Merge the chunks of each split sequence's rows in chunk order.
+  parallel_for(seqs.num * H, plan.core.max_threads, [&](std::size_t t) {
+    const std::size_t b = t / H, h = t % H;
+    if (plan.chunks[b] == 1) return;
+    const Partials parts = partials(b);
+    float* o = out + seqs.q_start[b] * ldo + h * d;
+    for (std::size_t i = 0; i < seqs.q_len(b); ++i) {
+      const auto part = [&](std::size_t ch) {
+        return OnlinePart{{parts.m(0, h, ch)[i], parts.l(0, h, ch)[i]}, parts.o(0, h, ch) + i * d};
+      };
+      online_merge(sm, plan.chunks[b], part, o + i * ldo, d);
     }
   });
 }

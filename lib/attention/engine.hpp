@@ -60,6 +60,8 @@ struct ForwardArgs {
 
 class AttentionEngine;
 struct KvCacheView;
+struct RaggedSeqs;
+class PagedKvCache;
 
 // Projected K/V of every position decoded so far, for `batch` sequences of up
 // to `max_len` positions, stored in the packed layout the attention core
@@ -112,6 +114,12 @@ class AttentionEngine {
   // reused): projections, packed K/V and merged heads, O(batch·len·E); never
   // O(len²) unless weights are requested (they go to the caller's array).
   std::size_t forward_workspace_floats(const ForwardArgs& args) const;
+  // Attention over sequences packed back to back (query/out [q_start[num],
+  // E], key [kv_start[num], kdim], value [kv_start[num], vdim]), each
+  // sequence on its own; `causal` aligns each one's last query with its last
+  // key. Needs q_start[num] > 0.
+  void forward_ragged(const RaggedSeqs& seqs, const float* query, const float* key,
+                      const float* value, bool causal, float* out) const;
 
   // Incremental decoding: projects n_new tokens per batch row (query [batch,
   // n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim]), appends
@@ -121,6 +129,15 @@ class AttentionEngine {
   // for this engine.
   void step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
             const float* value, float* out, const AttentionMods& mods = {}) const;
+
+  // Continuous batching: sequence i (query/key/value/out rows q_start[i] ..
+  // q_start[i+1]-1) appends its tokens to slot slots[i] of the paged cache
+  // and attends them causally over the slot's whole history. Slots are
+  // distinct. Throws MHA_OUT_OF_MEMORY, changing nothing, if the pool lacks
+  // the blocks; on any failure the cache is as before.
+  void step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
+                   const std::size_t* q_start, const float* query, const float* key,
+                   const float* value, float* out) const;
 
   const AttentionShape& shape() const { return shape_; }
   // The ISA the engine was created on: its packed weights and every call run

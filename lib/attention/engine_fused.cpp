@@ -12,9 +12,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
+#include "attention/paged_cache.hpp"
 #include "attention/rope.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
@@ -149,6 +151,12 @@ struct AttentionEngine::Pass {
   bool average_weights;
   KvCache* cache;  // nullptr: K and V packed for this call only
   AttentionMods mods;
+  // Ragged sequences (batch 1, q_len and kv_rows their totals), or nullptr.
+  const RaggedSeqs* ragged = nullptr;
+  // A ragged step: sequence i appends to slot slots[i] of `paged`, its
+  // kv_len(i) counting the slot's history and its new tokens.
+  PagedKvCache* paged = nullptr;
+  const std::size_t* slots = nullptr;
 
   std::size_t kv_len() const { return cache != nullptr ? cache->length_ + kv_rows : kv_rows; }
   // Positions (mha_mods) of the first query and key row this call projects.
@@ -172,6 +180,7 @@ struct AttentionEngine::Layout {
   std::size_t proj, packed, merged, rope;
   KvPacking packing;
   CorePlan plan;
+  RaggedPlan ragged;  // for a ragged pass; plan and packing are its own
   std::size_t total() const { return proj + packed + merged + rope + plan.workspace_floats; }
 };
 
@@ -186,6 +195,13 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   f.packed = a.cache != nullptr ? 0 : f.packing.floats;
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
   f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
+  if (a.ragged != nullptr) {
+    f.ragged = plan_ragged(g, shape_, *a.ragged, a.paged != nullptr ? a.paged->block_tokens() : 0);
+    f.packing = f.ragged.packing;
+    f.packed = a.paged != nullptr ? 0 : f.packing.floats;
+    f.plan = f.ragged.core;
+    return f;
+  }
   f.plan = plan_core(g, shape_, a.batch, a.q_len, a.kv_len(), a.attn_weights != nullptr,
                      a.average_weights, a.mods.window);
   return f;
@@ -214,15 +230,27 @@ void AttentionEngine::run(const Pass& a) const {
   }
   // K and V laid out once per (batch, kv head) in the GEMM's B layout and
   // shared by every query head of the group (GQA without copies).
-  const KvCacheView kv = a.cache != nullptr ? a.cache->append(p.k, p.v, p.ldkv, a.kv_rows)
-                                            : pack_kv(g, s, f.packing, a.batch, a.kv_rows, p.k, p.v,
-                                                      p.ldkv, ws + f.proj);
+  std::vector<KvCacheView> views;  // ragged: each sequence's keys
+  if (a.ragged != nullptr) {
+    views = a.paged != nullptr
+                ? a.paged->append(a.slots, *a.ragged, p.k, p.v, p.ldkv)
+                : pack_kv_ragged(g, s, f.ragged, *a.ragged, p.k, p.v, p.ldkv, ws + f.proj);
+  }
+  const KvCacheView kv = a.cache != nullptr    ? a.cache->append(p.k, p.v, p.ldkv, a.kv_rows)
+                         : a.ragged != nullptr ? KvCacheView{}
+                                               : pack_kv(g, s, f.packing, a.batch, a.kv_rows, p.k,
+                                                         p.v, p.ldkv, ws + f.proj);
   const CoreInputs in{p.q, p.ldq, a.batch, a.q_len, kv, a.mask, merged, E, a.mods};
   try {
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
     if (a.attn_weights != nullptr) reserve_gemm_packed(g, q_rows, m.wo);
-    run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
+    if (a.ragged != nullptr) {
+      run_core_ragged(g, softmax(), s, f.ragged, *a.ragged, p.q, p.ldq, views.data(),
+                      a.mask != nullptr && a.mask->causal, merged, E, core_ws);
+    } else {
+      run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
+    }
     gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
   } catch (...) {
     // A cache keeps its length and contents unless the whole step succeeds.
@@ -243,6 +271,51 @@ AttentionEngine::Pass AttentionEngine::forward_pass(const ForwardArgs& a) {
 
 void AttentionEngine::forward(const ForwardArgs& a) const {
   run(forward_pass(a));
+}
+
+void AttentionEngine::forward_ragged(const RaggedSeqs& seqs, const float* query, const float* key,
+                                     const float* value, bool causal, float* out) const {
+  mha_mask mask{};
+  mask.causal = causal ? 1 : 0;
+  Pass a{1,
+         seqs.q_start[seqs.num],
+         seqs.kv_start[seqs.num],
+         query,
+         key,
+         value,
+         &mask,
+         out,
+         nullptr,
+         false,
+         nullptr};
+  a.ragged = &seqs;
+  run(a);
+}
+
+void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
+                                  const std::size_t* q_start, const float* query, const float* key,
+                                  const float* value, float* out) const {
+  // Each sequence's keys: the slot's history, then its new tokens.
+  std::vector<std::size_t> kv_start(num + 1, 0);
+  for (std::size_t i = 0; i < num; ++i) {
+    kv_start[i + 1] = kv_start[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
+  }
+  const RaggedSeqs seqs{num, q_start, kv_start.data()};
+  cache.reserve(slots, seqs);
+  mha_mask causal{};
+  causal.causal = 1;
+  const std::size_t rows = q_start[num];
+  Pass a{1, rows, rows, query, key, value, &causal, out, nullptr, false, nullptr};
+  a.ragged = &seqs;
+  a.paged = &cache;
+  a.slots = slots;
+  try {
+    run(a);
+  } catch (...) {
+    cache.rollback(slots, seqs);
+    throw;
+  }
+  cache.commit(slots, seqs);
 }
 
 void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,

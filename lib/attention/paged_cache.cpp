@@ -1,0 +1,136 @@
+#include "attention/paged_cache.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace mha::detail {
+
+PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
+                           std::size_t block_tokens, std::size_t num_blocks)
+    : engine_(engine),
+      block_tokens_(block_tokens),
+      num_blocks_(num_blocks),
+      packing_(kv_packing(engine.gemm(), engine.shape(), num_blocks, block_tokens)),
+      pool_(alloc_floats(packing_.floats)),
+      tables_(num_slots),
+      lengths_(num_slots, 0) {
+  // Highest id on top, so blocks are handed out from the start of the pool;
+  // the pool's pages are only touched when a block is first taken.
+  free_.resize(num_blocks);
+  for (std::size_t i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
+}
+
+PackedBColumns PagedKvCache::keys(std::size_t block, std::size_t g) const {
+  const AttentionShape& s = engine_.shape();
+  return {pool_.get() + (block * s.num_kv_heads + g) * packing_.k_stride, s.head_dim, block_tokens_,
+          engine_.gemm().nr};
+}
+
+float* PagedKvCache::values(std::size_t block, std::size_t g) const {
+  const std::size_t kvh = engine_.shape().num_kv_heads;
+  return pool_.get() + num_blocks_ * kvh * packing_.k_stride +
+         (block * kvh + g) * packing_.v_stride;
+}
+
+void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) {
+  const std::size_t kvh = engine_.shape().num_kv_heads;
+  to = std::min(to, tables_[slot].size() * block_tokens_);
+  for (std::size_t pos = from; pos < to; ++pos) {
+    const std::size_t block = tables_[slot][pos / block_tokens_];
+    for (std::size_t g = 0; g < kvh; ++g) keys(block, g).clear(pos % block_tokens_);
+  }
+}
+
+void PagedKvCache::release(std::size_t slot, std::size_t len) {
+  std::vector<std::size_t>& table = tables_[slot];
+  const std::size_t keep = ceil_div(len, block_tokens_);
+  // free_ has room for every block, so these pushes never allocate.
+  while (table.size() > keep) {
+    free_.push_back(table.back());
+    table.pop_back();
+  }
+}
+
+void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
+  // Columns of blocks given back are cleared too: a free block's keys are zero.
+  clear(slot, len, lengths_[slot]);
+  release(slot, len);
+  lengths_[slot] = std::min(lengths_[slot], len);
+}
+
+void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
+  std::size_t need = 0;
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    need += ceil_div(seqs.kv_len(i), block_tokens_) - tables_[slots[i]].size();
+  }
+  if (need > free_.size()) {
+    fail(MHA_OUT_OF_MEMORY, "mha_attention_step_ragged: the step needs ", need, " more blocks of ",
+         block_tokens_, " tokens, but only ", free_.size(), " of ", num_blocks_,
+         " are free; reset or truncate a slot first");
+  }
+  // Table room first (the only allocation), so taking blocks cannot fail half way.
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    tables_[slots[i]].reserve(ceil_div(seqs.kv_len(i), block_tokens_));
+  }
+  const std::size_t kvh = engine_.shape().num_kv_heads;
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    std::vector<std::size_t>& table = tables_[slots[i]];
+    while (table.size() * block_tokens_ < seqs.kv_len(i)) {
+      const std::size_t block = free_.back();
+      free_.pop_back();
+      // The packed layout needs zero columns past the length; a block fresh
+      // from the pool may never have been written.
+      std::fill_n(keys(block, 0).data, kvh * packing_.k_stride, 0.0f);
+      table.push_back(block);
+    }
+  }
+}
+
+std::vector<KvCacheView> PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs,
+                                              const float* k, const float* v,
+                                              std::size_t ld) const {
+  const AttentionShape& s = engine_.shape();
+  const std::size_t d = s.head_dim, kvh = s.num_kv_heads, bt = block_tokens_;
+  std::vector<KvCacheView> views(seqs.num);
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    const std::vector<std::size_t>& table = tables_[slots[i]];
+    const std::size_t start = lengths_[slots[i]];
+    for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
+      const std::size_t pos = start + t, block = table[pos / bt];
+      const float* kr = k + (seqs.q_start[i] + t) * ld;
+      const float* vr = v + (seqs.q_start[i] + t) * ld;
+      for (std::size_t g = 0; g < kvh; ++g) {
+        keys(block, g).write(pos % bt, kr + g * d);
+        std::copy_n(vr + g * d, d, values(block, g) + (pos % bt) * packing_.ldv);
+      }
+    }
+    KvCacheView& view = views[i];
+    view.k = pool_.get();
+    view.v = values(0, 0);
+    view.len = seqs.kv_len(i);
+    view.kv_heads = kvh;
+    view.head_dim = d;
+    view.nr = engine_.gemm().nr;
+    view.k_stride = packing_.k_stride;
+    view.v_stride = packing_.v_stride;
+    view.ldv = packing_.ldv;
+    view.blocks = table.data();
+    view.block_tokens = bt;
+  }
+  return views;
+}
+
+void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs) {
+  for (std::size_t i = 0; i < seqs.num; ++i) lengths_[slots[i]] = seqs.kv_len(i);
+}
+
+void PagedKvCache::rollback(const std::size_t* slots, const RaggedSeqs& seqs) {
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    const std::size_t slot = slots[i];
+    clear(slot, lengths_[slot], seqs.kv_len(i));
+    release(slot, lengths_[slot]);
+  }
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,170 @@
+// Paged KV cache API (mha.h, "Paged KV cache for continuous batching"): every
+// check happens in the helpers below, which the C++ class (mha/kv_cache.hpp)
+// calls directly and the C entry points wrap in guarded().
+#include <mha/mha.h>
+
+#include <memory>
+#include <mha/kv_cache.hpp>
+#include <utility>
+#include <vector>
+
+#include "attention/engine.hpp"
+#include "attention/paged_cache.hpp"
+#include "common/error.hpp"
+
+namespace mha {
+namespace {
+
+using detail::check_arg;
+using detail::checked_mul;
+
+mha_paged_kv_cache* make_paged(const mha_attention* attn, std::size_t num_slots,
+                               std::size_t block_tokens, std::size_t num_blocks) {
+  check_arg(attn != nullptr, "mha_kv_cache_create_paged: attn must not be NULL");
+  check_arg(num_slots > 0, "mha_kv_cache_create_paged: num_slots must be > 0, got 0");
+  check_arg(block_tokens > 0, "mha_kv_cache_create_paged: block_tokens must be > 0, got 0");
+  check_arg(num_blocks > 0, "mha_kv_cache_create_paged: num_blocks must be > 0, got 0");
+  const auto& s = attn->engine->shape();
+  // Each block's K is padded to whole strips and 16 floats; nr + 16 bounds it.
+  const std::size_t tokens =
+      checked_mul(num_blocks, block_tokens + attn->engine->gemm().nr + 16, "pool tokens");
+  checked_mul(checked_mul(tokens, s.kv_dim() + 16, "pool floats"), 2 * sizeof(float),
+              "paged KV cache bytes");
+  auto cache = std::make_unique<mha_paged_kv_cache>();
+  cache->cache =
+      std::make_unique<detail::PagedKvCache>(*attn->engine, num_slots, block_tokens, num_blocks);
+  return cache.release();
+}
+
+detail::PagedKvCache& slot_cache(mha_paged_kv_cache* cache, std::size_t slot, const char* fn) {
+  check_arg(cache != nullptr, fn, ": cache must not be NULL");
+  check_arg(slot < cache->cache->num_slots(), fn, ": slot must be < num_slots (",
+            cache->cache->num_slots(), "), got ", slot);
+  return *cache->cache;
+}
+
+void truncate_slot(mha_paged_kv_cache* cache, std::size_t slot, std::size_t len) {
+  detail::PagedKvCache& c = slot_cache(cache, slot, "mha_kv_cache_truncate_slot");
+  check_arg(len <= c.length(slot), "mha_kv_cache_truncate_slot: len must be <= the slot's length (",
+            c.length(slot), "), got ", len);
+  c.truncate(slot, len);
+}
+
+void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
+                 const std::size_t* slots, const std::size_t* q_start, const float* query,
+                 const float* key, const float* value, float* out) {
+  const char* fn = "mha_attention_step_ragged";
+  check_arg(attn != nullptr, fn, ": attn must not be NULL");
+  check_arg(cache != nullptr, fn, ": cache must not be NULL");
+  detail::PagedKvCache& c = *cache->cache;
+  check_arg(&c.engine() == attn->engine.get(), fn,
+            ": cache was created for a different mha_attention");
+  if (num == 0) return;
+  check_arg(slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
+  check_arg(q_start != nullptr, fn, ": q_start must be [num + 1] offsets, got NULL");
+  check_arg(q_start[0] == 0, fn, ": q_start[0] must be 0, got ", q_start[0]);
+  std::vector<bool> seen(c.num_slots(), false);
+  for (std::size_t i = 0; i < num; ++i) {
+    check_arg(slots[i] < c.num_slots(), fn, ": slots[", i, "] must be < num_slots (", c.num_slots(),
+              "), got ", slots[i]);
+    check_arg(!seen[slots[i]], fn, ": slots[", i, "] (", slots[i], ") appears twice");
+    seen[slots[i]] = true;
+    check_arg(q_start[i + 1] >= q_start[i], fn, ": q_start[", i + 1, "] must be >= q_start[", i,
+              "] (", q_start[i], "), got ", q_start[i + 1]);
+  }
+  const auto& s = attn->engine->shape();
+  const std::size_t rows = q_start[num];
+  checked_mul(checked_mul(rows, s.embed_dim, "query/out [q_start[num], embed_dim]"), sizeof(float),
+              "query/out bytes");
+  checked_mul(checked_mul(rows, s.kdim, "key [q_start[num], kdim]"), sizeof(float), "key bytes");
+  checked_mul(checked_mul(rows, s.vdim, "value [q_start[num], vdim]"), sizeof(float),
+              "value bytes");
+  for (std::size_t i = 0; i < num; ++i) {
+    check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - c.length(slots[i]),
+              fn, ": slot ", slots[i], " would exceed the whole pool (", c.num_blocks(),
+              " blocks of ", c.block_tokens(), " tokens)");
+  }
+  if (rows == 0) return;
+  check_arg(query != nullptr, fn, ": query must not be NULL");
+  check_arg(key != nullptr, fn, ": key must not be NULL");
+  check_arg(value != nullptr, fn, ": value must not be NULL");
+  check_arg(out != nullptr, fn, ": out must not be NULL");
+  attn->engine->step_ragged(c, num, slots, q_start, query, key, value, out);
+}
+
+}  // namespace
+
+PagedKvCache::PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots,
+                           std::size_t block_tokens, std::size_t num_blocks)
+    : attn_(attn.handle()), handle_(make_paged(attn_, num_slots, block_tokens, num_blocks)) {}
+PagedKvCache::~PagedKvCache() {
+  delete handle_;
+}
+PagedKvCache::PagedKvCache(PagedKvCache&& other) noexcept
+    : attn_(other.attn_), handle_(std::exchange(other.handle_, nullptr)) {}
+PagedKvCache& PagedKvCache::operator=(PagedKvCache&& other) noexcept {
+  std::swap(attn_, other.attn_);
+  std::swap(handle_, other.handle_);
+  return *this;
+}
+std::size_t PagedKvCache::slot_length(std::size_t slot) const noexcept {
+  return mha_kv_cache_slot_length(handle_, slot);
+}
+std::size_t PagedKvCache::free_blocks() const noexcept {
+  return mha_kv_cache_free_blocks(handle_);
+}
+void PagedKvCache::reset_slot(std::size_t slot) {
+  truncate_slot(slot, 0);
+}
+void PagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
+  mha::truncate_slot(handle_, slot, len);
+}
+void PagedKvCache::step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                        const float* query, const float* key, const float* value, float* out) {
+  mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, out);
+}
+
+}  // namespace mha
+
+extern "C" {
+
+MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t num_slots,
+                                             size_t block_tokens, size_t num_blocks,
+                                             mha_paged_kv_cache** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(out != nullptr, "mha_kv_cache_create_paged: out must not be NULL");
+    *out = nullptr;
+    *out = mha::make_paged(attn, num_slots, block_tokens, num_blocks);
+  });
+}
+
+MHA_API void mha_paged_kv_cache_destroy(mha_paged_kv_cache* cache) {
+  delete cache;
+}
+
+MHA_API size_t mha_kv_cache_slot_length(const mha_paged_kv_cache* cache, size_t slot) {
+  if (cache == nullptr || slot >= cache->cache->num_slots()) return 0;
+  return cache->cache->length(slot);
+}
+
+MHA_API size_t mha_kv_cache_free_blocks(const mha_paged_kv_cache* cache) {
+  return cache ? cache->cache->free_blocks() : 0;
+}
+
+MHA_API mha_status mha_kv_cache_reset_slot(mha_paged_kv_cache* cache, size_t slot) {
+  return mha::detail::guarded([&] { mha::truncate_slot(cache, slot, 0); });
+}
+
+MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t slot, size_t len) {
+  return mha::detail::guarded([&] { mha::truncate_slot(cache, slot, len); });
+}
+
+MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,
+                                             size_t num, const size_t* slots, const size_t* q_start,
+                                             const float* query, const float* key,
+                                             const float* value, float* out) {
+  return mha::detail::guarded(
+      [&] { mha::step_ragged(attn, cache, num, slots, q_start, query, key, value, out); });
+}
+
+}  // extern "C"

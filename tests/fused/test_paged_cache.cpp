@@ -1,0 +1,291 @@
+// Paged KV cache (mha_kv_cache_create_paged, mha_attention_step_ragged):
+// random continuous-batching schedules (requests join, prefill in chunks,
+// decode one token at a time, get truncated, finish and free their slot for
+// a new request) equal one causal ragged forward over every whole sequence;
+// pool exhaustion changes nothing; results are bit-identical at 1, 2 and 3
+// threads; bad arguments are rejected.
+//
+// Tolerance as in test_kv_cache.cpp (a step sees other blockings than the
+// forward: other query blocks, key tiles cut at block boundaries, split-KV
+// chunks): 2e-5·(1 + |x|), ~100x the typical rounding difference and far
+// below the ~1e-2 of a wrong position or block.
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mha/attention.hpp>
+#include <mha/error.hpp>
+#include <mha/kv_cache.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/reference.hpp"
+
+namespace {
+
+using mha::test::random_vector;
+
+struct Model {
+  mha_config cfg{};
+  std::vector<float> wq, wk, wv, wo, bq, bk, bv, bo;
+  std::unique_ptr<mha::MultiheadAttention> attn;
+
+  Model(std::size_t E, std::size_t H, std::size_t kv_heads, std::uint64_t seed) {
+    cfg.embed_dim = E;
+    cfg.num_heads = H;
+    cfg.num_kv_heads = kv_heads;
+    const std::size_t kvd = kv_heads * (E / H);
+    wq = random_vector(E * E, seed, -0.3f, 0.3f);
+    wk = random_vector(kvd * E, seed + 1, -0.3f, 0.3f);
+    wv = random_vector(kvd * E, seed + 2, -0.3f, 0.3f);
+    wo = random_vector(E * E, seed + 3, -0.3f, 0.3f);
+    bq = random_vector(E, seed + 4);
+    bk = random_vector(kvd, seed + 5);
+    bv = random_vector(kvd, seed + 6);
+    bo = random_vector(E, seed + 7);
+    const mha_weights w{wq.data(), wk.data(), wv.data(), wo.data(),
+                        bq.data(), bk.data(), bv.data(), bo.data()};
+    attn = std::make_unique<mha::MultiheadAttention>(cfg, w);
+  }
+  std::size_t E() const { return cfg.embed_dim; }
+};
+
+// One request: its tokens (self-attention inputs) and the output row each
+// position got when it was stepped.
+struct Request {
+  std::vector<float> x, out;
+  std::size_t len = 0;  // target length
+  std::size_t fed = 0;  // tokens in its slot
+};
+
+struct Schedule {
+  std::size_t slots, block_tokens, num_blocks, requests, max_len;
+  std::uint64_t seed;
+};
+
+// Runs a random schedule to completion; returns every request, its outputs
+// filled. Every step goes through one mha_attention_step_ragged call.
+std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
+  const std::size_t E = m.E();
+  std::mt19937_64 rng(sc.seed);
+  const auto uniform = [&](std::size_t lo, std::size_t hi) {
+    return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+  };
+  std::vector<Request> reqs(sc.requests);
+  for (std::size_t r = 0; r < reqs.size(); ++r) {
+    // Mostly short, some long (at max_len >= 2048, long enough for split-KV
+    // decode steps: >= 1024 keys).
+    reqs[r].len = r % 5 == 1 ? uniform(sc.max_len / 2, sc.max_len) : uniform(1, 90);
+    reqs[r].x = random_vector(reqs[r].len * E, sc.seed * 1000 + r);
+    reqs[r].out.assign(reqs[r].len * E, -7.0f);
+  }
+  mha::PagedKvCache cache(*m.attn, sc.slots, sc.block_tokens, sc.num_blocks);
+  std::vector<long> owner(sc.slots, -1);  // request in each slot
+  std::size_t next = 0, done = 0;
+  while (done < reqs.size()) {
+    // Joins: free slots take waiting requests.
+    for (std::size_t s = 0; s < sc.slots; ++s) {
+      if (owner[s] < 0 && next < reqs.size() && uniform(0, 2) != 0) {
+        REQUIRE(cache.slot_length(s) == 0);
+        owner[s] = static_cast<long>(next++);
+      }
+    }
+    // A random subset of the active slots, in random order, each with a
+    // chunk of its prompt or one token.
+    std::vector<std::size_t> slots, q_start{0};
+    std::vector<float> x;
+    for (std::size_t s = 0; s < sc.slots; ++s) {
+      if (owner[s] >= 0 && uniform(0, 3) != 0) slots.push_back(s);
+    }
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (std::size_t s : slots) {
+      Request& r = reqs[static_cast<std::size_t>(owner[s])];
+      // Sometimes a rejected speculative tail: truncate and feed new tokens.
+      if (r.fed > 4 && uniform(0, 9) == 0) {
+        const std::size_t keep = r.fed - uniform(1, 3);
+        cache.truncate_slot(s, keep);
+        const auto fresh = random_vector((r.len - keep) * E, rng());
+        std::copy(fresh.begin(), fresh.end(), r.x.begin() + static_cast<long>(keep * E));
+        r.fed = keep;
+      }
+      const std::size_t left = r.len - r.fed;
+      const std::size_t n =
+          uniform(0, 4) == 0 ? 0 : std::min(left, uniform(0, 1) ? 1 : uniform(1, 300));
+      x.insert(x.end(), r.x.begin() + static_cast<long>(r.fed * E),
+               r.x.begin() + static_cast<long>((r.fed + n) * E));
+      q_start.push_back(q_start.back() + n);
+    }
+    std::vector<float> out(std::max<std::size_t>(1, q_start.back() * E));
+    cache.step(slots.size(), slots.data(), q_start.data(), x.data(), x.data(), x.data(),
+               out.data());
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const std::size_t s = slots[i];
+      Request& r = reqs[static_cast<std::size_t>(owner[s])];
+      const std::size_t n = q_start[i + 1] - q_start[i];
+      std::copy_n(&out[q_start[i] * E], n * E, &r.out[r.fed * E]);
+      r.fed += n;
+      REQUIRE(cache.slot_length(s) == r.fed);
+      // Finished: the slot goes back for the next request.
+      if (r.fed == r.len) {
+        cache.reset_slot(s);
+        owner[s] = -1;
+        ++done;
+      }
+    }
+  }
+  REQUIRE(cache.free_blocks() == sc.num_blocks);
+  return reqs;
+}
+
+// One causal ragged forward over every whole sequence.
+std::vector<float> reference(const Model& m, const std::vector<Request>& reqs) {
+  std::vector<std::size_t> start{0};
+  std::vector<float> x;
+  for (const Request& r : reqs) {
+    x.insert(x.end(), r.x.begin(), r.x.end());
+    start.push_back(start.back() + r.len);
+  }
+  std::vector<float> out(x.size());
+  const mha_ragged seqs{sizeof(mha_ragged), reqs.size(), start.data(), nullptr};
+  m.attn->forward_ragged(seqs, x.data(), x.data(), x.data(), out.data(), true);
+  return out;
+}
+
+void require_matches(const Model& m, const std::vector<Request>& reqs) {
+  const std::vector<float> want = reference(m, reqs);
+  std::size_t at = 0, bad = 0;
+  for (const Request& r : reqs) {
+    for (float got : r.out) {
+      const float w = want[at++];
+      if (!(std::fabs(got - w) <= 2e-5f * (1.0f + std::fabs(w)))) ++bad;
+    }
+  }
+  REQUIRE(at == want.size());
+  REQUIRE(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("paged cache: random schedules equal one causal ragged forward", "[paged]") {
+  const Model m(64, 8, 2, 41);
+  // Blocks shorter than the key tile, not a multiple of the strip width, one
+  // key tile, and several key tiles.
+  const Schedule schedules[] = {
+      {4, 16, 300, 12, 1200, 1},
+      {3, 100, 60, 10, 1100, 2},
+      {5, 256, 40, 14, 1300, 3},
+      {2, 512, 20, 8, 2100, 4},
+  };
+  for (const Schedule& sc : schedules) {
+    CAPTURE(sc.slots, sc.block_tokens, sc.seed);
+    require_matches(m, run_schedule(m, sc));
+  }
+}
+
+TEST_CASE("paged cache: bit-identical at 1, 2 and 3 threads", "[paged]") {
+  const Model m(64, 8, 2, 43);
+  const Schedule sc{4, 64, 100, 8, 1100, 9};
+  mha_set_num_threads(1);
+  const auto one = run_schedule(m, sc);
+  for (std::size_t t : {2, 3}) {
+    mha_set_num_threads(t);
+    const auto many = run_schedule(m, sc);
+    for (std::size_t r = 0; r < one.size(); ++r) {
+      REQUIRE(std::memcmp(one[r].out.data(), many[r].out.data(),
+                          one[r].out.size() * sizeof(float)) == 0);
+    }
+  }
+  mha_set_num_threads(0);
+}
+
+TEST_CASE("paged cache: an exhausted pool fails the step and changes nothing", "[paged]") {
+  const Model m(32, 4, 4, 47);
+  const std::size_t E = 32;
+  mha::PagedKvCache cache(*m.attn, 3, 16, 4);
+  const auto seq0 = random_vector(40 * E, 1), seq1 = random_vector(40 * E, 2);
+  std::vector<float> out(40 * E);
+  // Slot 0: 20 tokens (2 blocks); slot 1: 16 tokens (1 block); 1 block free.
+  std::size_t s0 = 0, q20[] = {0, 20}, s1 = 1, q16[] = {0, 16};
+  cache.step(1, &s0, q20, seq0.data(), seq0.data(), seq0.data(), out.data());
+  cache.step(1, &s1, q16, seq1.data(), seq1.data(), seq1.data(), out.data());
+  REQUIRE(cache.free_blocks() == 1);
+
+  // Slot 0 + 13 tokens (needs 1 more block) and slot 1 + 17 (needs 2): 3 > 1.
+  const std::size_t slots[] = {0, 1}, q_start[] = {0, 13, 30};
+  std::vector<float> x(30 * E);
+  std::copy_n(&seq0[20 * E], 13 * E, x.begin());
+  std::copy_n(&seq1[16 * E], 17 * E, x.begin() + 13 * E);
+  std::vector<float> sentinel(30 * E, 3.0f);
+  const mha_status st =
+      mha_attention_step_ragged(m.attn->handle(), cache.handle(), 2, slots, q_start, x.data(),
+                                x.data(), x.data(), sentinel.data());
+  REQUIRE(st == MHA_OUT_OF_MEMORY);
+  CHECK(std::string(mha_last_error()).find("blocks") != std::string::npos);
+  REQUIRE(cache.slot_length(0) == 20);
+  REQUIRE(cache.slot_length(1) == 16);
+  REQUIRE(cache.free_blocks() == 1);
+  REQUIRE(std::all_of(sentinel.begin(), sentinel.end(), [](float v) { return v == 3.0f; }));
+
+  // Slot 1 finishes; the retry of slot 0 alone succeeds, its history intact:
+  // it equals one causal forward over seq0's first 33 tokens.
+  cache.reset_slot(1);
+  REQUIRE(cache.free_blocks() == 2);
+  const std::size_t q13[] = {0, 13};
+  std::vector<float> got(13 * E);
+  cache.step(1, &s0, q13, x.data(), x.data(), x.data(), got.data());
+  REQUIRE(cache.slot_length(0) == 33);
+  std::vector<float> want(33 * E);
+  mha_mask causal{};
+  causal.causal = 1;
+  m.attn->forward(1, 33, 33, seq0.data(), seq0.data(), seq0.data(), &causal, want.data());
+  for (std::size_t i = 0; i < 13 * E; ++i) {
+    REQUIRE(std::fabs(got[i] - want[20 * E + i]) <= 2e-5f * (1.0f + std::fabs(want[20 * E + i])));
+  }
+}
+
+TEST_CASE("paged cache: bad arguments are rejected and change nothing", "[paged]") {
+  const Model m(32, 4, 4, 53);
+  const Model other(32, 4, 4, 54);
+  const std::size_t E = 32;
+  mha::PagedKvCache cache(*m.attn, 2, 16, 4);
+  const auto x = random_vector(70 * E, 3);
+  std::vector<float> out(70 * E, 3.0f);
+  const auto step = [&](const mha_attention* a, std::size_t num, const std::size_t* slots,
+                        const std::size_t* q_start) {
+    return mha_attention_step_ragged(a, cache.handle(), num, slots, q_start, x.data(), x.data(),
+                                     x.data(), out.data());
+  };
+  const auto message = [] { return std::string(mha_last_error()); };
+  const std::size_t two[] = {0, 1}, same[] = {1, 1}, far[] = {0, 2};
+  const std::size_t good[] = {0, 2, 3}, decreasing[] = {0, 3, 2}, not_zero[] = {1, 2, 3};
+  const std::size_t too_long[] = {0, 65, 66};
+  REQUIRE(step(m.attn->handle(), 2, far, good) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("slots[1]") != std::string::npos);
+  REQUIRE(step(m.attn->handle(), 2, same, good) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("twice") != std::string::npos);
+  REQUIRE(step(m.attn->handle(), 2, two, decreasing) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("q_start[2]") != std::string::npos);
+  REQUIRE(step(m.attn->handle(), 2, two, not_zero) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("q_start[0]") != std::string::npos);
+  REQUIRE(step(m.attn->handle(), 2, two, too_long) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("whole pool") != std::string::npos);
+  REQUIRE(step(other.attn->handle(), 2, two, good) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 1) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_reset_slot(cache.handle(), 2) == MHA_INVALID_ARGUMENT);
+  REQUIRE(std::all_of(out.begin(), out.end(), [](float v) { return v == 3.0f; }));
+  REQUIRE(cache.free_blocks() == 4);
+  REQUIRE(step(m.attn->handle(), 2, two, good) == MHA_OK);
+  REQUIRE(cache.slot_length(0) == 2);
+  REQUIRE(cache.slot_length(1) == 1);
+  REQUIRE(mha_kv_cache_slot_length(cache.handle(), 5) == 0);
+  REQUIRE(mha_kv_cache_slot_length(nullptr, 0) == 0);
+  mha_paged_kv_cache* c = nullptr;
+  REQUIRE(mha_kv_cache_create_paged(m.attn->handle(), 1, 0, 4, &c) == MHA_INVALID_ARGUMENT);
+  REQUIRE(c == nullptr);
+  REQUIRE(mha_kv_cache_create_paged(m.attn->handle(), 1, 16, static_cast<std::size_t>(-1) / 4,
+                                    &c) == MHA_INVALID_ARGUMENT);
+}
