@@ -103,6 +103,12 @@ inline bool overlaps(Extent a, Extent b) noexcept {
 // row stride ld at p, its bytes checked and its range addressable.
 inline Extent matrix_extent(const void* p, std::size_t rows, std::size_t cols, std::size_t ld,
                             const char* what, std::size_t elem = sizeof(float)) {
+  // Sizes below 2^28 cannot overflow (2^56 elements of at most 8 bytes), nor
+  // wrap a user-space address: the checks of a tiny GEMM cost its runtime.
+  constexpr std::size_t kSmall = std::size_t{1} << 28;
+  if ((rows | cols | ld) < kSmall && elem <= 8) {
+    return {p, rows == 0 || cols == 0 ? 0 : ((rows - 1) * ld + cols) * elem};
+  }
   return {p, addressable(p, matrix_floats(rows, cols, ld, what) * elem, what)};
 }
 
