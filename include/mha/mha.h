@@ -135,7 +135,14 @@ MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const fl
 
 /* Element types. bf16 values are passed as uint16_t bit patterns: the upper
  * half of the fp32 with the same sign, exponent and top 7 mantissa bits. */
-typedef enum { MHA_FP32 = 0, MHA_BF16 = 1 } mha_dtype;
+typedef enum {
+  MHA_FP32 = 0,
+  MHA_BF16 = 1,
+  /* Not a type: makes every int value a valid mha_dtype in C++, so that an
+   * unknown value from a caller is an error (MHA_INVALID_ARGUMENT), never
+   * undefined behaviour. */
+  MHA_DTYPE_MAX_ENUM = 0x7fffffff
+} mha_dtype;
 
 /* The kernels that serve `dtype` on this CPU now: for MHA_BF16,
  * "avx512_bf16" (the AVX512_BF16 dot-product instructions), or the ISA name

@@ -246,17 +246,15 @@ TEST_CASE("modifiers off are bit-identical to mha_attention_forward", "[attentio
     for (const mha_mods* m :
          {static_cast<const mha_mods*>(nullptr), static_cast<const mha_mods*>(&md.mods)}) {
       const CaseResult with = run_mods(attn, c, d, m);
-      CHECK(std::memcmp(plain.out.data(), with.out.data(), plain.out.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(plain.weights.data(), with.weights.data(),
-                        plain.weights.size() * sizeof(float)) == 0);
+      CHECK(mha::test::same_bits(plain.out, with.out));
+      CHECK(mha::test::same_bits(plain.weights, with.weights));
     }
     // mods.causal is mask.causal.
     c.causal = false;
     const CaseData d2(c);
     md.mods.causal = 1;
     const CaseResult via_mods = run_mods(attn, c, d2, &md.mods);
-    CHECK(std::memcmp(plain.out.data(), via_mods.out.data(), plain.out.size() * sizeof(float)) ==
-          0);
+    CHECK(mha::test::same_bits(plain.out, via_mods.out));
   }
 }
 
@@ -272,7 +270,7 @@ TEST_CASE("a step with modifiers off is bit-identical to mha_attention_step",
     plain.step_self(9 - 8 * round, d.query.data(), a.data());
     with.step_mods(9 - 8 * round, d.query.data(), d.query.data(), d.query.data(),
                    round == 0 ? &md.mods : nullptr, b.data());
-    CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    CHECK(mha::test::same_bits(a, b));
   }
 }
 
@@ -289,7 +287,7 @@ TEST_CASE("a window covering every key is no window, up to SIZE_MAX", "[attentio
     md.mods.window = window;
     const CaseResult got = run_mods(attn, c, d, &md.mods);
     INFO("window " << window);
-    CHECK(std::memcmp(want.out.data(), got.out.data(), want.out.size() * sizeof(float)) == 0);
+    CHECK(mha::test::same_bits(want.out, got.out));
     check_against_oracle(c, md);
   }
 }
@@ -497,10 +495,9 @@ TEST_CASE("modifiers give bit-identical results at 1, 2 and 3 threads",
         lse1 = md.lse;
         continue;
       }
-      CHECK(std::memcmp(one.out.data(), r.out.data(), one.out.size() * sizeof(float)) == 0);
-      CHECK(std::memcmp(one.weights.data(), r.weights.data(), one.weights.size() * sizeof(float)) ==
-            0);
-      CHECK(std::memcmp(lse1.data(), md.lse.data(), lse1.size() * sizeof(float)) == 0);
+      CHECK(mha::test::same_bits(one.out, r.out));
+      CHECK(mha::test::same_bits(one.weights, r.weights));
+      CHECK(mha::test::same_bits(lse1, md.lse));
     }
     mha::set_num_threads(0);
   }

@@ -28,6 +28,8 @@
 
 namespace {
 
+using mha::test::same_bits;
+
 using mha::test::random_vector;
 using mha::test::RandomWeights;
 
@@ -251,10 +253,6 @@ void check_rule(const Problem& p, const Output& got, const Output& clean,
   }
   INFO("first: " << m.first);
   CHECK(m.count == 0);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 bool all_finite(const std::vector<float>& v) {

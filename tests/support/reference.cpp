@@ -32,4 +32,9 @@ bool threads_allowed() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 }  // namespace mha::test

@@ -23,4 +23,8 @@ std::size_t scaled(std::size_t n, std::size_t floor = 1);
 // (qemu-user on aarch64); concurrency tests then skip with a WARN.
 bool threads_allowed();
 
+// Whether a and b hold the same floats bit for bit (NaN payloads included);
+// empty vectors compare equal.
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+
 }  // namespace mha::test
