@@ -170,6 +170,10 @@ TEST_CASE("paged cache: random schedules equal one causal ragged forward", "[pag
 }
 
 TEST_CASE("paged cache: bit-identical at 1, 2 and 3 threads", "[paged]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
   const Model m(64, 8, 2, 43);
   const Schedule sc{4, 64, 100, 8, 1100, 9};
   mha_set_num_threads(1);

@@ -190,6 +190,10 @@ TEST_CASE("ragged: equals each sequence alone, causal cross-attention and split-
 }
 
 TEST_CASE("ragged: bit-identical at 1, 2 and 3 threads", "[ragged]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
   const Model m(64, 8, 2, 0, 31);
   std::mt19937_64 rng(3);
   const Ragged big = make_ragged(m, random_lengths(rng, 9, 200), {}, rng());
