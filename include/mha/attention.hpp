@@ -44,12 +44,15 @@ class MHA_API MultiheadAttention {
   void forward_self(std::size_t batch, std::size_t len, const float* x, const mha_mask* mask,
                     float* out, float* attn_weights = nullptr, bool average_weights = false) const;
 
-  // The configuration with defaults resolved (kdim, vdim, num_kv_heads != 0).
   // mha_attention_forward_ragged; `causal` aligns each sequence's last query
   // with its last key (the C call gets it from its modifiers).
   void forward_ragged(const mha_ragged& seqs, const float* query, const float* key,
                       const float* value, float* out, bool causal = false) const;
+  // mha_attention_forward_ragged with modifiers (mods may be null).
+  void forward_ragged_mods(const mha_ragged& seqs, const float* query, const float* key,
+                           const float* value, const mha_mods* mods, float* out) const;
 
+  // The configuration with defaults resolved (kdim, vdim, num_kv_heads != 0).
   std::size_t embed_dim() const;
   std::size_t num_heads() const;
   std::size_t num_kv_heads() const;

@@ -66,6 +66,10 @@ class MHA_API PagedKvCache {
   // q_start[i] .. q_start[i+1]-1, appended to slot slots[i].
   void step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
             const float* query, const float* key, const float* value, float* out);
+  // step with modifiers (mods may be null); see mha_attention_step_ragged_mods.
+  void step_mods(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                 const float* query, const float* key, const float* value, const mha_mods* mods,
+                 float* out);
 
   mha_paged_kv_cache* handle() const noexcept { return handle_; }
 

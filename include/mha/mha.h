@@ -407,19 +407,18 @@ typedef struct {
 } mha_ragged;
 
 /* Attention over sequences packed back to back: each sequence attends only
- * to its own keys, as mha_attention_forward with batch 1 on that sequence
- * (unmasked), and so as a padded batch with key_padding on each sequence's
- * missing rows. Projections run over all rows at once; no work is spent on
- * padding, because there is none.
- *   query/out [q_start[num_seqs], E], key [kv_start[num_seqs], kdim],
- *   value [kv_start[num_seqs], vdim].
- * Empty sequences are allowed and produce nothing (a sequence with queries
- * but no keys gets a zero attention output, so its rows of out are out_bias).
- * Offsets must start at 0 and never decrease (MHA_INVALID_ARGUMENT naming the
+ * to its own keys, as mha_attention_forward_mods with batch 1 on that
+ * sequence (no mask, the same mods), and so as a padded batch with
+ * key_padding on each sequence's missing rows. Projections run over all rows at once; no work is
+ * spent on padding, because there is none. query/out [q_start[num_seqs], E], key
+ * [kv_start[num_seqs], kdim], value [kv_start[num_seqs], vdim]. Empty sequences are allowed and
+ * produce nothing (a sequence with queries but no keys gets a zero attention output, so its rows of
+ * out are out_bias). Offsets must start at 0 and never decrease (MHA_INVALID_ARGUMENT naming the
  * offending entry); query/key/value/out may be NULL only where they have no
- * rows. mods: NULL, or modifiers of which this version supports causal
- * alone (each sequence's last query aligned with its last key); any other
- * modifier set is MHA_UNSUPPORTED. Bit-identical at any thread count. */
+ * rows. mods: NULL, or any modifiers (mha_mods), each sequence on its own:
+ * its last query aligned with its last key, positions (RoPE, ALiBi, window)
+ * counted from 0 in each sequence, lse [q_start[num_seqs], num_heads] by
+ * packed row. Bit-identical at any thread count. */
 MHA_API mha_status mha_attention_forward_ragged(const mha_attention* attn, const mha_ragged* seqs,
                                                 const float* query, const float* key,
                                                 const float* value, const mha_mods* mods,
@@ -502,8 +501,9 @@ MHA_API size_t mha_kv_cache_free_blocks(const mha_paged_kv_cache* cache);
 /* Empties `slot` and returns its blocks to the pool (a finished request);
  * the other slots are untouched and the slot can take a new request. */
 MHA_API mha_status mha_kv_cache_reset_slot(mha_paged_kv_cache* cache, size_t slot);
-/* Drops the slot's positions >= len (len <= its length), returning blocks
- * it no longer needs. */
+/* Drops the slot's positions >= len (len <= its length; 0, or >= the first
+ * position it holds after a windowed step dropped earlier ones), returning
+ * blocks it no longer needs. */
 MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t slot, size_t len);
 
 /* One step of continuous batching over any `num` distinct slots: sequence i
@@ -520,11 +520,34 @@ MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t 
  * MHA_OUT_OF_MEMORY and changes nothing (no slot's length or contents, no
  * output); reset a finished slot and retry. MHA_INVALID_ARGUMENT, changing
  * nothing, for a slot out of range or given twice, offsets that do not start
- * at 0 or decrease, or a slot that would outgrow the whole pool. */
+ * at 0 or decrease, or a slot that would outgrow the whole pool. A step
+ * allocates nothing once each slot's block table has reached its largest
+ * size. */
 MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,
                                              size_t num, const size_t* slots, const size_t* q_start,
                                              const float* query, const float* key,
                                              const float* value, float* out);
+
+/* mha_attention_step_ragged with modifiers (mods may be NULL:
+ * mha_attention_step_ragged). mods->causal is implied; positions are cache
+ * positions, so the result equals mha_attention_forward_mods over each
+ * slot's whole sequence with mods->causal set, for the rows of its new
+ * tokens (lse [q_start[num], num_heads] by packed row). The cache stores K
+ * after RoPE: every step on one slot must use the same rope settings.
+ * With a window, a step reads only the keys the window reaches, and after it
+ * succeeds each of its slots returns to the pool the blocks that hold only
+ * positions its next query cannot see (those < length + 1 - window): a
+ * windowed sequence holds about window + block_tokens positions, however
+ * long it runs. A later step of that slot whose window (or lack of one)
+ * reaches a dropped position fails with MHA_INVALID_ARGUMENT, changing
+ * nothing; mha_kv_cache_truncate_slot then takes only 0 or a length >= the
+ * first position held. */
+MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
+                                                  mha_paged_kv_cache* cache, size_t num,
+                                                  const size_t* slots, const size_t* q_start,
+                                                  const float* query, const float* key,
+                                                  const float* value, const mha_mods* mods,
+                                                  float* out);
 
 #ifdef __cplusplus
 }

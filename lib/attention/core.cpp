@@ -227,6 +227,23 @@ struct Partials {
   float* l(std::size_t b, std::size_t h, std::size_t c) const { return m(b, h, c) + q_len; }
 };
 
+// Merges query row i's partials of (b, h) in chunk order into c's output,
+// O = Σ_c e^(m_c - M)·O_c / L, the sink joined to chunk 0's partial (it
+// belongs to no chunk's keys); its log-sum-exp to lse if asked.
+void merge_row(const Ctx& c, const Partials& parts, std::size_t b, std::size_t h, std::size_t i) {
+  const std::size_t d = parts.d;
+  if (c.mods.sinks != nullptr) {
+    OnlineRow st{parts.m(b, h, 0)[i], parts.l(b, h, 0)[i]};
+    c.join_sink(h, st, parts.o(b, h, 0) + i * d, d);
+    parts.m(b, h, 0)[i] = st.max;
+    parts.l(b, h, 0)[i] = st.sum;
+  }
+  const auto part = [&](std::size_t ch) {
+    return OnlinePart{{parts.m(b, h, ch)[i], parts.l(b, h, ch)[i]}, parts.o(b, h, ch) + i * d};
+  };
+  c.store_lse(b, h, i, online_merge(c.sm, parts.chunks, part, c.out_rows(b, h, i), d));
+}
+
 }  // namespace
 
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
@@ -383,22 +400,8 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
   });
   if (chunks == 1) return;
 
-  // Merge the chunks of each row in chunk order: O = Σ_c e^(m_c - M)·O_c / L.
   parallel_for(in.batch * H, plan.max_threads, [&](std::size_t t) {
-    const std::size_t b = t / H, h = t % H;
-    for (std::size_t i = 0; i < in.q_len; ++i) {
-      const auto part = [&](std::size_t ch) {
-        return OnlinePart{{parts.m(b, h, ch)[i], parts.l(b, h, ch)[i]}, parts.o(b, h, ch) + i * d};
-      };
-      if (in.mods.sinks != nullptr) {
-        // The sink joins chunk 0's partial (it belongs to no chunk's keys).
-        OnlineRow st{parts.m(b, h, 0)[i], parts.l(b, h, 0)[i]};
-        c.join_sink(h, st, parts.o(b, h, 0) + i * d, d);
-        parts.m(b, h, 0)[i] = st.max;
-        parts.l(b, h, 0)[i] = st.sum;
-      }
-      c.store_lse(b, h, i, online_merge(c.sm, chunks, part, c.out_rows(b, h, i), d));
-    }
+    for (std::size_t i = 0; i < in.q_len; ++i) merge_row(c, parts, t / H, t % H, i);
   });
 }
 
@@ -418,8 +421,20 @@ std::size_t paged_key_tile(std::size_t nr, std::size_t tile, std::size_t block_t
 
 }  // namespace
 
+RaggedArrays RaggedArrays::take(std::size_t num) {
+  // One block, size_t arrays first: 5 of [num + 1] then the views.
+  const std::size_t n1 = checked_add(num, 1, "ragged sequences");
+  const std::size_t words = checked_mul(5, n1, "ragged sequences");
+  const std::size_t view_words = ceil_div(sizeof(KvCacheView), sizeof(std::size_t));
+  auto* w = thread_scratch_array<std::size_t>(
+      ScratchSlot::kRagged,
+      checked_add(words, checked_mul(num, view_words, "ragged sequences"), "ragged sequences"));
+  static_assert(alignof(KvCacheView) <= alignof(std::size_t));
+  return {w, w + n1, w + 2 * n1, w + 3 * n1, w + 4 * n1, reinterpret_cast<KvCacheView*>(w + words)};
+}
+
 RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedSeqs& seqs,
-                       std::size_t block_tokens) {
+                       std::size_t block_tokens, const RaggedArrays& arr) {
   RaggedPlan r;
   CorePlan& p = r.core;
   const std::size_t n = seqs.num, H = s.num_heads, d = s.head_dim;
@@ -444,23 +459,27 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
     const std::size_t want = std::min(ceil_div(kSplitTargetTasks, tasks), max_kv / kMinChunk);
     p.chunk_len = round_up(ceil_div(max_kv, want), p.key_tile);
   }
-  r.key_col.assign(n + 1, 0);
-  r.task_begin.assign(n + 1, 0);
-  r.chunks.assign(n, 1);
-  r.part_begin.assign(n, 0);
+  std::size_t* key_col = arr.key_col;
+  std::size_t* task_begin = arr.task_begin;
+  std::size_t* chunks = arr.chunks;
+  std::size_t* part_begin = arr.part_begin;
+  key_col[0] = task_begin[0] = 0;
+  p.chunks = 1;
   std::size_t parts = 0;
   for (std::size_t b = 0; b < n; ++b) {
     const std::size_t q = seqs.q_len(b), kv = seqs.kv_len(b);
-    if (kv > p.chunk_len) r.chunks[b] = ceil_div(kv, p.chunk_len);
-    r.key_col[b + 1] = r.key_col[b] + round_up(kv, g.nr);
-    r.task_begin[b + 1] = r.task_begin[b] + H * ceil_div(q, p.q_block) * r.chunks[b];
-    r.part_begin[b] = parts;
-    if (r.chunks[b] > 1) parts += H * r.chunks[b] * q * (d + 2);
+    chunks[b] = kv > p.chunk_len ? ceil_div(kv, p.chunk_len) : 1;
+    p.chunks = std::max(p.chunks, chunks[b]);
+    key_col[b + 1] = key_col[b] + round_up(kv, g.nr);
+    task_begin[b + 1] = task_begin[b] + H * ceil_div(q, p.q_block) * chunks[b];
+    part_begin[b] = parts;
+    if (chunks[b] > 1) parts += H * chunks[b] * q * (d + 2);
   }
-  p.chunks = 1;
-  for (std::size_t c : r.chunks) p.chunks = std::max(p.chunks, c);
-  p.max_threads =
-      std::min(r.task_begin[n], threads_for({4.0 * static_cast<double>(H * d) * pairs}));
+  r.key_col = key_col;
+  r.task_begin = task_begin;
+  r.chunks = chunks;
+  r.part_begin = part_begin;
+  p.max_threads = std::min(task_begin[n], threads_for({4.0 * static_cast<double>(H * d) * pairs}));
   p.workspace_floats = parts;
   p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
                   round_up(packed_a_floats(g, p.q_block, d), 16);
@@ -468,10 +487,9 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
   return r;
 }
 
-std::vector<KvCacheView> pack_kv_ragged(const GemmKernels& g, const AttentionShape& s,
-                                        const RaggedPlan& plan, const RaggedSeqs& seqs,
-                                        const float* k, const float* v, std::size_t ld,
-                                        float* dst) {
+void pack_kv_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedPlan& plan,
+                    const RaggedSeqs& seqs, const float* k, const float* v, std::size_t ld,
+                    float* dst, KvCacheView* views) {
   const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
   const KvPacking& p = plan.packing;
   float* kdst = dst;
@@ -487,25 +505,25 @@ std::vector<KvCacheView> pack_kv_ragged(const GemmKernels& g, const AttentionSha
     for (std::size_t j = 0; j < len; ++j) std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
   });
   // Sequence b alone: its keys start a strip, so they are a view of their own.
-  std::vector<KvCacheView> views(seqs.num);
   for (std::size_t b = 0; b < seqs.num; ++b) {
     const std::size_t col = plan.key_col[b];
     views[b] = {kdst + col * d, vdst + col * p.ldv, seqs.kv_len(b), kvh,  d,
                 g.nr,           p.k_stride,         p.v_stride,     p.ldv};
   }
-  return views;
 }
 
 void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,
                      const RaggedPlan& plan, const RaggedSeqs& seqs, const float* q,
-                     std::size_t ldq, const KvCacheView* kv, bool causal, float* out,
+                     std::size_t ldq, const KvCacheView* kv, const AttentionMods& mods, float* out,
                      std::size_t ldo, float* workspace) {
   const std::size_t H = s.num_heads, d = s.head_dim, bq = plan.core.q_block;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
-  // Sequence b alone, as a batch of one.
+  // Sequence b alone, as a batch of one (its rows of lse too).
   const auto inputs = [&](std::size_t b) {
-    return CoreInputs{q + seqs.q_start[b] * ldq,   ldq, 1, seqs.q_len(b), kv[b], nullptr,
-                      out + seqs.q_start[b] * ldo, ldo};
+    const std::size_t row = seqs.q_start[b];
+    CoreInputs in{q + row * ldq, ldq, 1, seqs.q_len(b), kv[b], nullptr, out + row * ldo, ldo, mods};
+    if (mods.lse != nullptr) in.mods.lse = mods.lse + row * H;
+    return in;
   };
   const auto context = [&](const CoreInputs& in) {
     return Ctx{g,
@@ -515,7 +533,7 @@ void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const Atten
                in,
                in.kv.len,
                scale,
-               causal,
+               mods.causal,
                static_cast<std::ptrdiff_t>(in.kv.len) - static_cast<std::ptrdiff_t>(in.q_len),
                nullptr,
                nullptr,
@@ -525,9 +543,10 @@ void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const Atten
   const auto partials = [&](std::size_t b) {
     return Partials{workspace + plan.part_begin[b], seqs.q_len(b), d, plan.chunks[b], H};
   };
+  const std::size_t* task_end = plan.task_begin + seqs.num + 1;
   parallel_for(plan.task_begin[seqs.num], plan.core.max_threads, [&](std::size_t t) {
-    const auto it = std::upper_bound(plan.task_begin.begin(), plan.task_begin.end(), t);
-    const std::size_t b = static_cast<std::size_t>(it - plan.task_begin.begin()) - 1;
+    const std::size_t* it = std::upper_bound(plan.task_begin, task_end, t);
+    const std::size_t b = static_cast<std::size_t>(it - plan.task_begin) - 1;
     const CoreInputs in = inputs(b);
     const Ctx c = context(in);
     const std::size_t chunks = plan.chunks[b], local = t - plan.task_begin[b];
@@ -557,14 +576,10 @@ void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const Atten
   parallel_for(seqs.num * H, plan.core.max_threads, [&](std::size_t t) {
     const std::size_t b = t / H, h = t % H;
     if (plan.chunks[b] == 1) return;
+    const CoreInputs in = inputs(b);
+    const Ctx c = context(in);
     const Partials parts = partials(b);
-    float* o = out + seqs.q_start[b] * ldo + h * d;
-    for (std::size_t i = 0; i < seqs.q_len(b); ++i) {
-      const auto part = [&](std::size_t ch) {
-        return OnlinePart{{parts.m(0, h, ch)[i], parts.l(0, h, ch)[i]}, parts.o(0, h, ch) + i * d};
-      };
-      online_merge(sm, plan.chunks[b], part, o + i * ldo, d);
-    }
+    for (std::size_t i = 0; i < in.q_len; ++i) merge_row(c, parts, 0, h, i);
   });
 }
 

@@ -8,7 +8,6 @@
 #include <mha/mha.h>
 
 #include <cstddef>
-#include <vector>
 
 #include "attention/engine.hpp"
 #include "gemm/gemm.hpp"
@@ -30,10 +29,12 @@ struct KvCacheView {
   std::size_t k_stride = 0, v_stride = 0;  // floats between (b, g) blocks
   std::size_t ldv = 0;                     // floats between V rows
   // Paged (one slot of a PagedKvCache), or null: key j lives in pool block
-  // blocks[j / block_tokens] at column j % block_tokens, that block's (b, g)
-  // being block * kv_heads + g at the strides above (b is not used).
+  // blocks[j / block_tokens - block0] at column j % block_tokens, that
+  // block's (b, g) being block * kv_heads + g at the strides above (b is not
+  // used). Keys before block0 * block_tokens were dropped (a sliding window)
+  // and are never read.
   const std::size_t* blocks = nullptr;
-  std::size_t block_tokens = 0;
+  std::size_t block_tokens = 0, block0 = 0;
 
   PackedBView keys(std::size_t b, std::size_t g) const {
     return PackedBView::whole(k + (b * kv_heads + g) * k_stride, head_dim, len, nr);
@@ -47,13 +48,14 @@ struct KvCacheView {
   PackedBView key_tile(std::size_t b, std::size_t g, std::size_t k0, std::size_t k1) const {
     if (blocks == nullptr) return keys(b, g).cols(k0, k1);
     const std::size_t j0 = k0 % block_tokens;
-    const float* base = k + (blocks[k0 / block_tokens] * kv_heads + g) * k_stride;
+    const float* base = k + (blocks[k0 / block_tokens - block0] * kv_heads + g) * k_stride;
     return PackedBView::whole(base, head_dim, block_tokens, nr).cols(j0, j0 + (k1 - k0));
   }
   // V rows from key k0 on, within k0's key tile.
   const float* value_rows(std::size_t b, std::size_t g, std::size_t k0) const {
     if (blocks == nullptr) return values(b, g) + k0 * ldv;
-    return v + (blocks[k0 / block_tokens] * kv_heads + g) * v_stride + (k0 % block_tokens) * ldv;
+    return v + (blocks[k0 / block_tokens - block0] * kv_heads + g) * v_stride +
+           (k0 % block_tokens) * ldv;
   }
 };
 
@@ -121,6 +123,19 @@ struct RaggedSeqs {
   std::size_t kv_len(std::size_t b) const { return kv_start[b + 1] - kv_start[b]; }
 };
 
+// The per-call arrays of a ragged pass over `num` sequences, carved from the
+// calling thread's kRagged scratch, so a ragged call allocates nothing once
+// that has grown.
+struct RaggedArrays {
+  std::size_t* kv_start;    // [num + 1]: a paged step's key offsets
+  std::size_t* key_col;     // [num + 1]
+  std::size_t* task_begin;  // [num + 1]
+  std::size_t* chunks;      // [num]
+  std::size_t* part_begin;  // [num]
+  KvCacheView* views;       // [num]: each sequence's keys
+  static RaggedArrays take(std::size_t num);
+};
+
 // The ragged decomposition: tasks over (sequence, head, query block, KV
 // chunk), each sequence with its own lengths, so no task touches padding.
 // Like plan_core, a fixed function of the shapes and tile sizes.
@@ -129,30 +144,32 @@ struct RaggedPlan {
   // [num + 1]: sequence b's keys are packed columns key_col[b].. of one block
   // per kv head, each sequence starting a strip (nr-aligned) so that its keys
   // are a PackedBView of their own.
-  std::vector<std::size_t> key_col;
-  std::vector<std::size_t> task_begin;  // [num + 1]: sequence b's first task
-  std::vector<std::size_t> chunks;      // [num]: its split-KV chunks
-  std::vector<std::size_t> part_begin;  // [num]: its split partials in the workspace
-  KvPacking packing;                    // one block per kv head, key_col[num] keys
+  const std::size_t* key_col = nullptr;
+  const std::size_t* task_begin = nullptr;  // [num + 1]: sequence b's first task
+  const std::size_t* chunks = nullptr;      // [num]: its split-KV chunks
+  const std::size_t* part_begin = nullptr;  // [num]: its split partials in the workspace
+  KvPacking packing;                        // one block per kv head, key_col[num] keys
 };
 // block_tokens: the keys live in a paged cache's blocks of that many keys
 // (the key tile then divides it), or 0.
+// The plan's arrays are arr's.
 RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedSeqs& seqs,
-                       std::size_t block_tokens);
+                       std::size_t block_tokens, const RaggedArrays& arr);
 
 // pack_kv for ragged rows ([kv_start[num], ld], kv head g at column
-// g*head_dim), laid out as plan.key_col says; returns each sequence's view.
-std::vector<KvCacheView> pack_kv_ragged(const GemmKernels& g, const AttentionShape& s,
-                                        const RaggedPlan& plan, const RaggedSeqs& seqs,
-                                        const float* k, const float* v, std::size_t ld, float* dst);
+// g*head_dim), laid out as plan.key_col says; each sequence's view to views.
+void pack_kv_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedPlan& plan,
+                    const RaggedSeqs& seqs, const float* k, const float* v, std::size_t ld,
+                    float* dst, KvCacheView* views);
 
 // run_core over ragged sequences: q [q_start[num], ldq] and out [q_start[num],
-// ldo] rows as in CoreInputs, sequence b's keys in kv[b] (kv_len(b) of them);
-// `causal` aligns each sequence's last query with its last key. `workspace`
-// holds plan.core.workspace_floats floats.
+// ldo] rows as in CoreInputs, sequence b's keys in kv[b] (kv_len(b) of them).
+// mods as in CoreInputs, each sequence's last query aligned with its last key
+// (mods.lse is [q_start[num], H]). `workspace` holds plan.core.workspace_floats
+// floats.
 void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,
                      const RaggedPlan& plan, const RaggedSeqs& seqs, const float* q,
-                     std::size_t ldq, const KvCacheView* kv, bool causal, float* out,
+                     std::size_t ldq, const KvCacheView* kv, const AttentionMods& mods, float* out,
                      std::size_t ldo, float* workspace);
 
 }  // namespace mha::detail

@@ -116,10 +116,10 @@ class AttentionEngine {
   std::size_t forward_workspace_floats(const ForwardArgs& args) const;
   // Attention over sequences packed back to back (query/out [q_start[num],
   // E], key [kv_start[num], kdim], value [kv_start[num], vdim]), each
-  // sequence on its own; `causal` aligns each one's last query with its last
-  // key. Needs q_start[num] > 0.
+  // sequence on its own at positions from 0, its last query aligned with its
+  // last key (mods.lse: [q_start[num], H]). Needs q_start[num] > 0.
   void forward_ragged(const RaggedSeqs& seqs, const float* query, const float* key,
-                      const float* value, bool causal, float* out) const;
+                      const float* value, const AttentionMods& mods, float* out) const;
 
   // Incremental decoding: projects n_new tokens per batch row (query [batch,
   // n_new, E], key [batch, n_new, kdim], value [batch, n_new, vdim]), appends
@@ -132,12 +132,14 @@ class AttentionEngine {
 
   // Continuous batching: sequence i (query/key/value/out rows q_start[i] ..
   // q_start[i+1]-1) appends its tokens to slot slots[i] of the paged cache
-  // and attends them causally over the slot's whole history. Slots are
-  // distinct. Throws MHA_OUT_OF_MEMORY, changing nothing, if the pool lacks
-  // the blocks; on any failure the cache is as before.
+  // and attends them causally (mods.causal implied) over the slot's history,
+  // at cache positions. Slots are distinct, and a window reaches no position
+  // the slot has dropped. Throws MHA_OUT_OF_MEMORY, changing nothing, if the
+  // pool lacks the blocks; on any failure the cache is as before. With a
+  // window, each slot then returns the blocks no later query can see.
   void step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
                    const std::size_t* q_start, const float* query, const float* key,
-                   const float* value, float* out) const;
+                   const float* value, const AttentionMods& mods, float* out) const;
 
   const AttentionShape& shape() const { return shape_; }
   // The ISA the engine was created on: its packed weights and every call run

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <vector>
 
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
@@ -151,8 +150,10 @@ struct AttentionEngine::Pass {
   bool average_weights;
   KvCache* cache;  // nullptr: K and V packed for this call only
   AttentionMods mods;
-  // Ragged sequences (batch 1, q_len and kv_rows their totals), or nullptr.
+  // Ragged sequences (batch 1, q_len and kv_rows their totals), or nullptr,
+  // with their per-call arrays.
   const RaggedSeqs* ragged = nullptr;
+  const RaggedArrays* arrays = nullptr;
   // A ragged step: sequence i appends to slot slots[i] of `paged`, its
   // kv_len(i) counting the slot's history and its new tokens.
   PagedKvCache* paged = nullptr;
@@ -166,12 +167,40 @@ struct AttentionEngine::Pass {
   std::ptrdiff_t k_pos0() const {
     return static_cast<std::ptrdiff_t>(kv_len()) - static_cast<std::ptrdiff_t>(kv_rows);
   }
-  // The positions RoPE needs: [rope_first(), rope_first() + rope_positions()).
+  // The positions RoPE needs: [rope_first(), rope_first() + rope_positions());
+  // a ragged pass's table holds one sequence's at a time.
   std::ptrdiff_t rope_first() const { return std::min(q_pos0(), k_pos0()); }
   std::size_t rope_positions() const {
+    if (mods.rope_dim == 0) return 0;
+    if (ragged != nullptr) {
+      std::size_t most = 0;
+      for (std::size_t b = 0; b < ragged->num; ++b) most = std::max(most, rope_positions(b));
+      return most;
+    }
     const std::ptrdiff_t end = std::max(q_pos0() + static_cast<std::ptrdiff_t>(q_len),
                                         k_pos0() + static_cast<std::ptrdiff_t>(kv_rows));
-    return mods.rope_dim == 0 ? 0 : static_cast<std::size_t>(end - rope_first());
+    return static_cast<std::size_t>(end - rope_first());
+  }
+
+  // Sequence b of a ragged pass: the key rows this call projects (all its
+  // keys, or a step's new ones), and the positions of its first query and
+  // first projected key; both end at its kv_len.
+  std::size_t new_keys(std::size_t b) const {
+    return paged != nullptr ? ragged->q_len(b) : ragged->kv_len(b);
+  }
+  std::size_t key_row0(std::size_t b) const {
+    return paged != nullptr ? ragged->q_start[b] : ragged->kv_start[b];
+  }
+  std::ptrdiff_t q_pos0(std::size_t b) const {
+    return static_cast<std::ptrdiff_t>(ragged->kv_len(b)) -
+           static_cast<std::ptrdiff_t>(ragged->q_len(b));
+  }
+  std::ptrdiff_t k_pos0(std::size_t b) const {
+    return static_cast<std::ptrdiff_t>(ragged->kv_len(b) - new_keys(b));
+  }
+  std::ptrdiff_t rope_first(std::size_t b) const { return std::min(q_pos0(b), k_pos0(b)); }
+  std::size_t rope_positions(std::size_t b) const {
+    return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(ragged->kv_len(b)) - rope_first(b));
   }
 };
 
@@ -196,7 +225,8 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
   f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
   if (a.ragged != nullptr) {
-    f.ragged = plan_ragged(g, shape_, *a.ragged, a.paged != nullptr ? a.paged->block_tokens() : 0);
+    f.ragged = plan_ragged(g, shape_, *a.ragged, a.paged != nullptr ? a.paged->block_tokens() : 0,
+                           *a.arrays);
     f.packing = f.ragged.packing;
     f.packed = a.paged != nullptr ? 0 : f.packing.floats;
     f.plan = f.ragged.core;
@@ -219,22 +249,32 @@ void AttentionEngine::run(const Pass& a) const {
   float* core_ws = rope + f.rope;
   const Projected p =
       project(g, m, s, f.fused, q_rows, a.batch * a.kv_rows, a.query, a.key, a.value, ws);
-  if (a.mods.rope_dim != 0) {
-    // Rotated once here, before K is packed or cached: the cache holds
-    // rotated keys, as the models' caches do.
+  // Rotated once here, before K is packed or cached: the cache holds
+  // rotated keys, as the models' caches do.
+  if (a.mods.rope_dim != 0 && a.ragged == nullptr) {
     rope_table(a.mods, a.rope_first(), a.rope_positions(), rope);
     rope_apply(a.mods, rope, a.rope_first(), a.q_pos0(), a.batch, a.q_len, s.num_heads, s.head_dim,
                p.q, p.ldq);
     rope_apply(a.mods, rope, a.rope_first(), a.k_pos0(), a.batch, a.kv_rows, s.num_kv_heads,
                s.head_dim, p.k, p.ldkv);
   }
+  if (a.mods.rope_dim != 0 && a.ragged != nullptr) {
+    const RaggedSeqs& r = *a.ragged;
+    for (std::size_t b = 0; b < r.num; ++b) {
+      rope_table(a.mods, a.rope_first(b), a.rope_positions(b), rope);
+      rope_apply(a.mods, rope, a.rope_first(b), a.q_pos0(b), 1, r.q_len(b), s.num_heads, s.head_dim,
+                 p.q + r.q_start[b] * p.ldq, p.ldq);
+      rope_apply(a.mods, rope, a.rope_first(b), a.k_pos0(b), 1, a.new_keys(b), s.num_kv_heads,
+                 s.head_dim, p.k + a.key_row0(b) * p.ldkv, p.ldkv);
+    }
+  }
   // K and V laid out once per (batch, kv head) in the GEMM's B layout and
-  // shared by every query head of the group (GQA without copies).
-  std::vector<KvCacheView> views;  // ragged: each sequence's keys
-  if (a.ragged != nullptr) {
-    views = a.paged != nullptr
-                ? a.paged->append(a.slots, *a.ragged, p.k, p.v, p.ldkv)
-                : pack_kv_ragged(g, s, f.ragged, *a.ragged, p.k, p.v, p.ldkv, ws + f.proj);
+  // shared by every query head of the group (GQA without copies); a ragged
+  // pass's views (each sequence's keys) go to its arrays.
+  if (a.paged != nullptr) {
+    a.paged->append(a.slots, *a.ragged, p.k, p.v, p.ldkv, a.arrays->views);
+  } else if (a.ragged != nullptr) {
+    pack_kv_ragged(g, s, f.ragged, *a.ragged, p.k, p.v, p.ldkv, ws + f.proj, a.arrays->views);
   }
   const KvCacheView kv = a.cache != nullptr    ? a.cache->append(p.k, p.v, p.ldkv, a.kv_rows)
                          : a.ragged != nullptr ? KvCacheView{}
@@ -246,8 +286,8 @@ void AttentionEngine::run(const Pass& a) const {
     // for want of this thread's scratch (a call changes nothing or succeeds).
     if (a.attn_weights != nullptr) reserve_gemm_packed(g, q_rows, m.wo);
     if (a.ragged != nullptr) {
-      run_core_ragged(g, softmax(), s, f.ragged, *a.ragged, p.q, p.ldq, views.data(),
-                      a.mask != nullptr && a.mask->causal, merged, E, core_ws);
+      run_core_ragged(g, softmax(), s, f.ragged, *a.ragged, p.q, p.ldq, a.arrays->views, a.mods,
+                      merged, E, core_ws);
     } else {
       run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
     }
@@ -274,39 +314,43 @@ void AttentionEngine::forward(const ForwardArgs& a) const {
 }
 
 void AttentionEngine::forward_ragged(const RaggedSeqs& seqs, const float* query, const float* key,
-                                     const float* value, bool causal, float* out) const {
-  mha_mask mask{};
-  mask.causal = causal ? 1 : 0;
+                                     const float* value, const AttentionMods& mods,
+                                     float* out) const {
+  const RaggedArrays arrays = RaggedArrays::take(seqs.num);
   Pass a{1,
          seqs.q_start[seqs.num],
          seqs.kv_start[seqs.num],
          query,
          key,
          value,
-         &mask,
+         nullptr,
          out,
          nullptr,
          false,
-         nullptr};
+         nullptr,
+         mods};
   a.ragged = &seqs;
+  a.arrays = &arrays;
   run(a);
 }
 
 void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
                                   const std::size_t* q_start, const float* query, const float* key,
-                                  const float* value, float* out) const {
+                                  const float* value, const AttentionMods& mods, float* out) const {
   // Each sequence's keys: the slot's history, then its new tokens.
-  std::vector<std::size_t> kv_start(num + 1, 0);
+  const RaggedArrays arrays = RaggedArrays::take(num);
+  std::size_t* kv_start = arrays.kv_start;
+  kv_start[0] = 0;
   for (std::size_t i = 0; i < num; ++i) {
     kv_start[i + 1] = kv_start[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
   }
-  const RaggedSeqs seqs{num, q_start, kv_start.data()};
+  const RaggedSeqs seqs{num, q_start, kv_start};
   cache.reserve(slots, seqs);
-  mha_mask causal{};
-  causal.causal = 1;
   const std::size_t rows = q_start[num];
-  Pass a{1, rows, rows, query, key, value, &causal, out, nullptr, false, nullptr};
+  Pass a{1, rows, rows, query, key, value, nullptr, out, nullptr, false, nullptr, mods};
+  a.mods.causal = true;
   a.ragged = &seqs;
+  a.arrays = &arrays;
   a.paged = &cache;
   a.slots = slots;
   try {
@@ -315,7 +359,7 @@ void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const st
     cache.rollback(slots, seqs);
     throw;
   }
-  cache.commit(slots, seqs);
+  cache.commit(slots, seqs, mods.window);
 }
 
 void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,

@@ -14,7 +14,9 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
       packing_(kv_packing(engine.gemm(), engine.shape(), num_blocks, block_tokens)),
       pool_(alloc_floats(packing_.floats)),
       tables_(num_slots),
-      lengths_(num_slots, 0) {
+      first_block_(num_slots, 0),
+      lengths_(num_slots, 0),
+      marks_(num_slots, 0) {
   // Highest id on top, so blocks are handed out from the start of the pool;
   // the pool's pages are only touched when a block is first taken.
   free_.resize(num_blocks);
@@ -33,23 +35,32 @@ float* PagedKvCache::values(std::size_t block, std::size_t g) const {
          (block * kvh + g) * packing_.v_stride;
 }
 
+bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
+  if (marks_[slot] == step) return false;
+  marks_[slot] = step;
+  return true;
+}
+
 void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) {
-  const std::size_t kvh = engine_.shape().num_kv_heads;
-  to = std::min(to, tables_[slot].size() * block_tokens_);
+  const std::size_t kvh = engine_.shape().num_kv_heads, first = first_block_[slot];
+  from = std::max(from, first * block_tokens_);
+  to = std::min(to, (first + tables_[slot].size()) * block_tokens_);
   for (std::size_t pos = from; pos < to; ++pos) {
-    const std::size_t block = tables_[slot][pos / block_tokens_];
+    const std::size_t block = tables_[slot][pos / block_tokens_ - first];
     for (std::size_t g = 0; g < kvh; ++g) keys(block, g).clear(pos % block_tokens_);
   }
 }
 
 void PagedKvCache::release(std::size_t slot, std::size_t len) {
   std::vector<std::size_t>& table = tables_[slot];
-  const std::size_t keep = ceil_div(len, block_tokens_);
+  const std::size_t end = ceil_div(len, block_tokens_), first = first_block_[slot];
+  const std::size_t keep = end > first ? end - first : 0;
   // free_ has room for every block, so these pushes never allocate.
   while (table.size() > keep) {
     free_.push_back(table.back());
     table.pop_back();
   }
+  if (len == 0) first_block_[slot] = 0;
 }
 
 void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
@@ -60,10 +71,12 @@ void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
 }
 
 void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
+  // Blocks slot i must hold: from its first kept one to kv_len(i).
+  const auto blocks = [&](std::size_t i) {
+    return ceil_div(seqs.kv_len(i), block_tokens_) - first_block_[slots[i]];
+  };
   std::size_t need = 0;
-  for (std::size_t i = 0; i < seqs.num; ++i) {
-    need += ceil_div(seqs.kv_len(i), block_tokens_) - tables_[slots[i]].size();
-  }
+  for (std::size_t i = 0; i < seqs.num; ++i) need += blocks(i) - tables_[slots[i]].size();
   if (need > free_.size()) {
     fail(MHA_OUT_OF_MEMORY, "mha_attention_step_ragged: the step needs ", need, " more blocks of ",
          block_tokens_, " tokens, but only ", free_.size(), " of ", num_blocks_,
@@ -71,12 +84,13 @@ void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
   }
   // Table room first (the only allocation), so taking blocks cannot fail half way.
   for (std::size_t i = 0; i < seqs.num; ++i) {
-    tables_[slots[i]].reserve(ceil_div(seqs.kv_len(i), block_tokens_));
+    std::vector<std::size_t>& table = tables_[slots[i]];
+    if (table.capacity() < blocks(i)) table.reserve(std::max(blocks(i), 2 * table.capacity()));
   }
   const std::size_t kvh = engine_.shape().num_kv_heads;
   for (std::size_t i = 0; i < seqs.num; ++i) {
     std::vector<std::size_t>& table = tables_[slots[i]];
-    while (table.size() * block_tokens_ < seqs.kv_len(i)) {
+    while (table.size() < blocks(i)) {
       const std::size_t block = free_.back();
       free_.pop_back();
       // The packed layout needs zero columns past the length; a block fresh
@@ -87,17 +101,15 @@ void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
   }
 }
 
-std::vector<KvCacheView> PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs,
-                                              const float* k, const float* v,
-                                              std::size_t ld) const {
+void PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs, const float* k,
+                          const float* v, std::size_t ld, KvCacheView* views) const {
   const AttentionShape& s = engine_.shape();
   const std::size_t d = s.head_dim, kvh = s.num_kv_heads, bt = block_tokens_;
-  std::vector<KvCacheView> views(seqs.num);
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::vector<std::size_t>& table = tables_[slots[i]];
-    const std::size_t start = lengths_[slots[i]];
+    const std::size_t start = lengths_[slots[i]], first = first_block_[slots[i]];
     for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
-      const std::size_t pos = start + t, block = table[pos / bt];
+      const std::size_t pos = start + t, block = table[pos / bt - first];
       const float* kr = k + (seqs.q_start[i] + t) * ld;
       const float* vr = v + (seqs.q_start[i] + t) * ld;
       for (std::size_t g = 0; g < kvh; ++g) {
@@ -106,23 +118,29 @@ std::vector<KvCacheView> PagedKvCache::append(const std::size_t* slots, const Ra
       }
     }
     KvCacheView& view = views[i];
-    view.k = pool_.get();
-    view.v = values(0, 0);
-    view.len = seqs.kv_len(i);
-    view.kv_heads = kvh;
-    view.head_dim = d;
-    view.nr = engine_.gemm().nr;
-    view.k_stride = packing_.k_stride;
-    view.v_stride = packing_.v_stride;
-    view.ldv = packing_.ldv;
+    view = KvCacheView{pool_.get(),       values(0, 0),      seqs.kv_len(i),    kvh,         d,
+                       engine_.gemm().nr, packing_.k_stride, packing_.v_stride, packing_.ldv};
     view.blocks = table.data();
     view.block_tokens = bt;
+    view.block0 = first;
   }
-  return views;
 }
 
-void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs) {
-  for (std::size_t i = 0; i < seqs.num; ++i) lengths_[slots[i]] = seqs.kv_len(i);
+void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs, std::size_t window) {
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    const std::size_t slot = slots[i], len = seqs.kv_len(i);
+    lengths_[slot] = len;
+    // The next query (position len) sees keys from len + 1 - window on.
+    if (window == 0 || len + 1 <= window) continue;
+    std::vector<std::size_t>& table = tables_[slot];
+    const std::size_t upto = (len + 1 - window) / block_tokens_;
+    if (upto <= first_block_[slot]) continue;
+    const std::size_t drop = std::min(upto - first_block_[slot], table.size());
+    // A block leaves the front; free_ has room for every block.
+    for (std::size_t b = 0; b < drop; ++b) free_.push_back(table[b]);
+    table.erase(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(drop));
+    first_block_[slot] += drop;
+  }
 }
 
 void PagedKvCache::rollback(const std::size_t* slots, const RaggedSeqs& seqs) {

@@ -28,20 +28,30 @@ class PagedKvCache {
   std::size_t num_blocks() const { return num_blocks_; }
   std::size_t free_blocks() const { return free_.size(); }
   std::size_t length(std::size_t slot) const { return lengths_[slot]; }
-  // Drops the slot's positions >= len (len <= length) and returns the blocks
-  // it no longer needs to the pool; truncate(slot, 0) frees the slot.
+  // The first position the slot still holds: a step with a sliding window
+  // drops the blocks before what its next query can see (0 if none dropped).
+  std::size_t first_kept(std::size_t slot) const { return first_block_[slot] * block_tokens_; }
+  // Drops the slot's positions >= len (len <= length, and len >=
+  // first_kept(slot) unless 0) and returns the blocks it no longer needs to
+  // the pool; truncate(slot, 0) frees the slot.
   void truncate(std::size_t slot, std::size_t len);
+  // Marks slot as named by the step being checked; false if it already is.
+  // Steps on one cache do not run concurrently, so one array serves them.
+  bool mark(std::size_t slot, std::size_t step) const;
+  std::size_t next_step() const { return ++steps_; }
 
   // For a step (AttentionEngine::step_ragged): sequence i of `seqs` grows
   // slot slots[i] to kv_len(i) positions by q_len(i) new ones.
   // Takes the blocks every slot needs, or throws MHA_OUT_OF_MEMORY taking none.
   void reserve(const std::size_t* slots, const RaggedSeqs& seqs);
   // Writes the new rows' K and V ([q_start[num], ld], kv head g at column
-  // g*head_dim) after each slot's history; returns each slot's view of
+  // g*head_dim) after each slot's history; views[i] gets slot i's view of
   // kv_len(i) keys. Lengths are unchanged until commit.
-  std::vector<KvCacheView> append(const std::size_t* slots, const RaggedSeqs& seqs, const float* k,
-                                  const float* v, std::size_t ld) const;
-  void commit(const std::size_t* slots, const RaggedSeqs& seqs);
+  void append(const std::size_t* slots, const RaggedSeqs& seqs, const float* k, const float* v,
+              std::size_t ld, KvCacheView* views) const;
+  // Sets the lengths; with a window (0: none), each slot then returns the
+  // blocks wholly before what its next query (at its new length) can see.
+  void commit(const std::size_t* slots, const RaggedSeqs& seqs, std::size_t window);
   // Undoes reserve and append: clears what was written past each length and
   // returns the blocks beyond it. Idempotent.
   void rollback(const std::size_t* slots, const RaggedSeqs& seqs);
@@ -58,9 +68,15 @@ class PagedKvCache {
   std::size_t block_tokens_, num_blocks_;
   KvPacking packing_;  // per block and kv head, as kv_packing(num_blocks, block_tokens)
   AlignedFloats pool_;
-  std::vector<std::size_t> free_;                 // free block ids (a stack)
-  std::vector<std::vector<std::size_t>> tables_;  // per slot: its blocks, in order
+  std::vector<std::size_t> free_;  // free block ids (a stack)
+  // Per slot: its blocks in order, table[i] holding positions from
+  // (first_block + i) * block_tokens on. Tables grow geometrically and never
+  // shrink, so steps allocate only while a slot outgrows its largest size.
+  std::vector<std::vector<std::size_t>> tables_;
+  std::vector<std::size_t> first_block_;
   std::vector<std::size_t> lengths_;
+  mutable std::vector<std::size_t> marks_;  // per slot: the last step that named it
+  mutable std::size_t steps_ = 0;
 };
 
 }  // namespace mha::detail

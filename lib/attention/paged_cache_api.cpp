@@ -6,10 +6,10 @@
 #include <memory>
 #include <mha/kv_cache.hpp>
 #include <utility>
-#include <vector>
 
 #include "attention/engine.hpp"
 #include "attention/paged_cache.hpp"
+#include "common/checked.hpp"
 #include "common/error.hpp"
 
 namespace mha {
@@ -47,13 +47,17 @@ void truncate_slot(mha_paged_kv_cache* cache, std::size_t slot, std::size_t len)
   detail::PagedKvCache& c = slot_cache(cache, slot, "mha_kv_cache_truncate_slot");
   check_arg(len <= c.length(slot), "mha_kv_cache_truncate_slot: len must be <= the slot's length (",
             c.length(slot), "), got ", len);
+  check_arg(len == 0 || len >= c.first_kept(slot),
+            "mha_kv_cache_truncate_slot: len must be 0 or >= the first position the slot still "
+            "holds (",
+            c.first_kept(slot), ": a window dropped the ones before), got ", len);
   c.truncate(slot, len);
 }
 
 void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
                  const std::size_t* slots, const std::size_t* q_start, const float* query,
-                 const float* key, const float* value, float* out) {
-  const char* fn = "mha_attention_step_ragged";
+                 const float* key, const float* value, const mha_mods* mods, float* out,
+                 const char* fn) {
   check_arg(attn != nullptr, fn, ": attn must not be NULL");
   check_arg(cache != nullptr, fn, ": cache must not be NULL");
   detail::PagedKvCache& c = *cache->cache;
@@ -63,12 +67,11 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   check_arg(slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
   check_arg(q_start != nullptr, fn, ": q_start must be [num + 1] offsets, got NULL");
   check_arg(q_start[0] == 0, fn, ": q_start[0] must be 0, got ", q_start[0]);
-  std::vector<bool> seen(c.num_slots(), false);
+  const std::size_t step = c.next_step();
   for (std::size_t i = 0; i < num; ++i) {
     check_arg(slots[i] < c.num_slots(), fn, ": slots[", i, "] must be < num_slots (", c.num_slots(),
               "), got ", slots[i]);
-    check_arg(!seen[slots[i]], fn, ": slots[", i, "] (", slots[i], ") appears twice");
-    seen[slots[i]] = true;
+    check_arg(c.mark(slots[i], step), fn, ": slots[", i, "] (", slots[i], ") appears twice");
     check_arg(q_start[i + 1] >= q_start[i], fn, ": q_start[", i + 1, "] must be >= q_start[", i,
               "] (", q_start[i], "), got ", q_start[i + 1]);
   }
@@ -79,17 +82,34 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   checked_mul(checked_mul(rows, s.kdim, "key [q_start[num], kdim]"), sizeof(float), "key bytes");
   checked_mul(checked_mul(rows, s.vdim, "value [q_start[num], vdim]"), sizeof(float),
               "value bytes");
+  using detail::tensor_extent;
+  const auto eq = tensor_extent(query, {rows, s.embed_dim}, "query [q_start[num], embed_dim]");
+  const auto ek = tensor_extent(key, {rows, s.kdim}, "key [q_start[num], kdim]");
+  const auto ev = tensor_extent(value, {rows, s.vdim}, "value [q_start[num], vdim]");
+  const auto eo = tensor_extent(out, {rows, s.embed_dim}, "out [q_start[num], embed_dim]");
+  const detail::AttentionMods m = detail::resolve_mods(mods, s, rows, {eq, ek, ev, eo}, fn);
   for (std::size_t i = 0; i < num; ++i) {
-    check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - c.length(slots[i]),
-              fn, ": slot ", slots[i], " would exceed the whole pool (", c.num_blocks(),
-              " blocks of ", c.block_tokens(), " tokens)");
+    const std::size_t slot = slots[i], len = c.length(slot), first = c.first_kept(slot);
+    check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - (len - first), fn,
+              ": slot ", slot, " would exceed the whole pool (", c.num_blocks(), " blocks of ",
+              c.block_tokens(), " tokens)");
+    // Its first new query (position len) must see no dropped position.
+    if (first != 0 && (m.window == 0 || len + 1 < first + m.window)) {
+      detail::fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
+                   " on (a window dropped the ones before), but this step's window (", m.window,
+                   "; 0 = none) reaches further back");
+    }
   }
   if (rows == 0) return;
   check_arg(query != nullptr, fn, ": query must not be NULL");
   check_arg(key != nullptr, fn, ": key must not be NULL");
   check_arg(value != nullptr, fn, ": value must not be NULL");
   check_arg(out != nullptr, fn, ": out must not be NULL");
-  attn->engine->step_ragged(c, num, slots, q_start, query, key, value, out);
+  // out is written only after every input has been read: in place is safe.
+  detail::check_no_overlap(eo, eq, true, "out", "query");
+  detail::check_no_overlap(eo, ek, true, "out", "key");
+  detail::check_no_overlap(eo, ev, true, "out", "value");
+  attn->engine->step_ragged(c, num, slots, q_start, query, key, value, m, out);
 }
 
 }  // namespace
@@ -121,7 +141,14 @@ void PagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
 }
 void PagedKvCache::step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
                         const float* query, const float* key, const float* value, float* out) {
-  mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, out);
+  mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, nullptr, out,
+                   "mha_attention_step_ragged");
+}
+void PagedKvCache::step_mods(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                             const float* query, const float* key, const float* value,
+                             const mha_mods* mods, float* out) {
+  mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, mods, out,
+                   "mha_attention_step_ragged_mods");
 }
 
 }  // namespace mha
@@ -163,8 +190,22 @@ MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_page
                                              size_t num, const size_t* slots, const size_t* q_start,
                                              const float* query, const float* key,
                                              const float* value, float* out) {
-  return mha::detail::guarded(
-      [&] { mha::step_ragged(attn, cache, num, slots, q_start, query, key, value, out); });
+  return mha::detail::guarded([&] {
+    mha::step_ragged(attn, cache, num, slots, q_start, query, key, value, nullptr, out,
+                     "mha_attention_step_ragged");
+  });
+}
+
+MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
+                                                  mha_paged_kv_cache* cache, size_t num,
+                                                  const size_t* slots, const size_t* q_start,
+                                                  const float* query, const float* key,
+                                                  const float* value, const mha_mods* mods,
+                                                  float* out) {
+  return mha::detail::guarded([&] {
+    mha::step_ragged(attn, cache, num, slots, q_start, query, key, value, mods, out,
+                     "mha_attention_step_ragged_mods");
+  });
 }
 
 }  // extern "C"

@@ -26,10 +26,8 @@ void check_offsets(const std::size_t* start, std::size_t num, const char* name) 
 }
 
 // Checks everything, then runs the pass unless there are no query rows.
-// mods: of the modifiers, causal alone is supported on ragged batches yet.
 void forward_ragged(const mha_attention* attn, const mha_ragged* seqs, const float* query,
-                    const float* key, const float* value, float* out, bool causal,
-                    const mha_mods* mods = nullptr) {
+                    const float* key, const float* value, const mha_mods* mods, float* out) {
   check_arg(attn != nullptr && attn->engine != nullptr,
             "attn: expected a handle from mha_attention_create, got NULL");
   check_arg(seqs != nullptr, "seqs: expected an mha_ragged, got NULL");
@@ -51,12 +49,6 @@ void forward_ragged(const mha_attention* attn, const mha_ragged* seqs, const flo
   const auto eo = tensor_extent(out, {q_rows, s.embed_dim}, "out [q_start[num_seqs], E]");
   const detail::AttentionMods m =
       detail::resolve_mods(mods, s, q_rows, {eq, ek, ev, eo}, "mha_attention_forward_ragged");
-  if (m.window != 0 || m.alibi != nullptr || m.softcap != 0.f || m.sinks != nullptr ||
-      m.rope_dim != 0 || m.lse != nullptr) {
-    detail::fail(MHA_UNSUPPORTED,
-                 "mha_attention_forward_ragged: mods: only causal is supported on ragged batches "
-                 "in this version");
-  }
   if (q_rows == 0) return;
   check_arg(query != nullptr, "query: expected a [q_start[num_seqs], embed_dim] array, got NULL");
   check_arg(out != nullptr, "out: expected a [q_start[num_seqs], embed_dim] array, got NULL");
@@ -68,7 +60,7 @@ void forward_ragged(const mha_attention* attn, const mha_ragged* seqs, const flo
   check_no_overlap(eo, eq, true, "out", "query");
   check_no_overlap(eo, ek, true, "out", "key");
   check_no_overlap(eo, ev, true, "out", "value");
-  e.forward_ragged({n, seqs->q_start, kv_start}, query, key, value, causal || m.causal, out);
+  e.forward_ragged({n, seqs->q_start, kv_start}, query, key, value, m, out);
 }
 
 }  // namespace
@@ -76,7 +68,16 @@ void forward_ragged(const mha_attention* attn, const mha_ragged* seqs, const flo
 void MultiheadAttention::forward_ragged(const mha_ragged& seqs, const float* query,
                                         const float* key, const float* value, float* out,
                                         bool causal) const {
-  mha::forward_ragged(handle_, &seqs, query, key, value, out, causal);
+  mha_mods mods{};
+  mods.struct_size = sizeof(mha_mods);
+  mods.causal = causal ? 1 : 0;
+  mha::forward_ragged(handle_, &seqs, query, key, value, &mods, out);
+}
+
+void MultiheadAttention::forward_ragged_mods(const mha_ragged& seqs, const float* query,
+                                             const float* key, const float* value,
+                                             const mha_mods* mods, float* out) const {
+  mha::forward_ragged(handle_, &seqs, query, key, value, mods, out);
 }
 
 }  // namespace mha
@@ -88,7 +89,7 @@ MHA_API mha_status mha_attention_forward_ragged(const mha_attention* attn, const
                                                 const float* value, const mha_mods* mods,
                                                 float* out) {
   return mha::detail::guarded(
-      [&] { mha::forward_ragged(attn, seqs, query, key, value, out, false, mods); });
+      [&] { mha::forward_ragged(attn, seqs, query, key, value, mods, out); });
 }
 
 }  // extern "C"

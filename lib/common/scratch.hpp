@@ -6,6 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
+
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
 
 namespace mha::detail {
 
@@ -21,11 +25,22 @@ enum class ScratchSlot : unsigned {
   kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B
   kAttention,
   kAttentionTask,
+  kRagged,  // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
   kCount
 };
 
 // 64-byte-aligned scratch of at least `floats` floats for this thread and slot.
 // The pointer stays valid until the same thread asks the same slot for more.
 float* thread_scratch(ScratchSlot slot, std::size_t floats);
+
+// thread_scratch as room for n objects of a trivial type (no constructor runs;
+// the caller writes every element before reading it).
+template <class T>
+T* thread_scratch_array(ScratchSlot slot, std::size_t n) {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T> &&
+                alignof(T) <= 64);
+  const std::size_t bytes = checked_mul(n, sizeof(T), "per-call arrays");
+  return reinterpret_cast<T*>(thread_scratch(slot, ceil_div(bytes, sizeof(float))));
+}
 
 }  // namespace mha::detail

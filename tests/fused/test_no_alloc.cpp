@@ -207,6 +207,38 @@ void check_entry_points(std::size_t threads) {
             cache.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
             cache.truncate(10);
           }) <= allowed);
+
+    // Ragged batches, plain and with every modifier (lse by packed row).
+    const std::size_t q_start[] = {0, 7, 7, 33}, kv_start[] = {0, 20, 25, 40};
+    const mha_ragged self{sizeof(mha_ragged), 3, q_start, nullptr};
+    const mha_ragged cross{sizeof(mha_ragged), 3, q_start, kv_start};
+    CHECK(steady_allocations([&] {
+            attn.forward_ragged(self, x.data(), x.data(), x.data(), out.data(), true);
+          }) <= allowed);
+    CHECK(steady_allocations([&] {
+            attn.forward_ragged_mods(cross, x.data(), kv.data(), kv.data(), &mods, out.data());
+          }) <= allowed);
+
+    // A paged cache: three slots each stepping a token (truncated back), and
+    // two decoding on under a window, which returns blocks as it goes.
+    mha::PagedKvCache paged(attn, 3, 16, 40);
+    const std::size_t slots[] = {2, 0, 1}, prompts[] = {0, 10, 30, 31}, ones[] = {0, 1, 2, 3};
+    paged.step(3, slots, prompts, x.data(), x.data(), x.data(), out.data());
+    CHECK(steady_allocations([&] {
+            paged.step(3, slots, ones, x.data(), x.data(), x.data(), out.data());
+            for (std::size_t i = 0; i < 3; ++i) {
+              paged.truncate_slot(slots[i], prompts[i + 1] - prompts[i]);
+            }
+          }) <= allowed);
+    mods.window = 20;
+    mods.lse = nullptr;
+    paged.reset_slot(2);
+    paged.reset_slot(0);
+    const std::size_t two_prompts[] = {0, 30, 60};
+    paged.step_mods(2, slots, two_prompts, x.data(), x.data(), x.data(), &mods, out.data());
+    CHECK(steady_allocations([&] {
+            paged.step_mods(2, slots, ones, x.data(), x.data(), x.data(), &mods, out.data());
+          }) <= allowed);
   }
   mha_set_num_threads(0);
 }

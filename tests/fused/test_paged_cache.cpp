@@ -1,9 +1,10 @@
-// Paged KV cache (mha_kv_cache_create_paged, mha_attention_step_ragged):
+// Paged KV cache (mha_kv_cache_create_paged, mha_attention_step_ragged[_mods]):
 // random continuous-batching schedules (requests join, prefill in chunks,
 // decode one token at a time, get truncated, finish and free their slot for
-// a new request) equal one causal ragged forward over every whole sequence;
-// pool exhaustion changes nothing; results are bit-identical at 1, 2 and 3
-// threads; bad arguments are rejected.
+// a new request) equal one causal ragged forward over every whole sequence,
+// with and without modifiers (lse included); a window returns the blocks it
+// no longer sees; pool exhaustion changes nothing; results are bit-identical
+// at 1, 2 and 3 threads; bad arguments are rejected.
 //
 // Tolerance as in test_kv_cache.cpp (a step sees other blockings than the
 // forward: other query blocks, key tiles cut at block boundaries, split-KV
@@ -21,6 +22,7 @@
 #include <mha/kv_cache.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fused/model_weights.hpp"
@@ -40,7 +42,7 @@ struct Model : mha::test::ModelWeights {
 // One request: its tokens (self-attention inputs) and the output row each
 // position got when it was stepped.
 struct Request {
-  std::vector<float> x, out;
+  std::vector<float> x, out, lse;
   std::size_t len = 0;  // target length
   std::size_t fed = 0;  // tokens in its slot
 };
@@ -51,9 +53,12 @@ struct Schedule {
 };
 
 // Runs a random schedule to completion; returns every request, its outputs
-// filled. Every step goes through one mha_attention_step_ragged call.
-std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
-  const std::size_t E = m.E();
+// (and lse rows, if mods asks for them) filled. Every step goes through one
+// mha_attention_step_ragged_mods call.
+std::vector<Request> run_schedule(const Model& m, const Schedule& sc,
+                                  const mha_mods* mods = nullptr) {
+  const std::size_t E = m.E(), H = m.cfg.num_heads;
+  const bool want_lse = mods != nullptr && mods->lse != nullptr;
   std::mt19937_64 rng(sc.seed);
   const auto uniform = [&](std::size_t lo, std::size_t hi) {
     return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
@@ -65,6 +70,7 @@ std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
     reqs[r].len = r % 5 == 1 ? uniform(sc.max_len / 2, sc.max_len) : uniform(1, 90);
     reqs[r].x = random_vector(reqs[r].len * E, sc.seed * 1000 + r);
     reqs[r].out.assign(reqs[r].len * E, -7.0f);
+    reqs[r].lse.assign(want_lse ? reqs[r].len * H : 0, -7.0f);
   }
   mha::PagedKvCache cache(*m.attn, sc.slots, sc.block_tokens, sc.num_blocks);
   std::vector<long> owner(sc.slots, -1);  // request in each slot
@@ -87,8 +93,10 @@ std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
     std::shuffle(slots.begin(), slots.end(), rng);
     for (std::size_t s : slots) {
       Request& r = reqs[static_cast<std::size_t>(owner[s])];
-      // Sometimes a rejected speculative tail: truncate and feed new tokens.
-      if (r.fed > 4 && uniform(0, 9) == 0) {
+      // Sometimes a rejected speculative tail: truncate and feed new tokens
+      // (not under a window, whose dropped blocks the rolled-back queries
+      // may need: that case has a test of its own).
+      if (r.fed > 4 && uniform(0, 9) == 0 && (mods == nullptr || mods->window == 0)) {
         const std::size_t keep = r.fed - uniform(1, 3);
         cache.truncate_slot(s, keep);
         const auto fresh = random_vector((r.len - keep) * E, rng());
@@ -103,13 +111,20 @@ std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
       q_start.push_back(q_start.back() + n);
     }
     std::vector<float> out(std::max<std::size_t>(1, q_start.back() * E));
-    cache.step(slots.size(), slots.data(), q_start.data(), x.data(), x.data(), x.data(),
-               out.data());
+    std::vector<float> lse(std::max<std::size_t>(1, q_start.back() * H));
+    mha_mods step_mods{};
+    if (mods != nullptr) {
+      step_mods = *mods;
+      if (want_lse) step_mods.lse = lse.data();
+    }
+    cache.step_mods(slots.size(), slots.data(), q_start.data(), x.data(), x.data(), x.data(),
+                    mods != nullptr ? &step_mods : nullptr, out.data());
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const std::size_t s = slots[i];
       Request& r = reqs[static_cast<std::size_t>(owner[s])];
       const std::size_t n = q_start[i + 1] - q_start[i];
       std::copy_n(&out[q_start[i] * E], n * E, &r.out[r.fed * E]);
+      if (want_lse) std::copy_n(&lse[q_start[i] * H], n * H, &r.lse[r.fed * H]);
       r.fed += n;
       REQUIRE(cache.slot_length(s) == r.fed);
       // Finished: the slot goes back for the next request.
@@ -124,30 +139,36 @@ std::vector<Request> run_schedule(const Model& m, const Schedule& sc) {
   return reqs;
 }
 
-// One causal ragged forward over every whole sequence.
-std::vector<float> reference(const Model& m, const std::vector<Request>& reqs) {
+// One causal ragged forward over every whole sequence (with mods), then
+// each request's out and lse rows against it.
+void require_matches(const Model& m, const std::vector<Request>& reqs,
+                     const mha_mods* mods = nullptr) {
+  const std::size_t H = m.cfg.num_heads;
   std::vector<std::size_t> start{0};
   std::vector<float> x;
   for (const Request& r : reqs) {
     x.insert(x.end(), r.x.begin(), r.x.end());
     start.push_back(start.back() + r.len);
   }
-  std::vector<float> out(x.size());
+  std::vector<float> want(x.size()), want_lse(start.back() * H);
+  mha_mods whole{};
+  whole.struct_size = sizeof(mha_mods);
+  if (mods != nullptr) whole = *mods;
+  whole.causal = 1;
+  const bool lse = whole.lse != nullptr;
+  whole.lse = lse ? want_lse.data() : nullptr;
   const mha_ragged seqs{sizeof(mha_ragged), reqs.size(), start.data(), nullptr};
-  m.attn->forward_ragged(seqs, x.data(), x.data(), x.data(), out.data(), true);
-  return out;
-}
-
-void require_matches(const Model& m, const std::vector<Request>& reqs) {
-  const std::vector<float> want = reference(m, reqs);
-  std::size_t at = 0, bad = 0;
+  m.attn->forward_ragged_mods(seqs, x.data(), x.data(), x.data(), &whole, want.data());
+  const auto close = [](float got, float w) {
+    return got == w || std::fabs(got - w) <= 2e-5f * (1.0f + std::fabs(w));
+  };
+  std::size_t at = 0, at_lse = 0, bad = 0;
   for (const Request& r : reqs) {
-    for (float got : r.out) {
-      const float w = want[at++];
-      if (!(std::fabs(got - w) <= 2e-5f * (1.0f + std::fabs(w)))) ++bad;
-    }
+    for (float got : r.out) bad += close(got, want[at++]) ? 0 : 1;
+    for (float got : r.lse) bad += close(got, want_lse[at_lse++]) ? 0 : 1;
   }
   REQUIRE(at == want.size());
+  REQUIRE(at_lse == (lse ? want_lse.size() : 0));
   REQUIRE(bad == 0);
 }
 
@@ -169,6 +190,110 @@ TEST_CASE("paged cache: random schedules equal one causal ragged forward", "[pag
   }
 }
 
+TEST_CASE("paged cache: random schedules with modifiers equal one ragged forward with them",
+          "[paged][mods]") {
+  // GQA 8/2, head_dim 8: RoPE on all of it or on half, interleaved or not.
+  const Model m(64, 8, 2, 45);
+  const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03f, 0.02f, 0.01f, 0.005f};
+  const float sinks[8] = {0.3f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.7f, 3.0f};
+  const float lse_marker = 0.f;  // any non-null lse asks for it
+  mha_mods base{};
+  base.struct_size = sizeof(mha_mods);
+  std::vector<std::pair<const char*, mha_mods>> cases;
+  mha_mods x = base;
+  x.rope_dim = 8;
+  cases.emplace_back("rope", x);
+  x = base;
+  x.rope_dim = 4;
+  x.rope_theta = 500.f;
+  x.rope_interleaved = 1;
+  cases.emplace_back("rope half interleaved", x);
+  x = base;
+  x.alibi_slopes = slopes;
+  cases.emplace_back("alibi", x);
+  x = base;
+  x.softcap = 2.0f;
+  cases.emplace_back("softcap", x);
+  x = base;
+  x.sinks = sinks;
+  cases.emplace_back("sinks", x);
+  x = base;
+  x.window = 37;
+  cases.emplace_back("window", x);
+  x = base;
+  x.lse = const_cast<float*>(&lse_marker);
+  cases.emplace_back("lse", x);
+  x = base;
+  x.rope_dim = 8;
+  x.alibi_slopes = slopes;
+  x.softcap = 5.0f;
+  x.sinks = sinks;
+  x.window = 300;
+  x.lse = const_cast<float*>(&lse_marker);
+  cases.emplace_back("all", x);
+  // Blocks shorter than the key tile (so windows drop blocks often) and one
+  // key tile; long requests reach split-KV decode steps.
+  const Schedule schedules[] = {{4, 16, 300, 10, 1200, 5}, {3, 256, 40, 8, 2100, 6}};
+  for (const auto& [name, mods] : cases) {
+    for (const Schedule& sc : schedules) {
+      CAPTURE(name, sc.block_tokens, sc.seed);
+      require_matches(m, run_schedule(m, sc, &mods), &mods);
+    }
+  }
+}
+
+TEST_CASE("paged cache: a window returns the blocks it no longer sees", "[paged][mods]") {
+  const Model m(32, 4, 2, 46);
+  const std::size_t E = 32, window = 40, bt = 16, n = 500;
+  // 40 + 1 positions seen span at most 4 blocks of 16, and one more fills
+  // while the step runs: 5 blocks carry a 500-token sequence.
+  mha::PagedKvCache cache(*m.attn, 1, bt, 5);
+  const auto seq = random_vector(n * E, 4);
+  mha_mods mods{};
+  mods.struct_size = sizeof(mha_mods);
+  mods.window = window;
+  std::vector<float> got(n * E);
+  const std::size_t slot = 0, prompt[] = {0, 30}, one[] = {0, 1};
+  cache.step_mods(1, &slot, prompt, seq.data(), seq.data(), seq.data(), &mods, got.data());
+  for (std::size_t t = 30; t < n; ++t) {
+    cache.step_mods(1, &slot, one, &seq[t * E], &seq[t * E], &seq[t * E], &mods, &got[t * E]);
+    REQUIRE(cache.free_blocks() >= 1);
+  }
+  REQUIRE(cache.slot_length(0) == n);
+  std::vector<float> want(n * E);
+  mods.causal = 1;
+  m.attn->forward_mods(1, n, n, seq.data(), seq.data(), seq.data(), nullptr, &mods, want.data());
+  for (std::size_t i = 0; i < n * E; ++i) {
+    REQUIRE(std::fabs(got[i] - want[i]) <= 2e-5f * (1.0f + std::fabs(want[i])));
+  }
+
+  // Positions before 448 (= (500 + 1 - 40) / 16 * 16) are gone: a step
+  // without the window, or with a wider one, and a truncation below them are
+  // rejected and change nothing.
+  const auto message = [] { return std::string(mha_last_error()); };
+  const std::size_t free_before = cache.free_blocks();
+  std::vector<float> sentinel(E, 3.0f);
+  REQUIRE(mha_attention_step_ragged(m.attn->handle(), cache.handle(), 1, &slot, one, seq.data(),
+                                    seq.data(), seq.data(),
+                                    sentinel.data()) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("dropped") != std::string::npos);
+  mods.window = 100;
+  REQUIRE(mha_attention_step_ragged_mods(m.attn->handle(), cache.handle(), 1, &slot, one,
+                                         seq.data(), seq.data(), seq.data(), &mods,
+                                         sentinel.data()) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 447) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("448") != std::string::npos);
+  REQUIRE(std::all_of(sentinel.begin(), sentinel.end(), [](float v) { return v == 3.0f; }));
+  REQUIRE(cache.slot_length(0) == n);
+  REQUIRE(cache.free_blocks() == free_before);
+  // Truncating to a held position, and resetting, work.
+  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 460) == MHA_OK);
+  REQUIRE(mha_kv_cache_reset_slot(cache.handle(), 0) == MHA_OK);
+  REQUIRE(cache.free_blocks() == 5);
+  REQUIRE(mha_attention_step_ragged(m.attn->handle(), cache.handle(), 1, &slot, prompt, seq.data(),
+                                    seq.data(), seq.data(), got.data()) == MHA_OK);
+}
+
 TEST_CASE("paged cache: bit-identical at 1, 2 and 3 threads", "[paged]") {
   if (!mha::test::threads_allowed()) {
     WARN("skipped: this run must not start threads (qemu-user)");
@@ -176,11 +301,18 @@ TEST_CASE("paged cache: bit-identical at 1, 2 and 3 threads", "[paged]") {
   }
   const Model m(64, 8, 2, 43);
   const Schedule sc{4, 64, 100, 8, 1100, 9};
+  // With the modifiers that add work per key tile and per split-KV merge.
+  const float sinks[8] = {0.3f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.7f, 3.0f};
+  mha_mods mods{};
+  mods.struct_size = sizeof(mha_mods);
+  mods.rope_dim = 8;
+  mods.sinks = sinks;
+  mods.softcap = 4.0f;
   mha_set_num_threads(1);
-  const auto one = run_schedule(m, sc);
+  const auto one = run_schedule(m, sc, &mods);
   for (std::size_t t : {2, 3}) {
     mha_set_num_threads(t);
-    const auto many = run_schedule(m, sc);
+    const auto many = run_schedule(m, sc, &mods);
     for (std::size_t r = 0; r < one.size(); ++r) {
       REQUIRE(std::memcmp(one[r].out.data(), many[r].out.data(),
                           one[r].out.size() * sizeof(float)) == 0);

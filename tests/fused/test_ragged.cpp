@@ -258,13 +258,18 @@ TEST_CASE("ragged: bad arguments are rejected with a message", "[ragged]") {
   REQUIRE(call(&r) == MHA_INVALID_ARGUMENT);
   CHECK(message().find("q_start") != std::string::npos);
   r = {sizeof(mha_ragged), 3, good, nullptr};
-  // Of the modifiers, causal alone is supported on ragged batches yet.
-  const float sinks[4] = {0.f, 0.f, 0.f, 0.f};
+  // Modifiers are checked as in mha_attention_forward_mods; lse must not
+  // overlap out.
   mha_mods mods{};
   mods.struct_size = sizeof(mha_mods);
-  mods.sinks = sinks;
-  REQUIRE(call(&r, &mods) == MHA_UNSUPPORTED);
-  CHECK(message().find("only causal") != std::string::npos);
+  mods.rope_dim = 3;
+  REQUIRE(call(&r, &mods) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("rope_dim") != std::string::npos);
+  mods.rope_dim = 0;
+  mods.lse = out.data() + 5;
+  REQUIRE(call(&r, &mods) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("lse") != std::string::npos);
+  mods.lse = nullptr;
   mods.struct_size = 0;
   REQUIRE(call(&r, &mods) == MHA_INVALID_ARGUMENT);
   CHECK(message().find("struct_size") != std::string::npos);
@@ -275,6 +280,90 @@ TEST_CASE("ragged: bad arguments are rejected with a message", "[ragged]") {
   // Nothing was written by the failed calls.
   REQUIRE(std::all_of(out.begin(), out.end(), [](float v) { return v == 3.0f; }));
   REQUIRE(call(&r) == MHA_OK);
+}
+
+namespace {
+
+// Ragged with mods against each sequence alone through forward_mods with the
+// same mods (positions from 0 in each), lse rows included.
+void require_mods_match(const Model& m, const Ragged& r, const mha_mods& mods) {
+  const std::size_t E = m.E(), kd = m.kdim(), H = m.cfg.num_heads, rows = r.q_start.back();
+  std::vector<float> got(std::max<std::size_t>(1, rows * E), -7.0f), want = got;
+  std::vector<float> got_lse(std::max<std::size_t>(1, rows * H), -7.0f), want_lse = got_lse;
+  mha_mods mg = mods, mw = mods;
+  if (mods.lse != nullptr) {
+    mg.lse = got_lse.data();
+    mw.lse = want_lse.data();
+  }
+  m.attn->forward_ragged_mods(r.seqs(), r.query.data(), r.key.data(), r.value.data(), &mg,
+                              got.data());
+  for (std::size_t s = 0; s < r.num(); ++s) {
+    if (r.q_len(s) == 0) continue;
+    mha_mods one = mw;
+    if (one.lse != nullptr) one.lse = &want_lse[r.q_start[s] * H];
+    m.attn->forward_mods(1, r.q_len(s), r.kv_len(s), &r.query[r.q_start[s] * E],
+                         &r.key[r.kv()[s] * kd], &r.value[r.kv()[s] * kd], nullptr, &one,
+                         &want[r.q_start[s] * E]);
+  }
+  require_close(got, want);
+  if (mods.lse != nullptr) require_close(got_lse, want_lse);
+}
+
+}  // namespace
+
+TEST_CASE("ragged: every modifier, alone and together, equals each sequence alone",
+          "[ragged][mods]") {
+  const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03f, 0.02f, 0.01f, 0.005f};
+  const float sinks[8] = {0.3f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.7f, 3.0f};
+  float lse_marker = 0.f;  // any non-null lse asks for it
+  mha_mods base{};
+  base.struct_size = sizeof(mha_mods);
+  std::vector<mha_mods> cases;
+  for (int causal : {0, 1}) {
+    base.causal = causal;
+    mha_mods x = base;
+    x.rope_dim = 8;
+    cases.push_back(x);
+    x = base;
+    x.rope_dim = 4;
+    x.rope_interleaved = 1;
+    x.rope_theta = 100.f;
+    cases.push_back(x);
+    x = base;
+    x.alibi_slopes = slopes;
+    cases.push_back(x);
+    x = base;
+    x.softcap = 3.0f;
+    cases.push_back(x);
+    x = base;
+    x.sinks = sinks;
+    cases.push_back(x);
+    x = base;
+    x.window = 9;
+    cases.push_back(x);
+    x = base;
+    x.lse = &lse_marker;
+    cases.push_back(x);
+    x = base;
+    x.rope_dim = 8;
+    x.alibi_slopes = slopes;
+    x.softcap = 3.0f;
+    x.sinks = sinks;
+    x.window = 300;
+    x.lse = &lse_marker;
+    cases.push_back(x);
+  }
+  // Self-attention with MHA, cross-attention with GQA (8 heads over 2, kdim
+  // 24), lengths around the query block and key tile, an empty sequence and
+  // one long enough to split KV (>= 1024 keys against few queries).
+  const Model self(64, 8, 8, 0, 21), cross(64, 8, 2, 24, 22);
+  const Ragged rs = make_ragged(self, {70, 1, 0, 130, 5}, {}, 31);
+  const Ragged rc = make_ragged(cross, {3, 0, 64, 2}, {300, 4, 65, 1100}, 32);
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    CAPTURE(c);
+    require_mods_match(self, rs, cases[c]);
+    require_mods_match(cross, rc, cases[c]);
+  }
 }
 
 TEST_CASE("ragged: mods->causal through the C call equals the C++ causal flag", "[ragged]") {
