@@ -6,6 +6,7 @@
 #include <memory>
 #include <mha/kv_cache.hpp>
 #include <utility>
+#include <vector>
 
 #include "attention/engine.hpp"
 #include "attention/paged_cache.hpp"
@@ -24,6 +25,11 @@ mha_paged_kv_cache* make_paged(const mha_attention* attn, std::size_t num_slots,
   check_arg(num_slots > 0, "mha_kv_cache_create_paged: num_slots must be > 0, got 0");
   check_arg(block_tokens > 0, "mha_kv_cache_create_paged: block_tokens must be > 0, got 0");
   check_arg(num_blocks > 0, "mha_kv_cache_create_paged: num_blocks must be > 0, got 0");
+  // Per slot: a block table and three counters, all allocated here.
+  constexpr std::size_t per_slot =
+      (sizeof(std::vector<std::size_t>) + 3 * sizeof(std::size_t)) / sizeof(float);
+  detail::float_bytes(checked_mul(num_slots, per_slot, "num_slots (per-slot tables)"),
+                      "num_slots (per-slot tables)");
   const auto& s = attn->engine->shape();
   // Each block's K is padded to whole strips and 16 floats; nr + 16 bounds it.
   const std::size_t tokens =
@@ -63,8 +69,7 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   detail::PagedKvCache& c = *cache->cache;
   check_arg(&c.engine() == attn->engine.get(), fn,
             ": cache was created for a different mha_attention");
-  if (num == 0) return;
-  check_arg(slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
+  check_arg(num == 0 || slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
   check_arg(q_start != nullptr, fn, ": q_start must be [num + 1] offsets, got NULL");
   check_arg(q_start[0] == 0, fn, ": q_start[0] must be 0, got ", q_start[0]);
   const std::size_t step = c.next_step();

@@ -75,19 +75,6 @@ std::string describe(const AttentionCase& c, const mha_mods& m) {
   return s.str();
 }
 
-double lse_error(const std::vector<float>& ours, const std::vector<double>& ref) {
-  double err = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    if (std::isinf(ref[i])) {
-      if (static_cast<double>(ours[i]) != ref[i]) return INFINITY;
-      continue;
-    }
-    if (!std::isfinite(ours[i])) return INFINITY;
-    err = std::max(err, std::abs(ours[i] - ref[i]) / std::max(1.0, std::abs(ref[i])));
-  }
-  return err;
-}
-
 CaseResult run_mods(const mha::MultiheadAttention& attn, const AttentionCase& c, const CaseData& d,
                     const mha_mods* m) {
   CaseResult r;

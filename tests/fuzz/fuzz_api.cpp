@@ -3,9 +3,11 @@
 // The input is a little program: a few bytes pick the ISA and the thread
 // limit, then up to kMaxOps operations follow, each decoded from the bytes
 // into arguments, valid or not: sgemm, pack_b + sgemm_packed, softmax, the
-// three reshapes, and attention objects with forwards and KV-cache sequences
-// (create, step, truncate, length, destroy). Tensor contents come from a PRNG
-// seeded by the input, so the bytes go to shapes, strides, flags and masks.
+// three reshapes, and attention objects with forwards (padded and ragged,
+// with modifiers), KV-cache sequences (create, step, truncate, length,
+// destroy) and paged caches (random steps over slots, truncations, resets).
+// Tensor contents come from a PRNG seeded by the input, so the bytes go to
+// shapes, strides, flags and masks.
 // Every tensor is a heap buffer of exactly the extent the call describes
 // ((rows - 1) * ld + cols floats), so ASan flags any read or write outside it.
 //
@@ -791,6 +793,297 @@ void fuzz_cache(Decoder& d, const Model& m) {
   mha_kv_cache_destroy(cache);
 }
 
+// Modifiers decoded from the input, sometimes with one invalid field, and
+// the per-head arrays they point to. lse is the caller's (it knows the rows).
+struct Mods {
+  mha_mods m{};
+  std::vector<float> slopes, sinks;
+  bool on = false;  // passed (else NULL)
+  bool valid = true;
+  const mha_mods* ptr() const { return on ? &m : nullptr; }
+};
+
+Mods decode_mods(Decoder& d, const Model& m) {
+  Mods r;
+  r.on = !d.coin(3);
+  if (!r.on) return r;
+  const std::size_t H = m.cfg.num_heads, hd = m.E / H;
+  r.m.struct_size = sizeof(mha_mods);
+  r.m.causal = d.coin() ? 1 : 0;
+  if (d.coin(3)) r.m.window = d.coin(8) ? SIZE_MAX : d.p.ConsumeIntegralInRange<std::size_t>(1, 40);
+  if (d.coin(3)) {
+    r.slopes = d.values(H, 0.f, 1.f);
+    r.m.alibi_slopes = r.slopes.data();
+  }
+  if (d.coin(3)) r.m.softcap = d.uniform(0.5f, 30.f);
+  if (d.coin(3)) {
+    r.sinks = d.values(H, -2.f, 2.f);
+    r.m.sinks = r.sinks.data();
+  }
+  if (d.coin(3)) {
+    r.m.rope_dim = 2 * d.p.ConsumeIntegralInRange<std::size_t>(0, hd / 2);
+    r.m.rope_theta = d.coin() ? 0.f : d.uniform(10.f, 20000.f);
+    r.m.rope_interleaved = d.coin() ? 1 : 0;
+  }
+  // Each of these breaks a rule of mha.h's mha_mods.
+  switch (d.p.ConsumeIntegralInRange<int>(0, 23)) {
+    case 0:
+      r.m.struct_size = 0;
+      break;
+    case 1:
+      r.m.rope_dim = hd % 2 == 1 ? hd : hd + 2;
+      break;
+    case 2:
+      r.m.softcap = d.coin() ? -1.f : NAN;
+      break;
+    case 3:
+      r.sinks.assign(H, 0.f);
+      r.sinks[H - 1] = INFINITY;
+      r.m.sinks = r.sinks.data();
+      break;
+    case 4:
+      r.m.rope_interleaved = 2;
+      break;
+    case 5:
+      r.m.rope_theta = -5.f;
+      break;
+    default:
+      return r;
+  }
+  r.valid = false;
+  return r;
+}
+
+// A sequence's rows [0, q_len) of out (ld E) and lse (ld H) against the
+// reference for batch 1 with mods (causal added if `causal`); with no keys,
+// out is the output bias and lse the sink or -inf (mha.h).
+void check_sequence(const Model& m, const Mods& mods, bool causal, std::size_t q_len,
+                    std::size_t kv_len, const float* q, const float* k, const float* v,
+                    const float* out, const float* lse, const char* call) {
+  const std::size_t E = m.E, H = m.cfg.num_heads;
+  if (q_len == 0) return;
+  const mha_weights w = m.w.view();
+  if (kv_len == 0) {
+    for (std::size_t i = 0; i < q_len * E; ++i) {
+      const float bias = w.out_bias != nullptr ? w.out_bias[i % E] : 0.f;
+      FUZZ_CHECK(out[i] == bias, "%s: a sequence without keys got out %g, not the bias %g", call,
+                 out[i], bias);
+    }
+    for (std::size_t i = 0; lse != nullptr && i < q_len * H; ++i) {
+      const float want = mods.m.sinks != nullptr ? mods.m.sinks[i % H] : -INFINITY;
+      FUZZ_CHECK(lse[i] == want, "%s: a sequence without keys got lse %g, not %g", call, lse[i],
+                 want);
+    }
+    return;
+  }
+  mha_mods mm{};
+  mm.struct_size = sizeof(mha_mods);
+  if (mods.on) mm = mods.m;
+  mm.causal = mm.causal || causal;
+  const mha::test::ReferenceResult ref = mha::test::reference_attention(
+      m.cfg, w, 1, q_len, kv_len, q, k, v, nullptr, false, false, &mm);
+  const double err = mha::test::scaled_error(std::vector<float>(out, out + q_len * E), ref.out);
+  FUZZ_CHECK(err <= kAttentionTol, "%s out error %.3g (q_len %zu kv_len %zu)", call, err, q_len,
+             kv_len);
+  if (lse != nullptr) {
+    const double lerr = mha::test::lse_error(std::vector<float>(lse, lse + q_len * H), ref.lse);
+    FUZZ_CHECK(lerr <= kAttentionTol, "%s lse error %.3g", call, lerr);
+  }
+}
+
+// Lengths of up to 4 sequences, now and then one long enough for split-KV.
+std::vector<std::size_t> decode_lengths(Decoder& d, std::size_t num) {
+  std::vector<std::size_t> lens(num);
+  for (auto& n : lens)
+    n = d.coin(24) ? 1030 + d.p.ConsumeIntegralInRange<std::size_t>(0, 80)
+                   : d.p.ConsumeIntegralInRange<std::size_t>(0, 9);
+  return lens;
+}
+
+std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& lens) {
+  std::vector<std::size_t> start(lens.size() + 1, 0);
+  for (std::size_t i = 0; i < lens.size(); ++i) start[i + 1] = start[i] + lens[i];
+  return start;
+}
+
+// Breaks an offsets array now and then (a nonzero start, a decrease, or a
+// total whose bytes overflow); true if it did.
+bool corrupt_offsets(Decoder& d, std::vector<std::size_t>& start) {
+  switch (d.p.ConsumeIntegralInRange<int>(0, 19)) {
+    case 0:
+      start[0] = 1;
+      return true;
+    case 1:
+      if (start.size() < 3) return false;
+      start[1] = start[2] + 1;
+      return true;
+    case 2:
+      start.back() = std::size_t{1} << 61;
+      return true;
+    default:
+      return false;
+  }
+}
+
+void fuzz_ragged(Decoder& d, const Model& m) {
+  const std::size_t num = d.p.ConsumeIntegralInRange<std::size_t>(0, 4), H = m.cfg.num_heads;
+  std::vector<std::size_t> q_start = offsets_of(decode_lengths(d, num));
+  const bool own_kv = d.coin();
+  std::vector<std::size_t> kv_start = own_kv ? offsets_of(decode_lengths(d, num)) : q_start;
+  const std::size_t Q = q_start.back(), K = kv_start.back();
+  bool bad = corrupt_offsets(d, q_start);
+  if (own_kv && !bad) bad = corrupt_offsets(d, kv_start);
+  std::vector<float> q = d.values(Q * m.E), k = d.values(K * m.kdim), v = d.values(K * m.vdim);
+  std::vector<float> out(Q * m.E, kSentinel), lse(Q * H, kSentinel);
+  Mods mods = decode_mods(d, m);
+  if (mods.on && d.coin()) mods.m.lse = lse.data();
+  const int null_arg = d.p.ConsumeIntegralInRange<int>(0, 15);
+  Expect e = bad || !mods.valid ? Expect::fail : Expect::ok;
+  if ((null_arg == 1 || null_arg == 4) && Q > 0) e = Expect::fail;
+  if ((null_arg == 2 || null_arg == 3) && K > 0) e = Expect::fail;
+  const mha_ragged seqs{sizeof(mha_ragged), num, q_start.data(),
+                        own_kv ? kv_start.data() : nullptr};
+  prime_error();
+  const mha_status st = mha_attention_forward_ragged(
+      m.attn, &seqs, null_arg == 1 ? nullptr : q.data(), null_arg == 2 ? nullptr : k.data(),
+      null_arg == 3 ? nullptr : v.data(), mods.ptr(), null_arg == 4 ? nullptr : out.data());
+  check_expectation(st, e, "mha_attention_forward_ragged");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }) &&
+                   std::all_of(lse.begin(), lse.end(), [](float x) { return x == kSentinel; }),
+               "mha_attention_forward_ragged failed but wrote out or lse");
+    return;
+  }
+  for (std::size_t i = 0; i < num; ++i) {
+    check_sequence(m, mods, false, q_start[i + 1] - q_start[i], kv_start[i + 1] - kv_start[i],
+                   &q[q_start[i] * m.E], &k[kv_start[i] * m.kdim], &v[kv_start[i] * m.vdim],
+                   &out[q_start[i] * m.E], mods.m.lse ? &lse[q_start[i] * H] : nullptr,
+                   "mha_attention_forward_ragged");
+  }
+}
+
+// A paged cache through random steps, truncations and resets, against a
+// host mirror: each slot's inputs so far and the first position it holds
+// (mha.h: a windowed step returns the blocks before length + 1 - window).
+// The modifiers are fixed per cache (its K is stored after RoPE).
+void fuzz_paged(Decoder& d, const Model& m) {
+  const std::size_t num_slots = d.dim(4), bt = d.dim(20), num_blocks = d.dim(12);
+  const std::size_t H = m.cfg.num_heads;
+  auto* const sentinel = reinterpret_cast<mha_paged_kv_cache*>(std::uintptr_t{0x5e7});
+  mha_paged_kv_cache* cache = sentinel;
+  const std::size_t kvh = m.cfg.num_kv_heads ? m.cfg.num_kv_heads : H;
+  const std::size_t pool = product({num_blocks, bt, kvh * (m.E / H), 2});
+  Expect e = num_slots == 0 || bt == 0 || num_blocks == 0 ? Expect::fail : Expect::ok;
+  if (num_slots > (std::size_t{1} << 20) || pool == SIZE_MAX || pool > (std::size_t{1} << 40))
+    e = e == Expect::fail ? Expect::fail : Expect::either;
+  if (pool == SIZE_MAX) e = Expect::fail;
+  prime_error();
+  const mha_status st = mha_kv_cache_create_paged(m.attn, num_slots, bt, num_blocks, &cache);
+  check_expectation(st, e, "mha_kv_cache_create_paged");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(cache == sentinel, "mha_kv_cache_create_paged failed but wrote *out");
+    return;
+  }
+  if (num_slots > 8 || pool > kMaxAlloc) {  // created, but too big to step here
+    mha_paged_kv_cache_destroy(cache);
+    return;
+  }
+  Mods mods = decode_mods(d, m);
+  std::vector<std::vector<float>> hq(num_slots), hk(num_slots), hv(num_slots);
+  std::vector<std::size_t> first(num_slots, 0);  // first position held
+  const auto len = [&](std::size_t s) { return hk[s].size() / std::max<std::size_t>(1, m.kdim); };
+  const auto held_blocks = [&](std::size_t s) { return (len(s) + bt - 1) / bt - first[s] / bt; };
+  for (int op = 0; op < 6 && d.p.remaining_bytes() > 0; ++op) {
+    std::size_t held = 0;
+    for (std::size_t s = 0; s < num_slots; ++s) held += held_blocks(s);
+    FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
+               "%zu free blocks, expected %zu from the slots' lengths",
+               mha_kv_cache_free_blocks(cache), num_blocks - held);
+    if (d.coin(4)) {
+      const std::size_t s = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+      const std::size_t to = d.p.ConsumeIntegralInRange<std::size_t>(0, len(s % num_slots) + 1);
+      const bool ok = s < num_slots && to <= len(s) && (to == 0 || to >= first[s]);
+      prime_error();
+      check_expectation(mha_kv_cache_truncate_slot(cache, s, to), ok ? Expect::ok : Expect::fail,
+                        "mha_kv_cache_truncate_slot");
+      if (!ok) continue;
+      hq[s].resize(to * m.E);
+      hk[s].resize(to * m.kdim);
+      hv[s].resize(to * m.vdim);
+      if (to == 0) first[s] = 0;
+      continue;
+    }
+    // A step over a random subset of slots (sometimes one twice or out of
+    // range), each with 0..9 new tokens (now and then a long prompt).
+    const std::size_t num = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+    std::vector<std::size_t> slots(num);
+    for (std::size_t i = 0; i < num; ++i) slots[i] = (i + op) % num_slots;
+    bool bad = false;
+    if (num > 0 && d.coin(16)) {
+      slots[0] = d.coin() ? num_slots : slots[num - 1];
+      bad = slots[0] == num_slots || num > 1;
+    }
+    std::vector<std::size_t> q_start = offsets_of(decode_lengths(d, num));
+    if (corrupt_offsets(d, q_start)) bad = true;
+    const std::size_t rows = q_start.back();
+    const bool fits = !bad && rows <= (std::size_t{1} << 16);
+    std::vector<float> q = d.values(fits ? rows * m.E : 16),
+                       k = d.values(fits ? rows * m.kdim : 16),
+                       v = d.values(fits ? rows * m.vdim : 16);
+    std::vector<float> out(fits ? rows * m.E : 16, kSentinel), lse(fits ? rows * H : 16, kSentinel);
+    Mods step_mods = mods;
+    if (step_mods.on && fits && d.coin()) step_mods.m.lse = lse.data();
+    Expect se = bad || !mods.valid ? Expect::fail : Expect::ok;
+    std::size_t need = 0;
+    for (std::size_t i = 0; se == Expect::ok && i < num; ++i) {
+      const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], w = mods.m.window;
+      const std::size_t end = len(s) + n;
+      if (n > num_blocks * bt - (len(s) - first[s])) se = Expect::fail;  // outgrows the pool
+      if (first[s] != 0 && (!mods.on || w == 0 || len(s) + 1 < first[s] + w)) se = Expect::fail;
+      need += (end + bt - 1) / bt - first[s] / bt - held_blocks(s);
+    }
+    if (se == Expect::ok && need > num_blocks - held) se = Expect::fail;  // MHA_OUT_OF_MEMORY
+    prime_error();
+    const mha_status ss =
+        mha_attention_step_ragged_mods(m.attn, cache, num, slots.data(), q_start.data(), q.data(),
+                                       k.data(), v.data(), step_mods.ptr(), out.data());
+    check_expectation(ss, se, "mha_attention_step_ragged_mods");
+    const auto untouched = [](const std::vector<float>& x) {
+      return std::all_of(x.begin(), x.end(), [](float y) { return y == kSentinel; });
+    };
+    FUZZ_CHECK(ss == MHA_OK || (untouched(out) && untouched(lse)),
+               "a failed paged step wrote out or lse");
+    if (ss != MHA_OK) {
+      for (std::size_t s = 0; s < num_slots; ++s) {
+        FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == len(s),
+                   "a failed paged step changed slot %zu", s);
+      }
+      FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
+                 "a failed paged step changed the free blocks");
+      continue;
+    }
+    for (std::size_t i = 0; i < num; ++i) {
+      const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], r0 = q_start[i];
+      hq[s].insert(hq[s].end(), &q[r0 * m.E], &q[(r0 + n) * m.E]);
+      hk[s].insert(hk[s].end(), &k[r0 * m.kdim], &k[(r0 + n) * m.kdim]);
+      hv[s].insert(hv[s].end(), &v[r0 * m.vdim], &v[(r0 + n) * m.vdim]);
+      const std::size_t L = len(s), w = mods.m.window;
+      FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == L, "slot %zu length %zu, expected %zu", s,
+                 mha_kv_cache_slot_length(cache, s), L);
+      check_sequence(m, mods, true, n, L, &hq[s][(L - n) * m.E], hk[s].data(), hv[s].data(),
+                     &out[r0 * m.E], step_mods.m.lse ? &lse[r0 * H] : nullptr,
+                     "mha_attention_step_ragged_mods");
+      if (mods.on && w != 0 && L + 1 > w) first[s] = std::max(first[s], (L + 1 - w) / bt * bt);
+    }
+  }
+  std::size_t held = 0;
+  for (std::size_t s = 0; s < num_slots; ++s) held += held_blocks(s);
+  FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
+             "%zu free blocks at the end, expected %zu", mha_kv_cache_free_blocks(cache),
+             num_blocks - held);
+  mha_paged_kv_cache_destroy(cache);
+}
+
 void fuzz_attention(Decoder& d) {
   mha_config c{};
   c.num_heads = d.dim(4);
@@ -833,10 +1126,20 @@ void fuzz_attention(Decoder& d) {
   }
   m.attn = attn;
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
-    if (d.coin(3))
-      fuzz_cache(d, m);
-    else
-      fuzz_forward(d, m);
+    switch (d.p.ConsumeIntegralInRange<int>(0, 5)) {
+      case 0:
+        fuzz_cache(d, m);
+        break;
+      case 1:
+        fuzz_ragged(d, m);
+        break;
+      case 2:
+        fuzz_paged(d, m);
+        break;
+      default:
+        fuzz_forward(d, m);
+        break;
+    }
   }
 }
 

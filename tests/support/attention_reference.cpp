@@ -165,4 +165,17 @@ mha_weights RandomWeights::view() const {
   return mha_weights{ptr(q), ptr(k), ptr(v), ptr(o), ptr(qb), ptr(kb), ptr(vb), ptr(ob)};
 }
 
+double lse_error(const std::vector<float>& ours, const std::vector<double>& ref) {
+  double err = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (static_cast<double>(ours[i]) != ref[i]) return INFINITY;
+      continue;
+    }
+    if (!std::isfinite(ours[i])) return INFINITY;
+    err = std::max(err, std::abs(ours[i] - ref[i]) / std::max(1.0, std::abs(ref[i])));
+  }
+  return err;
+}
+
 }  // namespace mha::test

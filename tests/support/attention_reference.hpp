@@ -29,6 +29,11 @@ ReferenceResult reference_attention(const mha_config& config, const mha_weights&
                                     const mha_mask* mask, bool want_weights, bool average_weights,
                                     const mha_mods* mods = nullptr);
 
+// Largest error of an lse output against the reference, absolute over
+// max(1, |ref|) (see test_attention_mods.cpp for the bound); infinite where
+// one side is infinite or NaN and the other is not the same.
+double lse_error(const std::vector<float>& ours, const std::vector<double>& ref);
+
 // Owned random weights for a config (PyTorch-like init: uniform in
 // +-1/sqrt(fan_in)), with each bias present or absent; view() gives the
 // mha_weights pointing into them.
