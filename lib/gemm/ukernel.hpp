@@ -47,7 +47,7 @@
 
 #include "gemm/kernels.hpp"
 #include "simd/lanes.hpp"
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MHA_ASAN)
 #include <sanitizer/asan_interface.h>
 
 #include <cstdio>
@@ -60,7 +60,7 @@ namespace mha::detail::gemm_ukernel {
 // accumulate with its madd: fma on every vector ISA, unfused on scalar_arch.
 using simd::scalar_arch;
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MHA_ASAN)
 // AddressSanitizer builds: instrumenting every access of the unrolled
 // micro-kernels made the AVX-512 TU take over 200 s to compile (20 s
 // without), so the kernel bodies are not instrumented. Instead each call
@@ -161,7 +161,7 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   constexpr std::size_t NR = NVT * W;
   static_assert(!kPartialB || STRIPS == 1, "a partial B tile is one strip");
   const std::size_t tail = kPartialB ? n - (NV - 1) * W : W;  // columns in the last vector
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MHA_ASAN)
   if (bias != nullptr) asan_check<Arch>(bias, n);
   for (std::size_t i = 0; i < ROWS; ++i) {
     if (kRowStridedA) asan_check<Arch>(a + i * sa, k);

@@ -127,7 +127,7 @@ TEST_CASE("forward rejects each invalid argument and writes nothing", "[attentio
 }
 
 TEST_CASE("allocation failure gives MHA_OUT_OF_MEMORY", "[attention][errors]") {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(MHA_ASAN)
   // ASan's throwing operator new reports a failed allocation and aborts (even
   // with allocator_may_return_null=1) instead of throwing std::bad_alloc.
   WARN("skipped under AddressSanitizer: its operator new aborts instead of throwing");

@@ -19,7 +19,7 @@
 
 #include "support/reference.hpp"
 
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__GLIBC__) && !defined(MHA_ASAN) && !defined(MHA_TSAN)
 #define MHA_TEST_COUNT_MALLOC 1
 #else
 #define MHA_TEST_COUNT_MALLOC 0
