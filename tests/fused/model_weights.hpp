@@ -1,11 +1,14 @@
-// Random weights and biases of one attention configuration, shared by the
-// fused tests (uniform in +-0.3, biases in the default range, from `seed`).
+// Random weights and biases of one attention configuration, and a set of
+// modifier cases, shared by the fused tests (weights uniform in +-0.3, biases
+// in the default range, from `seed`).
 #pragma once
 
 #include <mha/mha.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "support/reference.hpp"
@@ -39,6 +42,50 @@ struct ModelWeights {
   }
   std::size_t E() const { return cfg.embed_dim; }
   std::size_t kdim() const { return cfg.kdim != 0 ? cfg.kdim : cfg.embed_dim; }
+};
+
+// Each modifier alone, then all together, over per-head ALiBi slopes and
+// sinks this object owns (so it is neither copied nor moved). A case that
+// asks for lse points it at a marker: callers put their own array there.
+struct ModsCases {
+  std::vector<float> slopes, sinks;
+  float lse_marker = 0.f;
+  std::vector<std::pair<std::string, mha_mods>> cases;
+
+  // window: the lone window case's; all_window: the combined case's.
+  ModsCases(std::size_t heads, std::size_t head_dim, int causal, std::size_t window,
+            std::size_t all_window)
+      : slopes(random_vector(heads, 91, 0.f, 0.5f)), sinks(random_vector(heads, 92, -1.f, 3.f)) {
+    mha_mods base{};
+    base.struct_size = sizeof(mha_mods);
+    base.causal = causal;
+    const auto add = [&](const char* name, auto set) {
+      mha_mods m = base;
+      set(m);
+      cases.emplace_back(name, m);
+    };
+    add("rope", [&](mha_mods& m) { m.rope_dim = head_dim / 2 * 2; });
+    add("rope half interleaved", [&](mha_mods& m) {
+      m.rope_dim = head_dim / 4 * 2;
+      m.rope_theta = 500.f;
+      m.rope_interleaved = 1;
+    });
+    add("alibi", [&](mha_mods& m) { m.alibi_slopes = slopes.data(); });
+    add("softcap", [&](mha_mods& m) { m.softcap = 3.f; });
+    add("sinks", [&](mha_mods& m) { m.sinks = sinks.data(); });
+    add("window", [&](mha_mods& m) { m.window = window; });
+    add("lse", [&](mha_mods& m) { m.lse = &lse_marker; });
+    add("all", [&](mha_mods& m) {
+      m.rope_dim = head_dim / 2 * 2;
+      m.alibi_slopes = slopes.data();
+      m.softcap = 5.f;
+      m.sinks = sinks.data();
+      m.window = all_window;
+      m.lse = &lse_marker;
+    });
+  }
+  ModsCases(const ModsCases&) = delete;
+  ModsCases& operator=(const ModsCases&) = delete;
 };
 
 }  // namespace mha::test

@@ -194,47 +194,11 @@ TEST_CASE("paged cache: random schedules with modifiers equal one ragged forward
           "[paged][mods]") {
   // GQA 8/2, head_dim 8: RoPE on all of it or on half, interleaved or not.
   const Model m(64, 8, 2, 45);
-  const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03f, 0.02f, 0.01f, 0.005f};
-  const float sinks[8] = {0.3f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.7f, 3.0f};
-  const float lse_marker = 0.f;  // any non-null lse asks for it
-  mha_mods base{};
-  base.struct_size = sizeof(mha_mods);
-  std::vector<std::pair<const char*, mha_mods>> cases;
-  mha_mods x = base;
-  x.rope_dim = 8;
-  cases.emplace_back("rope", x);
-  x = base;
-  x.rope_dim = 4;
-  x.rope_theta = 500.f;
-  x.rope_interleaved = 1;
-  cases.emplace_back("rope half interleaved", x);
-  x = base;
-  x.alibi_slopes = slopes;
-  cases.emplace_back("alibi", x);
-  x = base;
-  x.softcap = 2.0f;
-  cases.emplace_back("softcap", x);
-  x = base;
-  x.sinks = sinks;
-  cases.emplace_back("sinks", x);
-  x = base;
-  x.window = 37;
-  cases.emplace_back("window", x);
-  x = base;
-  x.lse = const_cast<float*>(&lse_marker);
-  cases.emplace_back("lse", x);
-  x = base;
-  x.rope_dim = 8;
-  x.alibi_slopes = slopes;
-  x.softcap = 5.0f;
-  x.sinks = sinks;
-  x.window = 300;
-  x.lse = const_cast<float*>(&lse_marker);
-  cases.emplace_back("all", x);
+  const mha::test::ModsCases mods_cases(8, 8, 0, 37, 300);
   // Blocks shorter than the key tile (so windows drop blocks often) and one
   // key tile; long requests reach split-KV decode steps.
   const Schedule schedules[] = {{4, 16, 300, 10, 1200, 5}, {3, 256, 40, 8, 2100, 6}};
-  for (const auto& [name, mods] : cases) {
+  for (const auto& [name, mods] : mods_cases.cases) {
     for (const Schedule& sc : schedules) {
       CAPTURE(name, sc.block_tokens, sc.seed);
       require_matches(m, run_schedule(m, sc, &mods), &mods);

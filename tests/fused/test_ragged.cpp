@@ -313,56 +313,19 @@ void require_mods_match(const Model& m, const Ragged& r, const mha_mods& mods) {
 
 TEST_CASE("ragged: every modifier, alone and together, equals each sequence alone",
           "[ragged][mods]") {
-  const float slopes[8] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.03f, 0.02f, 0.01f, 0.005f};
-  const float sinks[8] = {0.3f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.7f, 3.0f};
-  float lse_marker = 0.f;  // any non-null lse asks for it
-  mha_mods base{};
-  base.struct_size = sizeof(mha_mods);
-  std::vector<mha_mods> cases;
-  for (int causal : {0, 1}) {
-    base.causal = causal;
-    mha_mods x = base;
-    x.rope_dim = 8;
-    cases.push_back(x);
-    x = base;
-    x.rope_dim = 4;
-    x.rope_interleaved = 1;
-    x.rope_theta = 100.f;
-    cases.push_back(x);
-    x = base;
-    x.alibi_slopes = slopes;
-    cases.push_back(x);
-    x = base;
-    x.softcap = 3.0f;
-    cases.push_back(x);
-    x = base;
-    x.sinks = sinks;
-    cases.push_back(x);
-    x = base;
-    x.window = 9;
-    cases.push_back(x);
-    x = base;
-    x.lse = &lse_marker;
-    cases.push_back(x);
-    x = base;
-    x.rope_dim = 8;
-    x.alibi_slopes = slopes;
-    x.softcap = 3.0f;
-    x.sinks = sinks;
-    x.window = 300;
-    x.lse = &lse_marker;
-    cases.push_back(x);
-  }
+  const mha::test::ModsCases plain(8, 8, 0, 9, 300), causal(8, 8, 1, 9, 300);
   // Self-attention with MHA, cross-attention with GQA (8 heads over 2, kdim
   // 24), lengths around the query block and key tile, an empty sequence and
   // one long enough to split KV (>= 1024 keys against few queries).
   const Model self(64, 8, 8, 0, 21), cross(64, 8, 2, 24, 22);
   const Ragged rs = make_ragged(self, {70, 1, 0, 130, 5}, {}, 31);
   const Ragged rc = make_ragged(cross, {3, 0, 64, 2}, {300, 4, 65, 1100}, 32);
-  for (std::size_t c = 0; c < cases.size(); ++c) {
-    CAPTURE(c);
-    require_mods_match(self, rs, cases[c]);
-    require_mods_match(cross, rc, cases[c]);
+  for (const mha::test::ModsCases* set : {&plain, &causal}) {
+    for (const auto& [name, mods] : set->cases) {
+      CAPTURE(name, mods.causal);
+      require_mods_match(self, rs, mods);
+      require_mods_match(cross, rc, mods);
+    }
   }
 }
 
