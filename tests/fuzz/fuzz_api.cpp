@@ -658,9 +658,11 @@ void fuzz_forward(Decoder& d, const Model& m) {
       mask.key_padding = padding.data();
     }
     const int add = d.p.ConsumeIntegralInRange<int>(0, 2);
-    if (add != 0) {
+    // [L, S] or [batch, H, L, S]: when batch is 0, L * S alone may be huge.
+    const std::size_t na = add == 2 ? nw : product({L, S});
+    if (add != 0 && na <= kMaxAlloc) {
       mask.additive_per_head = add == 2;
-      additive = d.values((add == 2 ? batch * H : 1) * L * S, -3.f, 3.f);
+      additive = d.values(na, -3.f, 3.f);
       for (float& a : additive)
         if (d.rng() % 8 == 0) a = -INFINITY;
       mask.additive = additive.data();
