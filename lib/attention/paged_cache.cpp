@@ -64,9 +64,10 @@ void PagedKvCache::release(std::size_t slot, std::size_t len) {
 }
 
 void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
-  // Columns of blocks given back are cleared too: a free block's keys are zero.
-  clear(slot, len, lengths_[slot]);
+  // Blocks given back keep their keys (append clears a strip as it enters
+  // it); the kept block's columns past len must read as zero.
   release(slot, len);
+  clear(slot, len, lengths_[slot]);
   lengths_[slot] = std::min(lengths_[slot], len);
 }
 
@@ -87,16 +88,11 @@ void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
     std::vector<std::size_t>& table = tables_[slots[i]];
     if (table.capacity() < blocks(i)) table.reserve(std::max(blocks(i), 2 * table.capacity()));
   }
-  const std::size_t kvh = engine_.shape().num_kv_heads;
   for (std::size_t i = 0; i < seqs.num; ++i) {
     std::vector<std::size_t>& table = tables_[slots[i]];
     while (table.size() < blocks(i)) {
-      const std::size_t block = free_.back();
+      table.push_back(free_.back());
       free_.pop_back();
-      // The packed layout needs zero columns past the length; a block fresh
-      // from the pool may never have been written.
-      std::fill_n(keys(block, 0).data, kvh * packing_.k_stride, 0.0f);
-      table.push_back(block);
     }
   }
 }
@@ -113,7 +109,12 @@ void PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs, cons
       const float* kr = k + (seqs.q_start[i] + t) * ld;
       const float* vr = v + (seqs.q_start[i] + t) * ld;
       for (std::size_t g = 0; g < kvh; ++g) {
-        keys(block, g).write(pos % bt, kr + g * d);
+        const PackedBColumns kb = keys(block, g);
+        // A strip's columns past the length must read as zero (core.hpp);
+        // zeroed as it is entered, so a block's pages are touched only as
+        // the slot reaches them, and stale keys of a reused block vanish.
+        if (pos % bt % kb.nr == 0) kb.clear_strip(pos % bt);
+        kb.write(pos % bt, kr + g * d);
         std::copy_n(vr + g * d, d, values(block, g) + (pos % bt) * packing_.ldv);
       }
     }
@@ -146,8 +147,8 @@ void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs, std:
 void PagedKvCache::rollback(const std::size_t* slots, const RaggedSeqs& seqs) {
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t slot = slots[i];
-    clear(slot, lengths_[slot], seqs.kv_len(i));
     release(slot, lengths_[slot]);
+    clear(slot, lengths_[slot], seqs.kv_len(i));
   }
 }
 
