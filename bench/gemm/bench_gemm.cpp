@@ -18,6 +18,7 @@
 // ISA sweep: run again with MHA_ISA=avx2 (the context key mha_isa records it,
 // and the peak the percentages use is that ISA's).
 #include <cstdint>
+#include <initializer_list>
 #include <mha/gemm.hpp>
 #include <mha/isa.hpp>
 #include <string>
@@ -165,8 +166,10 @@ void bench_openblas(benchmark::State& state, const Shape& s, int threads) {
 #endif
 
 #if MHA_BENCH_HAVE_DNNL
-void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
-  Operands o(s);
+// oneDNN's matmul on o's plain layouts: A and B of type `ab`, C fp32.
+template <class Ops>
+void bench_onednn_matmul(benchmark::State& state, const Shape& s, int threads, Ops& o,
+                         dnnl::memory::data_type ab) {
   mha::bench::set_baseline_threads(threads);
   using dnnl::memory;
   using dims = memory::dims;
@@ -174,9 +177,9 @@ void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
              k = static_cast<memory::dim>(s.k);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
-  const memory::desc a_md(dims{m, k}, memory::data_type::f32, dims{k, 1});
+  const memory::desc a_md(dims{m, k}, ab, dims{k, 1});
   // B transposed: the logical k x n matrix with strides (1, ldb).
-  const memory::desc b_md(dims{k, n}, memory::data_type::f32,
+  const memory::desc b_md(dims{k, n}, ab,
                           s.tb ? dims{1, static_cast<memory::dim>(o.ldb)} : dims{n, 1});
   const memory::desc c_md(dims{m, n}, memory::data_type::f32, dims{n, 1});
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
@@ -190,70 +193,58 @@ void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
     benchmark::DoNotOptimize(o.c.data());
     benchmark::ClobberMemory();
   }
-  mha::bench::set_flop_counters(state, flops(s), threads);
+  mha::bench::set_flop_counters(state, flops(s), threads, ab == memory::data_type::bf16);
+}
+
+void bench_onednn(benchmark::State& state, const Shape& s, int threads) {
+  Operands o(s);
+  bench_onednn_matmul(state, s, threads, o, dnnl::memory::data_type::f32);
 }
 
 void bench_onednn_bf16(benchmark::State& state, const Shape& s, int threads) {
   Bf16Operands o(s);
-  mha::bench::set_baseline_threads(threads);
-  using dnnl::memory;
-  using dims = memory::dims;
-  const auto m = static_cast<memory::dim>(s.m), n = static_cast<memory::dim>(s.n),
-             k = static_cast<memory::dim>(s.k);
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
-  const memory::desc a_md(dims{m, k}, memory::data_type::bf16, dims{k, 1});
-  const memory::desc b_md(dims{k, n}, memory::data_type::bf16,
-                          s.tb ? dims{1, static_cast<memory::dim>(o.ldb)} : dims{n, 1});
-  const memory::desc c_md(dims{m, n}, memory::data_type::f32, dims{n, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
-  const dnnl::matmul matmul(pd);
-  memory a_mem(a_md, engine, o.a.data()), b_mem(b_md, engine, o.b.data()),
-      c_mem(c_md, engine, o.c.data());
-  for (auto _ : state) {
-    matmul.execute(stream,
-                   {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    stream.wait();
-    benchmark::DoNotOptimize(o.c.data());
-    benchmark::ClobberMemory();
-  }
-  mha::bench::set_flop_counters(state, flops(s), threads, true);
+  bench_onednn_matmul(state, s, threads, o, dnnl::memory::data_type::bf16);
 }
 #endif
 
+// One row per (shape, implementation, threads): the fp32 set, then the same
+// shapes in bf16 (named bf16_<shape>). Prepacked rows only on projections.
 void register_all() {
-  for (const Shape& s : shapes()) {
-    for (int t : mha::bench::bench_threads()) {
-      auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Shape&, int)) {
-        mha::bench::register_benchmark(
-            "gemm", s.name, impl, t, [fn, s, t](benchmark::State& st) { fn(st, s, t); },
-            benchmark::kMicrosecond);
-      };
-      add("mha", bench_mha);
-      if (s.name.rfind("proj_", 0) == 0) add("mha_prepacked", bench_mha_prepacked);
+  struct Impl {
+    const char* name;
+    void (*fn)(benchmark::State&, const Shape&, int);
+    bool projections_only;
+  };
+  const auto register_set = [](const std::string& prefix, std::initializer_list<Impl> impls) {
+    for (Shape s : shapes()) {
+      const bool projection = s.name.rfind("proj_", 0) == 0;
+      s.name = prefix + s.name;
+      for (int t : mha::bench::bench_threads()) {
+        for (const Impl& impl : impls) {
+          if (impl.projections_only && !projection) continue;
+          mha::bench::register_benchmark(
+              "gemm", s.name, impl.name, t,
+              [fn = impl.fn, s, t](benchmark::State& st) { fn(st, s, t); },
+              benchmark::kMicrosecond);
+        }
+      }
+    }
+  };
+  register_set("", {
+    {"mha", bench_mha, false}, {"mha_prepacked", bench_mha_prepacked, true},
 #if MHA_BENCH_HAVE_OPENBLAS
-      add("openblas", bench_openblas);
+        {"openblas", bench_openblas, false},
 #endif
 #if MHA_BENCH_HAVE_DNNL
-      add("onednn", bench_onednn);
+        {"onednn", bench_onednn, false},
 #endif
-    }
-  }
-  for (Shape s : shapes()) {
-    s.name = "bf16_" + s.name;
-    for (int t : mha::bench::bench_threads()) {
-      auto add = [&](const char* impl, void (*fn)(benchmark::State&, const Shape&, int)) {
-        mha::bench::register_benchmark(
-            "gemm", s.name, impl, t, [fn, s, t](benchmark::State& st) { fn(st, s, t); },
-            benchmark::kMicrosecond);
-      };
-      add("mha", bench_mha_bf16);
-      if (s.name.rfind("bf16_proj_", 0) == 0) add("mha_prepacked", bench_mha_bf16_prepacked);
+  });
+  register_set("bf16_", {
+    {"mha", bench_mha_bf16, false}, {"mha_prepacked", bench_mha_bf16_prepacked, true},
 #if MHA_BENCH_HAVE_DNNL
-      add("onednn", bench_onednn_bf16);
+        {"onednn", bench_onednn_bf16, false},
 #endif
-    }
-  }
+  });
 }
 
 // Registered before main() (which bench/common provides) parses the flags.
