@@ -3,6 +3,8 @@
 // (-ffp-contract=off) keeps as two instructions. Two 512-bit FMA pipes with
 // 4 cycles of latency need 8 chains in flight; 16 of the 32 zmm registers
 // leave margin for cores with longer latency.
+#include "peak_avx512.hpp"
+
 #include <immintrin.h>
 
 #include "peak.hpp"
@@ -19,14 +21,7 @@ double fma_loop(std::uint64_t iterations, float* sink) {
   for (std::uint64_t i = 0; i < iterations; ++i) {
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
   }
-  __m512 total = _mm512_setzero_ps();
-  for (int c = 0; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
-  // Stored and summed by hand: GCC 12's _mm512_reduce_add_ps trips -Wuninitialized.
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, total);
-  float sum = 0.0f;
-  for (float x : lanes) sum += x;
-  *sink = sum;
+  sink_lanes(acc, kChains, sink);
   return 2.0 * 16 * kChains * static_cast<double>(iterations);
 }
 

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include "peak.hpp"
+#include "peak_avx512.hpp"
 
 namespace mha::bench::detail::avx512bf16 {
 
@@ -17,13 +18,7 @@ double dpbf16_loop(std::uint64_t iterations, float* sink) {
   for (std::uint64_t i = 0; i < iterations; ++i) {
     for (int c = 0; c < kChains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], x, x);
   }
-  __m512 total = _mm512_setzero_ps();
-  for (int c = 0; c < kChains; ++c) total = _mm512_add_ps(total, acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, total);
-  float sum = 0.0f;
-  for (float v : lanes) sum += v;
-  *sink = sum;
+  sink_lanes(acc, kChains, sink);
   return 2.0 * 32 * kChains * static_cast<double>(iterations);
 }
 
