@@ -20,6 +20,9 @@ class MHA_API MultiheadAttention {
   // MHA_INVALID_ARGUMENT for a bad config or missing weight,
   // MHA_UNSUPPORTED if the forced ISA cannot run here, MHA_OUT_OF_MEMORY.
   MultiheadAttention(const mha_config& config, const mha_weights& weights);
+  // With options (compute = MHA_BF16: see mha_attention_create_ex).
+  MultiheadAttention(const mha_config& config, const mha_weights& weights,
+                     const mha_attention_options& options);
   ~MultiheadAttention();
   MultiheadAttention(MultiheadAttention&& other) noexcept;
   MultiheadAttention& operator=(MultiheadAttention&& other) noexcept;

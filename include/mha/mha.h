@@ -278,6 +278,34 @@ MHA_API mha_status mha_attention_create(const mha_config* config, const mha_weig
                                         mha_attention** out);
 MHA_API void mha_attention_destroy(mha_attention* attn);
 
+/* Options of mha_attention_create_ex; later versions append fields. */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_attention_options) */
+  mha_dtype compute;  /* MHA_FP32 (the default) or MHA_BF16 */
+} mha_attention_options;
+
+/* mha_attention_create with options (NULL: all defaults, which is
+ * mha_attention_create). Every call on the object (forward, step, ragged,
+ * paged, mods) works as on an fp32 one, with fp32 inputs and outputs.
+ * compute = MHA_BF16, numerics of this version:
+ *  - the four weight matrices are stored in bf16, rounded to nearest even
+ *    at create (mha_fp32_to_bf16); the biases stay fp32;
+ *  - each projection is a bf16 product (mha_gemm_bf16_packed with an fp32
+ *    A: its input rows rounded to bf16, fp32 accumulation, as
+ *    mha_kernel_name(MHA_BF16) says), then the bias added in fp32;
+ *  - Q, K (after RoPE, if any) and V are rounded to bf16 before the
+ *    attention core; the core runs in fp32 on those values, so each score
+ *    and each P·V term is an exact product summed in fp32; P itself is not
+ *    rounded; the merged heads are rounded where they enter the output
+ *    projection;
+ *  - a KV cache holds the rounded K and V, still in fp32 storage;
+ *  - results are bit-identical at any thread count.
+ * Against the double-precision result on the bf16-rounded weights, the
+ * output's error is a few units of bf16's 2^-8 relative precision. */
+MHA_API mha_status mha_attention_create_ex(const mha_config* config, const mha_weights* weights,
+                                           const mha_attention_options* options,
+                                           mha_attention** out);
+
 /* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
  * batch_first=True), except that a query row whose keys are all masked gets
  * zero weights and a zero attention output for that head (PyTorch: NaN).

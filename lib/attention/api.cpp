@@ -115,12 +115,23 @@ detail::ForwardArgs make_args(const detail::AttentionShape& s, std::size_t batch
 
 // Everything mha_attention_create and the constructor share: checks first,
 // then the ISA (MHA_UNSUPPORTED if the forced one cannot run), then the copy.
-std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_weights& weights) {
+std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_weights& weights,
+                                           const mha_attention_options* options = nullptr) {
   const detail::AttentionShape shape = resolve_shape(config);
   check_weights(weights);
+  bool bf16 = false;
+  if (options != nullptr) {
+    check_arg(options->struct_size == sizeof(mha_attention_options),
+              "options->struct_size: expected sizeof(mha_attention_options) (",
+              sizeof(mha_attention_options), "), got ", options->struct_size);
+    check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16,
+              "options->compute: expected MHA_FP32 or MHA_BF16, got ",
+              static_cast<long>(options->compute));
+    bf16 = options->compute == MHA_BF16;
+  }
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
-  handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights);
+  handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights, bf16);
   return handle;
 }
 
@@ -201,6 +212,10 @@ AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size
 MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_weights& weights)
     : handle_(make_handle(config, weights).release()) {}
 
+MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_weights& weights,
+                                       const mha_attention_options& options)
+    : handle_(make_handle(config, weights, &options).release()) {}
+
 MultiheadAttention::~MultiheadAttention() {
   delete handle_;
 }
@@ -273,6 +288,17 @@ MHA_API mha_status mha_attention_create(const mha_config* config, const mha_weig
     mha::detail::check_arg(weights != nullptr, "weights: expected an mha_weights, got NULL");
     mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
     *out = mha::make_handle(*config, *weights).release();
+  });
+}
+
+MHA_API mha_status mha_attention_create_ex(const mha_config* config, const mha_weights* weights,
+                                           const mha_attention_options* options,
+                                           mha_attention** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(config != nullptr, "config: expected an mha_config, got NULL");
+    mha::detail::check_arg(weights != nullptr, "weights: expected an mha_weights, got NULL");
+    mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
+    *out = mha::make_handle(*config, *weights, options).release();
   });
 }
 

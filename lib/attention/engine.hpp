@@ -103,7 +103,9 @@ class KvCache {
 class AttentionEngine {
  public:
   // Copies/packs the weights; the caller's arrays are not referenced later.
-  AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w);
+  // bf16: the weights are stored in bf16 and activations rounded to bf16
+  // where they enter a projection or Q·Kᵀ (mha_attention_options).
+  AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w, bool bf16 = false);
   ~AttentionEngine();
   AttentionEngine(const AttentionEngine&) = delete;
   AttentionEngine& operator=(const AttentionEngine&) = delete;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
@@ -22,6 +23,7 @@
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "gemm/gemm.hpp"
+#include "gemm/gemm_bf16.hpp"
 #include "softmax/kernels.hpp"
 
 namespace mha::detail {
@@ -41,6 +43,12 @@ struct AttentionEngine::Impl {
   AlignedFloats out_weights;
   PackedBView wo;
   AlignedFloats out_bias;  // [E], or null
+  // A bf16 object: the four weights rounded to bf16 and packed for the bf16
+  // GEMM, in one allocation (the fp32 packs above stay empty, and Q, K and V
+  // are projected by three products).
+  bool bf16 = false;
+  AlignedFloats bf16_weights;
+  PackedBf16B wq16, wk16, wv16, wo16;
 };
 
 namespace {
@@ -51,9 +59,66 @@ PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_fe
   return pack_b(g, Trans::T, in_features, out_features, w, in_features, dst);
 }
 
+// An fp32 object's weights: Wq, Wk, Wv packed side by side (one GEMM when
+// the inputs are shared), Wo on its own.
+void pack_fp32_weights(const GemmKernels& g, const AttentionShape& s, const mha_weights& w,
+                       AttentionEngine::Impl& m) {
+  const std::size_t E = s.embed_dim, kv = s.kv_dim();
+  // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as these
+  // are the sizes allocated.
+  const std::size_t q_floats = checked_mul(E, m.q_cols, "packed q_weight");
+  const std::size_t k_floats = checked_mul(s.kdim, m.k_cols, "packed k_weight");
+  const std::size_t v_floats = checked_mul(s.vdim, m.v_cols, "packed v_weight");
+  const std::size_t in_floats =
+      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights");
+  float_bytes(in_floats, "packed weights");
+  m.in_weights = alloc_floats(in_floats);
+  float* dst = m.in_weights.get();
+  m.wq = pack_weight(g, w.q_weight, E, E, dst);
+  m.wk = pack_weight(g, w.k_weight, kv, s.kdim, dst + q_floats);
+  m.wv = pack_weight(g, w.v_weight, kv, s.vdim, dst + q_floats + k_floats);
+  m.fused = s.kdim == E && s.vdim == E;
+  if (m.fused) m.wqkv = PackedBView::whole(dst, E, m.q_cols + m.k_cols + m.v_cols, g.nr);
+  m.out_weights = alloc_floats(packed_b_floats(g, E, E));
+  m.wo = pack_weight(g, w.out_weight, E, E, m.out_weights.get());
+}
+
+// A bf16 object's weights: each [out, in] weight rounded to bf16 and packed
+// as the bf16 GEMM's op(B) = wᵀ, all four in m.bf16_weights.
+void pack_bf16_weights(const GemmKernels& g, Isa isa, const AttentionShape& s, const mha_weights& w,
+                       AttentionEngine::Impl& m) {
+  const GemmBf16Kernels* g16 = gemm_bf16_kernels(isa);
+  const std::size_t E = s.embed_dim, kv = s.kv_dim();
+  struct Weight {
+    const float* w;
+    std::size_t out, in;
+    PackedBf16B* dst;
+  };
+  const Weight weights[] = {{w.q_weight, E, E, &m.wq16},
+                            {w.k_weight, kv, s.kdim, &m.wk16},
+                            {w.v_weight, kv, s.vdim, &m.wv16},
+                            {w.out_weight, E, E, &m.wo16}};
+  std::size_t floats = 0, largest = 0;
+  for (const Weight& x : weights) {
+    // 64-byte aligned sections; packed_bf16_b_bytes is checked by resolve_shape's bounds.
+    floats += round_up(ceil_div(packed_bf16_b_bytes(g16, g, x.in, x.out), sizeof(float)), 16);
+    largest = std::max(largest, x.out * x.in);
+  }
+  float_bytes(floats, "packed bf16 weights");
+  m.bf16_weights = alloc_floats(floats);
+  std::vector<std::uint16_t> rounded(largest);
+  float* dst = m.bf16_weights.get();
+  for (const Weight& x : weights) {
+    fp32_to_bf16(x.out * x.in, x.w, rounded.data());
+    *x.dst = pack_bf16_b(g16, g, Trans::T, x.in, x.out, rounded.data(), x.in, dst);
+    dst += round_up(ceil_div(packed_bf16_b_bytes(g16, g, x.in, x.out), sizeof(float)), 16);
+  }
+}
+
 }  // namespace
 
-AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w)
+AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
+                                 bool bf16)
     : isa_(isa), shape_(shape), impl_(std::make_unique<Impl>()) {
   const GemmKernels& g = gemm();
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
@@ -61,33 +126,19 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
   m.q_cols = checked_round_up(E, g.nr, "embed_dim (in whole strips)");
   m.k_cols = checked_round_up(kv, g.nr, "num_kv_heads*head_dim (in whole strips)");
   m.v_cols = m.k_cols;
-  // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as these
-  // are the sizes allocated.
-  const std::size_t q_floats = checked_mul(E, m.q_cols, "packed q_weight");
-  const std::size_t k_floats = checked_mul(shape.kdim, m.k_cols, "packed k_weight");
-  const std::size_t v_floats = checked_mul(shape.vdim, m.v_cols, "packed v_weight");
-  checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
-  const std::size_t in_floats =
-      checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights");
-  float_bytes(in_floats, "packed weights");
-  m.in_weights = alloc_floats(in_floats);
-  float* dst = m.in_weights.get();
-  m.wq = pack_weight(g, w.q_weight, E, E, dst);
-  m.wk = pack_weight(g, w.k_weight, kv, shape.kdim, dst + q_floats);
-  m.wv = pack_weight(g, w.v_weight, kv, shape.vdim, dst + q_floats + k_floats);
-  m.fused = shape.kdim == E && shape.vdim == E;
-  if (m.fused) {
-    m.wqkv = PackedBView::whole(dst, E, m.q_cols + m.k_cols + m.v_cols, g.nr);
+  const std::size_t cols =
+      checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
+  m.bf16 = bf16;
+  if (bf16) {
+    pack_bf16_weights(g, isa, shape, w, m);
+  } else {
+    pack_fp32_weights(g, shape, w, m);
   }
-  const std::size_t cols = m.q_cols + m.k_cols + m.v_cols;
   m.in_bias = alloc_floats(cols);
   std::fill_n(m.in_bias.get(), cols, 0.0f);
   if (w.q_bias) std::copy_n(w.q_bias, E, m.in_bias.get());
   if (w.k_bias) std::copy_n(w.k_bias, kv, m.in_bias.get() + m.q_cols);
   if (w.v_bias) std::copy_n(w.v_bias, kv, m.in_bias.get() + m.q_cols + m.k_cols);
-
-  m.out_weights = alloc_floats(packed_b_floats(g, E, E));
-  m.wo = pack_weight(g, w.out_weight, E, E, m.out_weights.get());
   if (w.out_bias) {
     m.out_bias = alloc_floats(E);
     std::copy_n(w.out_bias, E, m.out_bias.get());
@@ -113,13 +164,46 @@ std::size_t projection_floats(const AttentionEngine::Impl& m, const AttentionSha
                   16);
 }
 
+// x[i][j] += bias[j] (bias may be null) and, if `round`, rounded to bf16,
+// over rows [rows x cols] at stride ld, in parallel over blocks of rows
+// (elementwise, so the same bits at any thread count).
+void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
+                 bool round) {
+  constexpr std::size_t kRows = 32;
+  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
+  parallel_for(ceil_div(rows, kRows), threads_for({0, bytes}), [&](std::size_t t) {
+    const std::size_t r0 = t * kRows, n = std::min(kRows, rows - r0);
+    float* xr = x + r0 * ld;
+    if (round) {
+      add_bias_round_bf16(n, cols, bias, xr, ld);
+    } else if (bias != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < cols; ++j) xr[i * ld + j] += bias[j];
+    }
+  });
+}
+
 // Q, K, V in [rows, features] layout: the attention core reads each head as a
-// strided column block, so there is no head-split copy.
+// strided column block, so there is no head-split copy. A bf16 object's
+// inputs are rounded to bf16 by the products, and V comes out rounded; Q
+// and K too unless RoPE will rotate them first (`rope`).
 Projected project(const GemmKernels& g, const AttentionEngine::Impl& m, const AttentionShape& s,
-                  bool fused, std::size_t q_rows, std::size_t kv_rows, const float* query,
-                  const float* key, const float* value, float* dst) {
+                  bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
+                  const float* query, const float* key, const float* value, float* dst) {
   const std::size_t E = s.embed_dim, kvd = s.kv_dim();
   const float* bias = m.in_bias.get();
+  if (m.bf16) {
+    float* pq = dst;
+    float* pk = pq + q_rows * E;
+    float* pv = pk + kv_rows * kvd;
+    gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, m.wq16, 0.0f, pq, E);
+    gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, key, s.kdim, m.wk16, 0.0f, pk, kvd);
+    gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, value, s.vdim, m.wv16, 0.0f, pv, kvd);
+    finish_rows(q_rows, E, bias, pq, E, !rope);
+    finish_rows(kv_rows, kvd, bias + m.q_cols, pk, kvd, !rope);
+    finish_rows(kv_rows, kvd, bias + m.q_cols + m.k_cols, pv, kvd, true);
+    return {pq, pk, pv, E, kvd};
+  }
   if (fused) {
     const std::size_t ld = in_cols(m);
     gemm_packed(g, Trans::N, q_rows, query, E, m.wqkv, 1.0f, 0.0f, dst, ld, bias);
@@ -247,18 +331,19 @@ void AttentionEngine::run(const Pass& a) const {
   float* merged = ws + f.proj + f.packed;
   float* rope = merged + f.merged;
   float* core_ws = rope + f.rope;
+  const bool rotate = a.mods.rope_dim != 0;
   const Projected p =
-      project(g, m, s, f.fused, q_rows, a.batch * a.kv_rows, a.query, a.key, a.value, ws);
+      project(g, m, s, f.fused, rotate, q_rows, a.batch * a.kv_rows, a.query, a.key, a.value, ws);
   // Rotated once here, before K is packed or cached: the cache holds
   // rotated keys, as the models' caches do.
-  if (a.mods.rope_dim != 0 && a.ragged == nullptr) {
+  if (rotate && a.ragged == nullptr) {
     rope_table(a.mods, a.rope_first(), a.rope_positions(), rope);
     rope_apply(a.mods, rope, a.rope_first(), a.q_pos0(), a.batch, a.q_len, s.num_heads, s.head_dim,
                p.q, p.ldq);
     rope_apply(a.mods, rope, a.rope_first(), a.k_pos0(), a.batch, a.kv_rows, s.num_kv_heads,
                s.head_dim, p.k, p.ldkv);
   }
-  if (a.mods.rope_dim != 0 && a.ragged != nullptr) {
+  if (rotate && a.ragged != nullptr) {
     const RaggedSeqs& r = *a.ragged;
     for (std::size_t b = 0; b < r.num; ++b) {
       rope_table(a.mods, a.rope_first(b), a.rope_positions(b), rope);
@@ -267,6 +352,11 @@ void AttentionEngine::run(const Pass& a) const {
       rope_apply(a.mods, rope, a.rope_first(b), a.k_pos0(b), 1, a.new_keys(b), s.num_kv_heads,
                  s.head_dim, p.k + a.key_row0(b) * p.ldkv, p.ldkv);
     }
+  }
+  if (rotate && m.bf16) {
+    // A bf16 object's Q and K enter Q·Kᵀ rounded, after their rotation.
+    finish_rows(q_rows, s.embed_dim, nullptr, p.q, p.ldq, true);
+    finish_rows(a.batch * a.kv_rows, s.kv_dim(), nullptr, p.k, p.ldkv, true);
   }
   // K and V laid out once per (batch, kv head) in the GEMM's B layout and
   // shared by every query head of the group (GQA without copies); a ragged
@@ -284,14 +374,25 @@ void AttentionEngine::run(const Pass& a) const {
   try {
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
-    if (a.attn_weights != nullptr) reserve_gemm_packed(g, q_rows, m.wo);
+    if (a.attn_weights != nullptr) {
+      if (m.bf16) {
+        reserve_gemm_bf16_packed(q_rows, m.wo16);
+      } else {
+        reserve_gemm_packed(g, q_rows, m.wo);
+      }
+    }
     if (a.ragged != nullptr) {
       run_core_ragged(g, softmax(), s, f.ragged, *a.ragged, p.q, p.ldq, a.arrays->views, a.mods,
                       merged, E, core_ws);
     } else {
       run_core(g, softmax(), s, f.plan, in, a.attn_weights, a.average_weights, core_ws);
     }
-    gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
+    if (m.bf16) {
+      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, merged, E, m.wo16, 0.0f, a.out, E);
+      finish_rows(q_rows, E, m.out_bias.get(), a.out, E, false);
+    } else {
+      gemm_packed(g, Trans::N, q_rows, merged, E, m.wo, 1.0f, 0.0f, a.out, E, m.out_bias.get());
+    }
   } catch (...) {
     // A cache keeps its length and contents unless the whole step succeeds.
     if (a.cache != nullptr) a.cache->clear(a.cache->length_, kv.len);

@@ -145,6 +145,39 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
                   });
 }
 
+void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
+  const std::size_t n = b.n, k = b.k;
+  if (m == 0 || n == 0 || k == 0) return;
+  thread_scratch(ScratchSlot::kBf16RoundedA, ceil_div(m * k, 2));
+  if (b.g == nullptr) {
+    thread_scratch(ScratchSlot::kBf16AsFp32A, m * k);
+    reserve_gemm_packed(*b.f, m,
+                        PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr));
+    return;
+  }
+  // run_packed_b's packed A block.
+  const GemmBf16Kernels& g = *b.g;
+  thread_scratch(ScratchSlot::kGemmA, std::min(round_up(k, 2), g.kc) / 2 *
+                                          std::min(round_up(m, g.mr), round_up(g.mc, g.mr)));
+}
+
+void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, float* x,
+                         std::size_t ld) noexcept {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* row = x + i * ld;
+    for (std::size_t j = 0; j < cols; ++j) {
+      float v = bias != nullptr ? row[j] + bias[j] : row[j];
+      std::uint32_t u;
+      std::memcpy(&u, &v, sizeof u);
+      // fp32_to_bf16's rounding, kept in fp32: the low 16 bits cleared.
+      u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
+                                          : (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+      std::memcpy(&v, &u, sizeof u);
+      row[j] = v;
+    }
+  }
+}
+
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
 #if MHA_BUILD_AVX512BF16
   if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;

@@ -208,6 +208,15 @@ void check_entry_points(std::size_t threads) {
             cache.truncate(10);
           }) <= allowed);
 
+    // A bf16 object: its projections round into the thread's scratch.
+    mha_attention_options bf16{};
+    bf16.struct_size = sizeof(mha_attention_options);
+    bf16.compute = MHA_BF16;
+    const mha::MultiheadAttention attn16(cfg, weights, bf16);
+    CHECK(steady_allocations([&] {
+            attn16.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
+          }) <= allowed);
+
     // Ragged batches, plain and with every modifier (lse by packed row).
     const std::size_t q_start[] = {0, 7, 7, 33}, kv_start[] = {0, 20, 25, 40};
     const mha_ragged self{sizeof(mha_ragged), 3, q_start, nullptr};

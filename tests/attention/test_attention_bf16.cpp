@@ -1,0 +1,234 @@
+// bf16 attention objects (mha_attention_create_ex, compute = MHA_BF16):
+// against the double oracle on the same bf16-rounded weights, over
+// self/cross attention, GQA, every mask kind, weights output and modifiers;
+// bit-identical at 1, 2 and 3 threads; KV-cache steps, ragged batches and
+// the paged cache equal the bf16 forward; option checks.
+// Every case runs on every ISA (CTest runs the binary once per MHA_ISA):
+// AVX512_BF16's dot kernels where the CPU has them, else the fp32 kernels on
+// the converted operands.
+//
+// Tolerance against the oracle: the object rounds to bf16 (relative error
+// at most 2^-9) the inputs of each projection, Q, K, V and the merged heads;
+// the oracle rounds nothing but the weights. With inputs in [-1, 1] and
+// PyTorch's weight scale, outputs are O(1) and four such roundings move the
+// output by 4·2^-9 = 8e-3 at most: 1e-2 in scaled_error (measured: 1e-3).
+// The same metric puts the fp32 object near 1e-6, and a dropped bias or a
+// wrong weight near 1e-1 and above. That the bf16 path really ran is checked
+// too: its result is further than 1e-4 from the fp32 object's on the same
+// rounded weights.
+// KV-cache steps, ragged and paged calls against the bf16 forward: the dot
+// kernels give each projection row the same bits at any row count, but the
+// fp32 kernels of ISAs without AVX512_BF16 need not (a one-row product runs
+// another micro-kernel), and a last-bit difference can move a rounding to
+// bf16 by one bf16 ulp (2^-8 relative) in Q, K or V: 4e-3·(1 + |x|), still
+// far below the ~1e-1 of a wrong position or block.
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mha/attention.hpp>
+#include <mha/kv_cache.hpp>
+#include <string>
+#include <vector>
+
+#include "attention/attention_case.hpp"
+
+namespace {
+
+using mha::test::AttentionCase;
+using mha::test::CaseData;
+using mha::test::scaled_error;
+using mha::test::WeightsOut;
+
+mha_attention_options bf16_options() {
+  mha_attention_options o{};
+  o.struct_size = sizeof(mha_attention_options);
+  o.compute = MHA_BF16;
+  return o;
+}
+
+// The weights of d rounded to bf16 (the values a bf16 object stores).
+mha::test::RandomWeights rounded(const CaseData& d) {
+  mha::test::RandomWeights w = d.w;
+  for (std::vector<float>* x : {&w.q, &w.k, &w.v, &w.o}) {
+    std::vector<std::uint16_t> b(x->size());
+    mha_fp32_to_bf16(x->size(), x->data(), b.data());
+    mha_bf16_to_fp32(b.size(), b.data(), x->data());
+  }
+  return w;
+}
+
+std::vector<float> forward(const mha::MultiheadAttention& attn, const AttentionCase& c,
+                           const CaseData& d, const mha_mods* mods,
+                           std::vector<float>* weights = nullptr) {
+  std::vector<float> out(c.batch * c.q_len * c.config.embed_dim, NAN);
+  attn.forward_mods(c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(), d.value.data(),
+                    d.mask_ptr(), mods, out.data(), weights ? weights->data() : nullptr,
+                    c.weights_out == WeightsOut::averaged);
+  return out;
+}
+
+AttentionCase make_case(std::size_t E, std::size_t H, std::size_t kv_heads, std::size_t kdim,
+                        std::size_t batch, std::size_t q_len, std::size_t kv_len,
+                        std::uint64_t seed) {
+  AttentionCase c;
+  c.config = {E, H, kdim, kdim, kv_heads};
+  c.batch = batch;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.self = kdim == 0 && q_len == kv_len;
+  c.seed = seed;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("bf16 attention matches the double oracle on its bf16 weights", "[bf16][attention]") {
+  std::vector<AttentionCase> cases;
+  AttentionCase c = make_case(64, 4, 0, 0, 2, 33, 33, 1);
+  c.causal = true;
+  cases.push_back(c);
+  c = make_case(96, 6, 2, 40, 2, 17, 70, 2);  // cross, GQA 6/2
+  c.padding = true;
+  c.additive = 2;
+  cases.push_back(c);
+  c = make_case(128, 8, 0, 0, 1, 130, 130, 3);
+  c.weights_out = WeightsOut::per_head;
+  cases.push_back(c);
+  c = make_case(48, 3, 0, 24, 2, 9, 300, 4);
+  c.additive = 1;
+  c.weights_out = WeightsOut::averaged;
+  cases.push_back(c);
+  c = make_case(64, 2, 1, 0, 1, 1, 1, 5);  // one token
+  cases.push_back(c);
+  c = make_case(32, 2, 0, 0, 1, 5, 1100, 6);  // split-KV
+  cases.push_back(c);
+  double worst = 0;
+  for (const AttentionCase& ac : cases) {
+    for (bool with_mods : {false, true}) {
+      CAPTURE(ac.seed, with_mods);
+      const CaseData d(ac);
+      const mha::test::RandomWeights w16 = rounded(d);
+      const mha::MultiheadAttention bf16(ac.config, d.w.view(), bf16_options());
+      const mha::MultiheadAttention fp32(ac.config, w16.view());
+      const std::size_t H = ac.config.num_heads, hd = ac.config.embed_dim / H;
+      const std::vector<float> slopes = mha::test::random_vector(H, 7, 0.f, 0.3f);
+      const std::vector<float> sinks = mha::test::random_vector(H, 8, -1.f, 1.f);
+      mha_mods mods{};
+      mods.struct_size = sizeof(mha_mods);
+      mods.rope_dim = hd / 2 * 2;
+      mods.alibi_slopes = slopes.data();
+      mods.sinks = sinks.data();
+      const mha_mods* mp = with_mods ? &mods : nullptr;
+      std::vector<float> wb(mha::test::weights_size(ac), NAN);
+      const std::vector<float> got = forward(bf16, ac, d, mp, wb.empty() ? nullptr : &wb);
+      const std::vector<float> f32 = forward(fp32, ac, d, mp);
+      const mha::test::ReferenceResult ref = mha::test::reference_attention(
+          ac.config, w16.view(), ac.batch, ac.q_len, ac.kv_len, d.query.data(), d.key.data(),
+          d.value.data(), d.mask_ptr(), !wb.empty(), ac.weights_out == WeightsOut::averaged, mp);
+      const double err = scaled_error(got, ref.out);
+      worst = std::max(worst, err);
+      CHECK(err <= 1e-2);
+      CHECK(scaled_error(f32, ref.out) <= 1e-5);
+      double diff = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        diff = std::max(diff, static_cast<double>(std::fabs(got[i] - f32[i])));
+      if (ac.q_len * ac.kv_len > 1) CHECK(diff > 1e-4);
+      if (!wb.empty()) CHECK(scaled_error(wb, ref.weights) <= 1e-2);
+    }
+  }
+  std::printf("bf16 attention vs oracle on bf16 weights: worst scaled error %.2g (bound 1e-2)\n",
+              worst);
+}
+
+TEST_CASE("bf16 attention is bit-identical at 1, 2 and 3 threads", "[bf16][attention]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  AttentionCase c = make_case(256, 8, 2, 0, 2, 200, 200, 11);
+  c.causal = true;
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view(), bf16_options());
+  mha_set_num_threads(1);
+  const std::vector<float> one = forward(attn, c, d, nullptr);
+  for (std::size_t t : {2, 3}) {
+    mha_set_num_threads(t);
+    const std::vector<float> many = forward(attn, c, d, nullptr);
+    REQUIRE(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0);
+  }
+  mha_set_num_threads(0);
+}
+
+TEST_CASE("bf16 KV-cache steps, ragged batches and the paged cache equal the bf16 forward",
+          "[bf16][attention]") {
+  const std::size_t E = 64, len = 40;
+  AttentionCase c = make_case(E, 4, 2, 0, 1, len, len, 21);
+  c.causal = true;
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view(), bf16_options());
+  const std::vector<float> want = forward(attn, c, d, nullptr);
+  const auto require_close = [&](const std::vector<float>& got) {
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      REQUIRE(std::fabs(got[i] - want[i]) <= 4e-3f * (1.0f + std::fabs(want[i])));
+    }
+  };
+  // KV cache: a prefill of 25, then one token at a time.
+  std::vector<float> got(want.size());
+  mha::KvCache cache(attn, 1, len);
+  cache.step_self(25, d.query.data(), got.data());
+  for (std::size_t t = 25; t < len; ++t) cache.step_self(1, &d.query[t * E], &got[t * E]);
+  require_close(got);
+  // Ragged: the sequence packed with another.
+  std::vector<float> two(d.query);
+  two.insert(two.end(), d.query.begin(), d.query.begin() + 7 * E);
+  const std::size_t start[] = {0, len, len + 7};
+  const mha_ragged seqs{sizeof(mha_ragged), 2, start, nullptr};
+  std::vector<float> out2(two.size());
+  attn.forward_ragged(seqs, two.data(), two.data(), two.data(), out2.data(), true);
+  require_close(std::vector<float>(out2.begin(), out2.begin() + len * E));
+  // Paged: prefill 30 in slot 1, then 10 one by one.
+  mha::PagedKvCache paged(attn, 2, 16, 8);
+  const std::size_t slot = 1, q30[] = {0, 30}, q1[] = {0, 1};
+  paged.step(1, &slot, q30, d.query.data(), d.query.data(), d.query.data(), got.data());
+  for (std::size_t t = 30; t < len; ++t) {
+    paged.step(1, &slot, q1, &d.query[t * E], &d.query[t * E], &d.query[t * E], &got[t * E]);
+  }
+  require_close(got);
+}
+
+TEST_CASE("mha_attention_create_ex checks its options and defaults to fp32", "[bf16][attention]") {
+  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, 31);
+  const CaseData d(c);
+  const mha_weights w = d.w.view();
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  mha_attention_options o = bf16_options();
+  o.struct_size = 0;
+  REQUIRE(mha_attention_create_ex(&c.config, &w, &o, &attn) == MHA_INVALID_ARGUMENT);
+  CHECK(std::string(mha_last_error()).find("struct_size") != std::string::npos);
+  o = bf16_options();
+  o.compute = static_cast<mha_dtype>(7);
+  REQUIRE(mha_attention_create_ex(&c.config, &w, &o, &attn) == MHA_INVALID_ARGUMENT);
+  CHECK(std::string(mha_last_error()).find("compute") != std::string::npos);
+  REQUIRE(attn == sentinel);
+  // NULL options, or compute = MHA_FP32: the object mha_attention_create makes.
+  mha_attention* plain = nullptr;
+  REQUIRE(mha_attention_create(&c.config, &w, &plain) == MHA_OK);
+  o.compute = MHA_FP32;
+  for (const mha_attention_options* opt : {static_cast<const mha_attention_options*>(nullptr),
+                                           static_cast<const mha_attention_options*>(&o)}) {
+    REQUIRE(mha_attention_create_ex(&c.config, &w, opt, &attn) == MHA_OK);
+    std::vector<float> a(6 * 32), b(6 * 32);
+    REQUIRE(mha_attention_forward(plain, 1, 6, 6, d.query.data(), d.query.data(), d.query.data(),
+                                  nullptr, a.data(), nullptr, 0) == MHA_OK);
+    REQUIRE(mha_attention_forward(attn, 1, 6, 6, d.query.data(), d.query.data(), d.query.data(),
+                                  nullptr, b.data(), nullptr, 0) == MHA_OK);
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+    mha_attention_destroy(attn);
+  }
+  mha_attention_destroy(plain);
+}
