@@ -59,18 +59,22 @@ double kv_bytes(const AttentionConfig& c) {
   return 2.0 * 4.0 * static_cast<double>(c.batch * c.kv_len * c.embed_dim);
 }
 
-void report(benchmark::State& state, const AttentionConfig& c, int threads) {
-  set_flop_counters(state, c.flops(), threads);
+void report(benchmark::State& state, const AttentionConfig& c, int threads, bool bf16 = false) {
+  set_flop_counters(state, c.flops(), threads, bf16);
   if (c.decode) set_byte_counters(state, kv_bytes(c));
 }
 
-void bench_mha(benchmark::State& state, const AttentionConfig& c, int threads) {
+// Ours; `bf16`: an object with compute = MHA_BF16 (%peak against the bf16 peak).
+void bench_mha(benchmark::State& state, const AttentionConfig& c, int threads, bool bf16) {
   Model m(c);
   mha_set_num_threads(static_cast<std::size_t>(threads));
   const mha_config cfg{c.embed_dim, c.heads, 0, 0, 0};
   const mha_weights w = m.view();
+  mha_attention_options options{};
+  options.struct_size = sizeof(mha_attention_options);
+  options.compute = bf16 ? MHA_BF16 : MHA_FP32;
   mha_attention* attn = nullptr;
-  check(mha_attention_create(&cfg, &w, &attn));
+  check(mha_attention_create_ex(&cfg, &w, &options, &attn));
   std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)> guard(attn,
                                                                          mha_attention_destroy);
   if (c.decode) {
@@ -98,7 +102,7 @@ void bench_mha(benchmark::State& state, const AttentionConfig& c, int threads) {
     }
   }
   mha_set_num_threads(0);
-  report(state, c, threads);
+  report(state, c, threads, bf16);
 }
 
 #if MHA_BENCH_HAVE_DNNL
@@ -132,7 +136,8 @@ const bool registered = [] {
       const auto add = [&](const char* impl, std::function<void(benchmark::State&)> fn) {
         register_benchmark("attention", c.name, impl, t, std::move(fn), benchmark::kMillisecond);
       };
-      add("mha", [c, t](benchmark::State& s) { bench_mha(s, c, t); });
+      add("mha", [c, t](benchmark::State& s) { bench_mha(s, c, t, false); });
+      add("mha_bf16", [c, t](benchmark::State& s) { bench_mha(s, c, t, true); });
 #if MHA_BENCH_HAVE_DNNL
       add("onednn", [c, t](benchmark::State& s) { bench_onednn(s, c, t); });
 #endif

@@ -362,13 +362,15 @@ RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best b
               "against the measured FMA peak of the ISA at that thread count.")
 
 
-# Our implementations: mha, and mha_prepacked (GEMM with B packed once, as the attention
-# engine uses its weights), which the tables list under "<config> prepacked".
-OURS = ("mha", "mha_prepacked")
+# Our implementations: mha, mha_prepacked (GEMM with B packed once, as the attention
+# engine uses its weights) and mha_bf16 (an attention object computing in bf16), which the
+# tables list under "<config> prepacked" and "<config> bf16".
+OURS = ("mha", "mha_prepacked", "mha_bf16")
+OUR_SUFFIX = {"mha": "", "mha_prepacked": " prepacked", "mha_bf16": " bf16"}
 
 
 def our_label(suite, config, impl):
-    return suite + "/" + config + ("" if impl == "mha" else " prepacked")
+    return suite + "/" + config + OUR_SUFFIX[impl]
 
 
 def headline_body(rows):
