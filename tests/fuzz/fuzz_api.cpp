@@ -64,6 +64,10 @@ constexpr std::size_t kMaxAlloc = std::size_t{1} << 22;  // floats; larger: not 
 constexpr float kSentinel = -1234.5f;
 constexpr double kU = 1.0 / 16777216.0;
 constexpr double kAttentionTol = 1e-5;
+// A bf16 object against the reference on its rounded weights: four roundings
+// to bf16 (2^-9 each) of O(1) activations, 8e-3 at worst (the bound of
+// tests/attention/test_attention_bf16.cpp), with a margin of 2.5.
+constexpr double kBf16AttentionTol = 2e-2;
 
 [[noreturn]] void fail(const char* fmt, ...) {
   std::va_list ap;
@@ -627,6 +631,7 @@ struct Model {
   mha::test::RandomWeights w;
   mha_attention* attn = nullptr;
   std::size_t E = 0, kdim = 0, vdim = 0;
+  double tol = kAttentionTol;  // of every comparison with the reference
   Model(const mha_config& c, std::uint32_t seed) : cfg(c), w(c, seed & 1, seed) {}
   ~Model() { mha_attention_destroy(attn); }
 };
@@ -693,13 +698,13 @@ void fuzz_forward(Decoder& d, const Model& m) {
       m.cfg, m.w.view(), batch, L, S, q.v.data(), kp, vp, use_mask ? &mask : nullptr,
       weights_mode != 0, weights_mode == 2);
   const double err = mha::test::scaled_error(out.v, ref.out);
-  FUZZ_CHECK(err <= kAttentionTol,
+  FUZZ_CHECK(err <= m.tol,
              "forward out error %.3g > %.0e (E %zu H %zu kv_heads %zu kdim %zu vdim %zu batch %zu "
              "q_len %zu kv_len %zu)",
-             err, kAttentionTol, m.E, H, m.cfg.num_kv_heads, m.kdim, m.vdim, batch, L, S);
+             err, m.tol, m.E, H, m.cfg.num_kv_heads, m.kdim, m.vdim, batch, L, S);
   if (weights_mode != 0) {
     const double werr = mha::test::scaled_error(w.v, ref.weights);
-    FUZZ_CHECK(werr <= kAttentionTol, "forward weights error %.3g", werr);
+    FUZZ_CHECK(werr <= m.tol, "forward weights error %.3g", werr);
   }
 }
 
@@ -789,8 +794,8 @@ void fuzz_cache(Decoder& d, const Model& m) {
     const mha::test::ReferenceResult ref = mha::test::reference_attention(
         m.cfg, m.w.view(), batch, n_new, S, rq.data(), rk.data(), rv.data(), &causal, false, false);
     const double err = mha::test::scaled_error(out, ref.out);
-    FUZZ_CHECK(err <= kAttentionTol, "step out error %.3g (batch %zu n_new %zu length %zu)", err,
-               batch, n_new, S);
+    FUZZ_CHECK(err <= m.tol, "step out error %.3g (batch %zu n_new %zu length %zu)", err, batch,
+               n_new, S);
   }
   mha_kv_cache_destroy(cache);
 }
@@ -885,11 +890,10 @@ void check_sequence(const Model& m, const Mods& mods, bool causal, std::size_t q
   const mha::test::ReferenceResult ref = mha::test::reference_attention(
       m.cfg, w, 1, q_len, kv_len, q, k, v, nullptr, false, false, &mm);
   const double err = mha::test::scaled_error(std::vector<float>(out, out + q_len * E), ref.out);
-  FUZZ_CHECK(err <= kAttentionTol, "%s out error %.3g (q_len %zu kv_len %zu)", call, err, q_len,
-             kv_len);
+  FUZZ_CHECK(err <= m.tol, "%s out error %.3g (q_len %zu kv_len %zu)", call, err, q_len, kv_len);
   if (lse != nullptr) {
     const double lerr = mha::test::lse_error(std::vector<float>(lse, lse + q_len * H), ref.lse);
-    FUZZ_CHECK(lerr <= kAttentionTol, "%s lse error %.3g", call, lerr);
+    FUZZ_CHECK(lerr <= m.tol, "%s lse error %.3g", call, lerr);
   }
 }
 
@@ -1119,14 +1123,30 @@ void fuzz_attention(Decoder& d) {
   if (null_weight == 3) w.out_weight = nullptr;
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
   mha_attention* attn = sentinel;
+  // mha_attention_create, or create_ex with bf16 or (rarely) bad options.
+  const int how = d.p.ConsumeIntegralInRange<int>(0, 15);
+  mha_attention_options opt{};
+  opt.struct_size = how == 15 ? 0 : sizeof(mha_attention_options);
+  opt.compute = how == 14 ? static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2) : MHA_BF16;
+  const bool bf16 = how >= 10;
   prime_error();
-  const mha_status st = mha_attention_create(&c, &w, &attn);
-  check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_attention_create");
+  const mha_status st =
+      bf16 ? mha_attention_create_ex(&c, &w, &opt, &attn) : mha_attention_create(&c, &w, &attn);
+  check_expectation(st, valid && how < 14 ? Expect::ok : Expect::fail, "mha_attention_create");
   if (st != MHA_OK) {
     FUZZ_CHECK(attn == sentinel, "mha_attention_create failed but wrote *out");
     return;
   }
   m.attn = attn;
+  if (bf16) {
+    // The reference runs on the weights the object stores: rounded to bf16.
+    for (std::vector<float>* x : {&m.w.q, &m.w.k, &m.w.v, &m.w.o}) {
+      std::vector<std::uint16_t> b(x->size());
+      mha_fp32_to_bf16(x->size(), x->data(), b.data());
+      mha_bf16_to_fp32(b.size(), b.data(), x->data());
+    }
+    m.tol = kBf16AttentionTol;
+  }
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
     switch (d.p.ConsumeIntegralInRange<int>(0, 5)) {
       case 0:
