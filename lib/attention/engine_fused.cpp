@@ -100,8 +100,15 @@ void pack_bf16_weights(const GemmKernels& g, Isa isa, const AttentionShape& s, c
                             {w.out_weight, E, E, &m.wo16}};
   std::size_t floats = 0, largest = 0;
   for (const Weight& x : weights) {
-    // 64-byte aligned sections; packed_bf16_b_bytes is checked by resolve_shape's bounds.
-    floats += round_up(ceil_div(packed_bf16_b_bytes(g16, g, x.in, x.out), sizeof(float)), 16);
+    // Either packed layout (bf16 pairs or fp32, strips of at most 64
+    // columns) takes at most (out + 64) x (in + 2) floats: checked first, so
+    // packed_bf16_b_bytes cannot wrap; sections 64-byte aligned.
+    float_bytes(checked_mul(checked_add(x.out, 64, "packed bf16 weights"),
+                            checked_add(x.in, 2, "packed bf16 weights"), "packed bf16 weights"),
+                "packed bf16 weights");
+    floats = checked_add(
+        floats, round_up(ceil_div(packed_bf16_b_bytes(g16, g, x.in, x.out), sizeof(float)), 16),
+        "packed bf16 weights");
     largest = std::max(largest, x.out * x.in);
   }
   float_bytes(floats, "packed bf16 weights");

@@ -215,6 +215,13 @@ TEST_CASE("mha_attention_create_ex checks its options and defaults to fp32", "[b
   REQUIRE(mha_attention_create_ex(&c.config, &w, &o, &attn) == MHA_INVALID_ARGUMENT);
   CHECK(std::string(mha_last_error()).find("compute") != std::string::npos);
   REQUIRE(attn == sentinel);
+  // A key width whose packed bf16 weight's bytes wrap size_t (2^60 x 32
+  // strips x 2 pairs): rejected before anything is allocated or read.
+  const mha_config huge{1, 1, std::size_t{1} << 60, 1, 0};
+  o = bf16_options();
+  const mha_status hs = mha_attention_create_ex(&huge, &w, &o, &attn);
+  REQUIRE((hs == MHA_INVALID_ARGUMENT || hs == MHA_OUT_OF_MEMORY));
+  REQUIRE(attn == sentinel);
   // NULL options, or compute = MHA_FP32: the object mha_attention_create makes.
   mha_attention* plain = nullptr;
   REQUIRE(mha_attention_create(&c.config, &w, &plain) == MHA_OK);
