@@ -165,7 +165,6 @@ MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t n
                                              mha_paged_kv_cache** out) {
   return mha::detail::guarded([&] {
     mha::detail::check_arg(out != nullptr, "mha_kv_cache_create_paged: out must not be NULL");
-    *out = nullptr;
     *out = mha::make_paged(attn, num_slots, block_tokens, num_blocks);
   });
 }

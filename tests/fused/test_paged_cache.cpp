@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <mha/attention.hpp>
@@ -366,9 +367,14 @@ TEST_CASE("paged cache: bad arguments are rejected and change nothing", "[paged]
   REQUIRE(cache.slot_length(1) == 1);
   REQUIRE(mha_kv_cache_slot_length(cache.handle(), 5) == 0);
   REQUIRE(mha_kv_cache_slot_length(nullptr, 0) == 0);
-  mha_paged_kv_cache* c = nullptr;
+  // A failed create leaves *out as it was.
+  auto* const sentinel = reinterpret_cast<mha_paged_kv_cache*>(std::uintptr_t{0x5e7});
+  mha_paged_kv_cache* c = sentinel;
   REQUIRE(mha_kv_cache_create_paged(m.attn->handle(), 1, 0, 4, &c) == MHA_INVALID_ARGUMENT);
-  REQUIRE(c == nullptr);
+  REQUIRE(c == sentinel);
   REQUIRE(mha_kv_cache_create_paged(m.attn->handle(), 1, 16, static_cast<std::size_t>(-1) / 4,
                                     &c) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_create_paged(m.attn->handle(), std::size_t{1} << 61, 16, 4, &c) ==
+          MHA_INVALID_ARGUMENT);
+  REQUIRE(c == sentinel);
 }
