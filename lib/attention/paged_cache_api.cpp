@@ -98,8 +98,9 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
     check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - (len - first), fn,
               ": slot ", slot, " would exceed the whole pool (", c.num_blocks(), " blocks of ",
               c.block_tokens(), " tokens)");
-    // Its first new query (position len) must see no dropped position.
-    if (first != 0 && (m.window == 0 || len + 1 < first + m.window)) {
+    // Its first new query (position len) must see no dropped position: its
+    // window reaches back len + 1 - window (first <= len, so no wrap).
+    if (first != 0 && (m.window == 0 || m.window > len + 1 - first)) {
       detail::fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
                    " on (a window dropped the ones before), but this step's window (", m.window,
                    "; 0 = none) reaches further back");

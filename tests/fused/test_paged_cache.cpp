@@ -246,6 +246,10 @@ TEST_CASE("paged cache: a window returns the blocks it no longer sees", "[paged]
   REQUIRE(mha_attention_step_ragged_mods(m.attn->handle(), cache.handle(), 1, &slot, one,
                                          seq.data(), seq.data(), seq.data(), &mods,
                                          sentinel.data()) == MHA_INVALID_ARGUMENT);
+  mods.window = static_cast<std::size_t>(-1);  // first + window would wrap
+  REQUIRE(mha_attention_step_ragged_mods(m.attn->handle(), cache.handle(), 1, &slot, one,
+                                         seq.data(), seq.data(), seq.data(), &mods,
+                                         sentinel.data()) == MHA_INVALID_ARGUMENT);
   REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 447) == MHA_INVALID_ARGUMENT);
   CHECK(message().find("448") != std::string::npos);
   REQUIRE(std::all_of(sentinel.begin(), sentinel.end(), [](float v) { return v == 3.0f; }));

@@ -1045,7 +1045,7 @@ void fuzz_paged(Decoder& d, const Model& m) {
       const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], w = mods.m.window;
       const std::size_t end = len(s) + n;
       if (n > num_blocks * bt - (len(s) - first[s])) se = Expect::fail;  // outgrows the pool
-      if (first[s] != 0 && (!mods.on || w == 0 || len(s) + 1 < first[s] + w)) se = Expect::fail;
+      if (first[s] != 0 && (!mods.on || w == 0 || w > len(s) + 1 - first[s])) se = Expect::fail;
       need += (end + bt - 1) / bt - first[s] / bt - held_blocks(s);
     }
     if (se == Expect::ok && need > num_blocks - held) se = Expect::fail;  // MHA_OUT_OF_MEMORY
