@@ -138,9 +138,10 @@ MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const fl
 typedef enum {
   MHA_FP32 = 0,
   MHA_BF16 = 1,
-  /* Not a type: makes every int value a valid mha_dtype in C++, so that an
-   * unknown value from a caller is an error (MHA_INVALID_ARGUMENT), never
-   * undefined behaviour. */
+  /* Not types: together they make every int value, negative ones too, a
+   * valid mha_dtype in C++, so that an unknown value from a caller is an
+   * error (MHA_INVALID_ARGUMENT), never undefined behaviour. */
+  MHA_DTYPE_MIN_ENUM = -0x7fffffff - 1,
   MHA_DTYPE_MAX_ENUM = 0x7fffffff
 } mha_dtype;
 
