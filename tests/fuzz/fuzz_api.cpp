@@ -962,8 +962,9 @@ void fuzz_ragged(Decoder& d, const Model& m) {
   }
   for (std::size_t i = 0; i < num; ++i) {
     check_sequence(m, mods, false, q_start[i + 1] - q_start[i], kv_start[i + 1] - kv_start[i],
-                   &q[q_start[i] * m.E], &k[kv_start[i] * m.kdim], &v[kv_start[i] * m.vdim],
-                   &out[q_start[i] * m.E], mods.m.lse ? &lse[q_start[i] * H] : nullptr,
+                   q.data() + q_start[i] * m.E, k.data() + kv_start[i] * m.kdim,
+                   v.data() + kv_start[i] * m.vdim, out.data() + q_start[i] * m.E,
+                   mods.m.lse ? lse.data() + q_start[i] * H : nullptr,
                    "mha_attention_forward_ragged");
   }
 }
@@ -1070,14 +1071,14 @@ void fuzz_paged(Decoder& d, const Model& m) {
     }
     for (std::size_t i = 0; i < num; ++i) {
       const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], r0 = q_start[i];
-      hq[s].insert(hq[s].end(), &q[r0 * m.E], &q[(r0 + n) * m.E]);
-      hk[s].insert(hk[s].end(), &k[r0 * m.kdim], &k[(r0 + n) * m.kdim]);
-      hv[s].insert(hv[s].end(), &v[r0 * m.vdim], &v[(r0 + n) * m.vdim]);
+      hq[s].insert(hq[s].end(), q.data() + r0 * m.E, q.data() + (r0 + n) * m.E);
+      hk[s].insert(hk[s].end(), k.data() + r0 * m.kdim, k.data() + (r0 + n) * m.kdim);
+      hv[s].insert(hv[s].end(), v.data() + r0 * m.vdim, v.data() + (r0 + n) * m.vdim);
       const std::size_t L = len(s), w = mods.m.window;
       FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == L, "slot %zu length %zu, expected %zu", s,
                  mha_kv_cache_slot_length(cache, s), L);
-      check_sequence(m, mods, true, n, L, &hq[s][(L - n) * m.E], hk[s].data(), hv[s].data(),
-                     &out[r0 * m.E], step_mods.m.lse ? &lse[r0 * H] : nullptr,
+      check_sequence(m, mods, true, n, L, hq[s].data() + (L - n) * m.E, hk[s].data(), hv[s].data(),
+                     out.data() + r0 * m.E, step_mods.m.lse ? lse.data() + r0 * H : nullptr,
                      "mha_attention_step_ragged_mods");
       if (mods.on && w != 0 && L + 1 > w) first[s] = std::max(first[s], (L + 1 - w) / bt * bt);
     }
