@@ -82,11 +82,6 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   }
   const auto& s = attn->engine->shape();
   const std::size_t rows = q_start[num];
-  checked_mul(checked_mul(rows, s.embed_dim, "query/out [q_start[num], embed_dim]"), sizeof(float),
-              "query/out bytes");
-  checked_mul(checked_mul(rows, s.kdim, "key [q_start[num], kdim]"), sizeof(float), "key bytes");
-  checked_mul(checked_mul(rows, s.vdim, "value [q_start[num], vdim]"), sizeof(float),
-              "value bytes");
   using detail::tensor_extent;
   const auto eq = tensor_extent(query, {rows, s.embed_dim}, "query [q_start[num], embed_dim]");
   const auto ek = tensor_extent(key, {rows, s.kdim}, "key [q_start[num], kdim]");
