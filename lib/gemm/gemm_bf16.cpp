@@ -19,6 +19,13 @@
 namespace mha::detail {
 namespace {
 
+// fp32 bits u rounded to bf16, to nearest even (a NaN kept, made quiet), as
+// fp32 bits with the low 16 cleared.
+constexpr std::uint32_t bf16_rounded_bits(std::uint32_t u) noexcept {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x400000u) & 0xffff0000u;
+  return (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+}
+
 const std::uint16_t* at(Trans t, const std::uint16_t* x, std::size_t ld, std::size_t row,
                         std::size_t col) {
   return t == Trans::N ? x + row * ld + col : x + col * ld + row;
@@ -169,9 +176,7 @@ void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, 
       float v = bias != nullptr ? row[j] + bias[j] : row[j];
       std::uint32_t u;
       std::memcpy(&u, &v, sizeof u);
-      // fp32_to_bf16's rounding, kept in fp32: the low 16 bits cleared.
-      u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
-                                          : (u + 0x7fffu + (u >> 16 & 1u)) & 0xffff0000u;
+      u = bf16_rounded_bits(u);
       std::memcpy(&v, &u, sizeof u);
       row[j] = v;
     }
@@ -230,11 +235,7 @@ void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
     std::uint32_t u;
     std::memcpy(&u, &x[i], sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-      y[i] = static_cast<std::uint16_t>(u >> 16 | 0x40u);  // NaN: kept, made quiet
-    } else {
-      y[i] = static_cast<std::uint16_t>((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
-    }
+    y[i] = static_cast<std::uint16_t>(bf16_rounded_bits(u) >> 16);
   }
 }
 
