@@ -53,11 +53,7 @@ mha_attention_options bf16_options() {
 // The weights of d rounded to bf16 (the values a bf16 object stores).
 mha::test::RandomWeights rounded(const CaseData& d) {
   mha::test::RandomWeights w = d.w;
-  for (std::vector<float>* x : {&w.q, &w.k, &w.v, &w.o}) {
-    std::vector<std::uint16_t> b(x->size());
-    mha_fp32_to_bf16(x->size(), x->data(), b.data());
-    mha_bf16_to_fp32(b.size(), b.data(), x->data());
-  }
+  w.round_to_bf16();
   return w;
 }
 

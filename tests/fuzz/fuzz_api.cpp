@@ -1141,11 +1141,7 @@ void fuzz_attention(Decoder& d) {
   m.attn = attn;
   if (bf16) {
     // The reference runs on the weights the object stores: rounded to bf16.
-    for (std::vector<float>* x : {&m.w.q, &m.w.k, &m.w.v, &m.w.o}) {
-      std::vector<std::uint16_t> b(x->size());
-      mha_fp32_to_bf16(x->size(), x->data(), b.data());
-      mha_bf16_to_fp32(b.size(), b.data(), x->data());
-    }
+    m.w.round_to_bf16();
     m.tol = kBf16AttentionTol;
   }
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "support/reference.hpp"
@@ -163,6 +164,14 @@ RandomWeights::RandomWeights(const mha_config& c, bool biases, std::uint64_t see
 mha_weights RandomWeights::view() const {
   auto ptr = [](const std::vector<float>& x) { return x.empty() ? nullptr : x.data(); };
   return mha_weights{ptr(q), ptr(k), ptr(v), ptr(o), ptr(qb), ptr(kb), ptr(vb), ptr(ob)};
+}
+
+void RandomWeights::round_to_bf16() {
+  for (std::vector<float>* x : {&q, &k, &v, &o}) {
+    std::vector<std::uint16_t> b(x->size());
+    mha_fp32_to_bf16(x->size(), x->data(), b.data());
+    mha_bf16_to_fp32(b.size(), b.data(), x->data());
+  }
 }
 
 double lse_error(const std::vector<float>& ours, const std::vector<double>& ref) {

@@ -41,6 +41,9 @@ struct RandomWeights {
   std::vector<float> q, k, v, o, qb, kb, vb, ob;
   RandomWeights(const mha_config& config, bool biases, std::uint64_t seed);
   mha_weights view() const;
+  // The four weight matrices rounded to bf16 in place (what a bf16 object
+  // stores); the biases stay fp32.
+  void round_to_bf16();
 };
 
 }  // namespace mha::test
