@@ -76,9 +76,11 @@ void softmax_row(const SoftmaxKernels& k, std::size_t i, std::size_t cols, const
     }
     if (special) {
       // reduce_max may skip NaNs, so an all -inf max is checked for them
-      // (rare path: fully masked rows).
-      const float* z = add == nullptr && s > 0.f ? x : y;
-      if (m == -std::numeric_limits<float>::infinity() &&
+      // (rare path: fully masked rows). On the fast path the scores' max is
+      // shift: -inf also when s * max(x) overflows, every fl(x*s) then -inf.
+      const bool fast = add == nullptr && s > 0.f;
+      const float* z = fast ? x : y;
+      if ((fast ? s * m : m) == -std::numeric_limits<float>::infinity() &&
           std::none_of(z, z + keep, [](float v) { return std::isnan(v); })) {
         zero_from = 0;  // every kept value is -inf: fully masked row
       } else {

@@ -144,6 +144,14 @@ TEST_CASE("softmax NaN and +inf rule", "[softmax]") {
   // x*scale overflowing to +inf, and -inf turned into +inf by a negative scale.
   for (float v : run({3e38f, 1.f}, {.scale = 10.f})) CHECK(std::isnan(v));
   for (float v : run({-kInf, 1.f}, {.scale = -1.f})) CHECK(std::isnan(v));
+  // x*scale overflowing to -inf in every column: a fully masked row (zeros),
+  // with or without a mask; one finite score takes all the mass.
+  const std::vector<float> zero_add{0.f, 0.f};
+  for (float v : run({-3e38f, -1e38f}, {.scale = 10.f})) CHECK(v == 0.f);
+  for (float v : run({-3e38f, -1e38f}, {.scale = 10.f, .additive = zero_add.data()})) {
+    CHECK(v == 0.f);
+  }
+  CHECK(run({-3e38f, 1.f}, {.scale = 10.f}) == std::vector<float>{0.f, 1.f});
   const std::vector<float> add{0.f, kInf};
   for (float v : run({1.f, 2.f}, {.additive = add.data()})) CHECK(std::isnan(v));
   // -inf in the mask where x is NaN: NaN + -inf is NaN, the row is NaN.
