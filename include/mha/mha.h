@@ -295,11 +295,19 @@ typedef struct {
  *    A: its input rows rounded to bf16, fp32 accumulation, as
  *    mha_kernel_name(MHA_BF16) says), then the bias added in fp32;
  *  - Q, K (after RoPE, if any) and V are rounded to bf16 before the
- *    attention core; the core runs in fp32 on those values, so each score
- *    and each P·V term is an exact product summed in fp32; P itself is not
- *    rounded; the merged heads are rounded where they enter the output
+ *    attention core, and the merged heads where they enter the output
  *    projection;
- *  - a KV cache holds the rounded K and V, still in fp32 storage;
+ *  - where mha_kernel_name(MHA_BF16) names bf16 dot-product kernels
+ *    ("avx512_bf16"), the core computes Q·Kᵀ and P·V on them, with K and V
+ *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
+ *    rounded to bf16 (nearest even) as the online softmax produces it;
+ *    the softmax, its running sums and the output accumulate in fp32, and
+ *    scores and P·V sum exact products as that kernel's GEMM does. An
+ *    mha_paged_kv_cache and ragged forwards keep fp32 K/V and run the
+ *    fp32 core below, with P not rounded;
+ *  - elsewhere the core runs in fp32 on the rounded values (each score and
+ *    each P·V term an exact product summed in fp32, P not rounded), and the
+ *    caches hold the rounded K and V in fp32 storage;
  *  - results are bit-identical at any thread count.
  * Against the double-precision result on the bf16-rounded weights, the
  * output's error is a few units of bf16's 2^-8 relative precision. */

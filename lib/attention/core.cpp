@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "common/aligned.hpp"
@@ -133,8 +135,8 @@ struct Ctx {
   // o (ld ldo) gets the unnormalized sum of exp(s - m)·v, and (m, l) the
   // row's online-softmax state (OnlineRow: running max and sum). Rows that see
   // no key keep m = -inf, l = 0, o = 0. `sc` is a q_block x key_tile scratch
-  // tile, `qpack` room for the packed query block (packed_a_floats(g,
-  // q_block, head_dim)).
+  // tile at the start of the task's scratch, `qpack` room for the packed
+  // query block (packed_a_floats(g, q_block, head_dim)).
   void attend_online(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
                      std::size_t kend, float* o, std::size_t ldo, float* m, float* l, float* sc,
                      float* qpack) const {
@@ -151,13 +153,23 @@ struct Ctx {
     // window, which the packed K strips need).
     kbeg = std::max(kbeg, visible_begin(q0) / bk * bk);
     const std::size_t gh = h / group();
-    // The query block is packed once and multiplies every key tile.
-    pack_a(g, Trans::N, rows, d, q_rows(b, h, q0), in.ldq, qpack);
+    const bool bf16 = in.kv.g16 != nullptr;
+    // The query block is packed (or rounded to bf16) once and multiplies
+    // every key tile.
+    if (bf16) {
+      in.kv.g16->round_rows(rows, d, q_rows(b, h, q0), in.ldq, q16(sc), plan.ldq16);
+    } else {
+      pack_a(g, Trans::N, rows, d, q_rows(b, h, q0), in.ldq, qpack);
+    }
     for (std::size_t k0 = kbeg; k0 < kend; k0 += bk) {
       const std::size_t k1 = std::min(k0 + bk, kend), n = k1 - k0;
       if (tile_all_padded(b, k0, k1)) continue;
-      gemm_serial_packed_a(g, rows, qpack, in.kv.key_tile(b, gh, k0, k1), gemm_alpha(), 0.0f, sc,
-                           bk);
+      if (bf16) {
+        scores_bf16(rows, q16(sc), b, gh, k0, n, sc, bk);
+      } else {
+        gemm_serial_packed_a(g, rows, qpack, in.kv.key_tile(b, gh, k0, k1), gemm_alpha(), 0.0f, sc,
+                             bk);
+      }
       mask_scores(b, h, q0, rows, k0, n, sc, bk);
       for (std::size_t r = 0; r < rows; ++r) {
         OnlineRow st{m[r], l[r]};
@@ -165,9 +177,56 @@ struct Ctx {
         m[r] = st.max;
         l[r] = st.sum;
       }
-      // P·V straight from the S tile: V is row-major, so neither is packed.
-      gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, in.kv.value_rows(b, gh, k0),
-                          in.kv.ldv, 1.0f, o, ldo);
+      if (bf16) {
+        values_bf16(rows, sc, bk, p16(sc), b, gh, k0, n, 1.0f, o, ldo);
+      } else {
+        // P·V straight from the S tile: V is row-major, so neither is packed.
+        gemm_serial_inplace(g, Trans::N, rows, d, n, 1.0f, sc, bk, in.kv.value_rows(b, gh, k0),
+                            in.kv.ldv, 1.0f, o, ldo);
+      }
+    }
+  }
+
+  // The bf16 core's Q rows and P rows in a task's scratch (`task`, whose
+  // start the online path's S tile shares).
+  std::uint16_t* q16(float* task) const {
+    return reinterpret_cast<std::uint16_t*>(task + plan.bf16_offset);
+  }
+  std::uint16_t* p16(float* task) const {
+    return q16(task) + round_up(plan.q_block * plan.ldq16 / 2, 16) * 2;
+  }
+  // sc rows (ld ldsc) = alpha·Q·Kᵀ for keys k0..k0+n of a bf16 view (k0 a
+  // multiple of its strips): each strip of keys against every row block.
+  void scores_bf16(std::size_t rows, const std::uint16_t* q, std::size_t b, std::size_t gh,
+                   std::size_t k0, std::size_t n, float* sc, std::size_t ldsc) const {
+    const GemmBf16Kernels& k16 = *in.kv.g16;
+    const std::size_t nr = k16.nr, kp = ceil_div(s.head_dim, 2), lda = plan.ldq16 / 2;
+    const std::uint16_t* strip = in.kv.key_strips16(b, gh, k0);
+    const auto* a = reinterpret_cast<const std::uint32_t*>(q);
+    for (std::size_t j0 = 0; j0 < n; j0 += nr, strip += kp * nr * 2) {
+      const std::size_t cols = std::min(nr, n - j0);
+      for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
+        k16.ukernel_rows(kp, a + i0 * lda, lda, strip, sc + i0 * ldsc + j0, ldsc,
+                         std::min(k16.mr, rows - i0), cols, gemm_alpha(), 0.0f);
+      }
+    }
+  }
+  // o = P·V + beta·o for P = sc's rows (keys k0..k0+n, rounded to bf16 into
+  // p) and a bf16 view's V: each column strip against every row block.
+  void values_bf16(std::size_t rows, const float* sc, std::size_t ldsc, std::uint16_t* p,
+                   std::size_t b, std::size_t gh, std::size_t k0, std::size_t n, float beta,
+                   float* o, std::size_t ldo) const {
+    const GemmBf16Kernels& k16 = *in.kv.g16;
+    const std::size_t nr = k16.nr, kp = ceil_div(n, 2), lda = plan.ldp16 / 2;
+    k16.round_rows(rows, n, sc, ldsc, p, plan.ldp16);
+    const std::uint16_t* pairs = in.kv.value_pairs16(b, gh, k0);
+    const auto* a = reinterpret_cast<const std::uint32_t*>(p);
+    for (std::size_t c0 = 0; c0 < s.head_dim; c0 += nr, pairs += in.kv.v_strip) {
+      const std::size_t cols = std::min(nr, s.head_dim - c0);
+      for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
+        k16.ukernel_rows(kp, a + i0 * lda, lda, pairs, o + i0 * ldo + c0, ldo,
+                         std::min(k16.mr, rows - i0), cols, 1.0f, beta);
+      }
     }
   }
 
@@ -205,12 +264,19 @@ struct Ctx {
   // Weights requested: the rows of P are the caller's output, so they are
   // computed whole (scores, mask, softmax) and then multiplied by V. No
   // second pass over K, and nothing beyond the rows asked for.
+  // `task`: the task's scratch (the bf16 core's Q and P rows).
   void attend_materialized(std::size_t b, std::size_t h, std::size_t q0, std::size_t q1, float* p,
-                           std::size_t ldp, float* o, std::size_t ldo) const {
+                           std::size_t ldp, float* o, std::size_t ldo, float* task) const {
     const std::size_t rows = q1 - q0;
     const std::size_t gh = h / group();
-    gemm_serial(g, Trans::N, rows, q_rows(b, h, q0), in.ldq, in.kv.keys(b, gh), gemm_alpha(), 0.0f,
-                p, ldp);
+    const bool bf16 = in.kv.g16 != nullptr;
+    if (bf16) {
+      in.kv.g16->round_rows(rows, s.head_dim, q_rows(b, h, q0), in.ldq, q16(task), plan.ldq16);
+      scores_bf16(rows, q16(task), b, gh, 0, kv_len, p, ldp);
+    } else {
+      gemm_serial(g, Trans::N, rows, q_rows(b, h, q0), in.ldq, in.kv.keys(b, gh), gemm_alpha(),
+                  0.0f, p, ldp);
+    }
     mask_scores(b, h, q0, rows, 0, kv_len, p, ldp);
     for (std::size_t r = 0; r < rows; ++r) {
       float* row = p + r * ldp;
@@ -221,8 +287,12 @@ struct Ctx {
       store_lse(b, h, q0 + r, st);
       if (online_poisoned(st)) zero_masked_keys(b, q0 + r, row);
     }
-    gemm_serial_inplace(g, Trans::N, rows, s.head_dim, kv_len, 1.0f, p, ldp, in.kv.values(b, gh),
-                        in.kv.ldv, 0.0f, o, ldo);
+    if (bf16) {
+      values_bf16(rows, p, ldp, p16(task), b, gh, 0, kv_len, 0.0f, o, ldo);
+    } else {
+      gemm_serial_inplace(g, Trans::N, rows, s.head_dim, kv_len, 1.0f, p, ldp, in.kv.values(b, gh),
+                          in.kv.ldv, 0.0f, o, ldo);
+    }
   }
 
   float* out_rows(std::size_t b, std::size_t h, std::size_t q0) const {
@@ -262,47 +332,118 @@ void merge_row(const Ctx& c, const Partials& parts, std::size_t b, std::size_t h
 }  // namespace
 
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
-                     std::size_t capacity) {
+                     std::size_t capacity, const GemmBf16Kernels* g16) {
   // Checked: a KV cache's capacity comes straight from the caller's max_len.
   const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
   KvPacking p;
-  p.k_stride = checked_round_up(
-      checked_mul(checked_round_up(capacity, g.nr, what), s.head_dim, what), 16, what);
-  p.ldv = round_up(s.head_dim, 16);
-  p.v_stride = checked_round_up(checked_mul(capacity, p.ldv, what), 16, what);
+  if (g16 != nullptr) {
+    // bf16 elements, each block rounded up to whole cache lines (32 elements).
+    const std::size_t nr = g16->nr, d = s.head_dim;
+    const std::size_t k_elems =
+        checked_mul(checked_mul(ceil_div(capacity, nr), ceil_div(d, 2), what), 2 * nr, what);
+    p.v_strip = checked_mul(checked_round_up(capacity, 2, what), nr, what);
+    const std::size_t v_elems = checked_mul(ceil_div(d, nr), p.v_strip, what);
+    p.k_stride = checked_round_up(k_elems, 32, what) / 2;
+    p.v_stride = checked_round_up(v_elems, 32, what) / 2;
+    p.g16 = g16;
+  } else {
+    p.k_stride = checked_round_up(
+        checked_mul(checked_round_up(capacity, g.nr, what), s.head_dim, what), 16, what);
+    p.ldv = round_up(s.head_dim, 16);
+    p.v_stride = checked_round_up(checked_mul(capacity, p.ldv, what), 16, what);
+  }
   p.floats = checked_mul(checked_mul(batch, s.num_kv_heads, what),
                          checked_add(p.k_stride, p.v_stride, what), what);
   float_bytes(p.floats, what);
   return p;
 }
 
+KvCacheView kv_view(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
+                    std::size_t batch, std::size_t len, float* dst) {
+  KvCacheView v{dst,        dst + batch * s.num_kv_heads * p.k_stride,
+                len,        s.num_kv_heads,
+                s.head_dim, g.nr,
+                p.k_stride, p.v_stride,
+                p.ldv};
+  v.g16 = p.g16;
+  v.v_strip = p.v_strip;
+  return v;
+}
+
+void put_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::size_t j,
+                  const float* k, const float* v) {
+  const GemmBf16Kernels& g16 = *view.g16;
+  const std::size_t nr = g16.nr, d = view.head_dim, kp = ceil_div(d, 2);
+  auto* kb = const_cast<std::uint16_t*>(view.key_strips16(b, g, j));
+  auto* vb = const_cast<std::uint16_t*>(view.value_pairs16(b, g, j));
+  if (j % nr == 0) std::fill_n(kb, kp * nr * 2, std::uint16_t{0});
+  // Rounded in chunks on the stack: K's pairs go to column j of its strip
+  // (32-bit stores), V's elements to the j-th half of their pairs.
+  constexpr std::size_t kChunk = 256;
+  alignas(64) std::uint16_t row[kChunk + 2];
+  std::uint32_t* const k32 = reinterpret_cast<std::uint32_t*>(kb) + j % nr;
+  for (std::size_t c0 = 0; c0 < d; c0 += kChunk) {
+    const std::size_t n = std::min(kChunk, d - c0);
+    g16.round_rows(1, n, k + c0, n, row, kChunk + 2);
+    for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+      std::uint32_t pair;
+      std::memcpy(&pair, row + 2 * p, sizeof pair);
+      k32[(c0 / 2 + p) * nr] = pair;
+    }
+    g16.round_rows(1, n, v + c0, n, row, kChunk + 2);
+    for (std::size_t c = 0; c < n; ++c) {
+      const std::size_t col = c0 + c;
+      std::uint16_t* pair = vb + col / nr * view.v_strip + col % nr * 2;
+      pair[j % 2] = row[c];
+      if (j % 2 == 0) pair[1] = 0;
+    }
+  }
+}
+
+void clear_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::size_t j) {
+  const std::size_t nr = view.g16->nr;
+  auto* kb = const_cast<std::uint16_t*>(view.key_strips16(b, g, j));
+  auto* vb = const_cast<std::uint16_t*>(view.value_pairs16(b, g, j));
+  for (std::size_t p = 0; p < ceil_div(view.head_dim, 2); ++p) {
+    kb[(p * nr + j % nr) * 2] = kb[(p * nr + j % nr) * 2 + 1] = 0;
+  }
+  for (std::size_t c = 0; c < view.head_dim; ++c)
+    vb[c / nr * view.v_strip + c % nr * 2 + j % 2] = 0;
+}
+
 KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
                     std::size_t batch, std::size_t kv_len, const float* k, const float* v,
                     std::size_t ld, float* dst) {
   const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
-  float* kdst = dst;
-  float* vdst = dst + batch * kvh * p.k_stride;
+  const KvCacheView view = kv_view(g, s, p, batch, kv_len, dst);
   // K and V read once and written once packed (4 bytes each per element).
   const std::size_t threads =
       threads_for({0, 16.0 * static_cast<double>(batch * kv_len * kvh * d)});
   parallel_for(batch * kvh, threads, [&](std::size_t t) {
     const std::size_t b = t / kvh, gh = t % kvh;
     const std::size_t src = b * kv_len * ld + gh * d;
-    pack_b(g, Trans::T, d, kv_len, k + src, ld, kdst + t * p.k_stride);
-    float* vt = vdst + t * p.v_stride;
+    if (view.g16 != nullptr) {
+      for (std::size_t j = 0; j < kv_len; ++j) {
+        put_key_bf16(view, b, gh, j, k + src + j * ld, v + src + j * ld);
+      }
+      return;
+    }
+    pack_b(g, Trans::T, d, kv_len, k + src, ld, const_cast<float*>(view.k) + t * p.k_stride);
+    float* vt = const_cast<float*>(view.v) + t * p.v_stride;
     for (std::size_t j = 0; j < kv_len; ++j) {
       std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
     }
   });
-  return {kdst, vdst, kv_len, kvh, d, g.nr, p.k_stride, p.v_stride, p.ldv};
+  return view;
 }
 
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
                    std::size_t q_len, std::size_t kv_len, bool weights, bool average,
-                   std::size_t window) {
+                   std::size_t window, const GemmBf16Kernels* g16) {
   CorePlan p;
   p.materialize = weights;
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
+  if (g16 != nullptr) p.key_tile = round_up(p.key_tile, g16->nr);
   // Short query sets stay one block: splitting 80 rows as 64 + 16 would run
   // the second block's GEMMs at a quarter of the micro-kernel's rows.
   // Longer ones use blocks of whole micro-tiles (56 rows for AVX-512's 14-row
@@ -337,6 +478,13 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
     p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
                     round_up(packed_a_floats(g, p.q_block, s.head_dim), 16);
   }
+  if (g16 != nullptr) {
+    // Q rows, then P rows (a key tile's, or all keys' with the weights).
+    p.ldq16 = round_up(s.head_dim, 2);
+    p.ldp16 = round_up(weights ? kv_len : p.key_tile, 2);
+    p.bf16_offset = p.task_floats;
+    p.task_floats += round_up(p.q_block * p.ldq16 / 2, 16) + round_up(p.q_block * p.ldp16 / 2, 16);
+  }
   return p;
 }
 
@@ -367,7 +515,10 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
         const std::size_t qb = t % q_blocks, bh = t / q_blocks, b = bh / H, h = bh % H;
         const std::size_t q0 = qb * bq, q1 = std::min(in.q_len, q0 + bq);
         float* p = weights + ((b * H + h) * in.q_len + q0) * kv_len;
-        c.attend_materialized(b, h, q0, q1, p, kv_len, c.out_rows(b, h, q0), in.ldo);
+        float* task = plan.task_floats != 0
+                          ? thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats)
+                          : nullptr;
+        c.attend_materialized(b, h, q0, q1, p, kv_len, c.out_rows(b, h, q0), in.ldo, task);
       });
       return;
     }
@@ -379,7 +530,8 @@ void run_core(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionSha
       float* p = thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats);
       float* acc = weights + (b * in.q_len + q0) * kv_len;
       for (std::size_t h = 0; h < H; ++h) {
-        c.attend_materialized(b, h, q0, q1, h == 0 ? acc : p, kv_len, c.out_rows(b, h, q0), in.ldo);
+        c.attend_materialized(b, h, q0, q1, h == 0 ? acc : p, kv_len, c.out_rows(b, h, q0), in.ldo,
+                              p);
         if (h == 0) continue;
         for (std::size_t r = 0; r < rows; ++r) {
           c.sm.scale_add(p + r * kv_len, acc + r * kv_len, acc + r * kv_len, kv_len, 1.0f);

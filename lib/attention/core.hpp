@@ -11,6 +11,7 @@
 
 #include "attention/engine.hpp"
 #include "gemm/gemm.hpp"
+#include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
 
@@ -21,6 +22,12 @@ namespace mha::detail {
 // place (gemm_serial_inplace) and P is never packed. The same view describes
 // per-call packing and the KV cache (whose blocks have room for max_len
 // keys; only `len` are used).
+// A bf16 view (g16 non-null; a bf16 object where the CPU has bf16 dot
+// products) holds K and V in bf16 in g16's packed-B layout instead: K as
+// op(B) = Kᵀ (pairs along head_dim, strips of g16->nr keys), V as op(B) = V
+// (pairs of consecutive keys, strips of g16->nr columns v_strip elements
+// apart); the strides stay in floats and ldv is unused. The high half of
+// an odd length's last V pair is zero.
 struct KvCacheView {
   const float* k = nullptr;
   const float* v = nullptr;
@@ -35,6 +42,8 @@ struct KvCacheView {
   // and are never read.
   const std::size_t* blocks = nullptr;
   std::size_t block_tokens = 0, block0 = 0;
+  const GemmBf16Kernels* g16 = nullptr;
+  std::size_t v_strip = 0;
 
   PackedBView keys(std::size_t b, std::size_t g) const {
     return PackedBView::whole(k + (b * kv_heads + g) * k_stride, head_dim, len, nr);
@@ -51,6 +60,16 @@ struct KvCacheView {
     const float* base = k + (blocks[k0 / block_tokens - block0] * kv_heads + g) * k_stride;
     return PackedBView::whole(base, head_dim, block_tokens, nr).cols(j0, j0 + (k1 - k0));
   }
+  // bf16: the K strips from key k0 on (k0 a multiple of g16->nr), and V's
+  // pairs from key k0 on (k0 even) of its first column strip.
+  const std::uint16_t* key_strips16(std::size_t b, std::size_t g, std::size_t k0) const {
+    return reinterpret_cast<const std::uint16_t*>(k + (b * kv_heads + g) * k_stride) +
+           k0 / g16->nr * ((head_dim + 1) / 2) * g16->nr * 2;
+  }
+  const std::uint16_t* value_pairs16(std::size_t b, std::size_t g, std::size_t k0) const {
+    return reinterpret_cast<const std::uint16_t*>(v + (b * kv_heads + g) * v_stride) +
+           k0 / 2 * g16->nr * 2;
+  }
   // V rows from key k0 on, within k0's key tile.
   const float* value_rows(std::size_t b, std::size_t g, std::size_t k0) const {
     if (blocks == nullptr) return values(b, g) + k0 * ldv;
@@ -60,18 +79,35 @@ struct KvCacheView {
 };
 
 // Layout of K/V blocks holding `capacity` keys, for `batch` rows.
+// g16 non-null: the bf16 layouts of KvCacheView.
 struct KvPacking {
   std::size_t k_stride = 0, v_stride = 0, ldv = 0;
   std::size_t floats = 0;  // total, K blocks then V blocks
+  const GemmBf16Kernels* g16 = nullptr;
+  std::size_t v_strip = 0;  // bf16 only
 };
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
-                     std::size_t capacity);
+                     std::size_t capacity, const GemmBf16Kernels* g16 = nullptr);
+
+// The view of blocks laid out as `p` at dst (K blocks, then V blocks) for
+// `batch` rows of len keys.
+KvCacheView kv_view(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
+                    std::size_t batch, std::size_t len, float* dst);
 
 // Packs K and copies V ([batch*kv_len, ld] rows, kv head g at column
 // g*head_dim) into dst laid out as `p`, in parallel over (batch, kv head).
 KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacking& p,
                     std::size_t batch, std::size_t kv_len, const float* k, const float* v,
                     std::size_t ld, float* dst);
+
+// A bf16 view's block (b, g) gets key j: its K and V (head_dim floats each,
+// rounded to bf16 here) written into their strips. An even j also zeroes
+// j + 1's half of the V pairs, and the first key of a K strip zeroes the
+// strip, so positions past the length read as zero.
+void put_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::size_t j,
+                  const float* k, const float* v);
+// Zeroes key j of a bf16 view's block (b, g) (a truncated position).
+void clear_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::size_t j);
 
 // The task decomposition, a fixed function of the shapes and the ISA's tile
 // sizes (never of the thread count), so results are bit-identical at any
@@ -87,12 +123,16 @@ struct CorePlan {
   bool materialize = false;          // caller asked for the weights
   std::size_t workspace_floats = 0;  // from the calling thread (split partials)
   std::size_t task_floats = 0;       // per task
+  // bf16 core: where in a task's scratch its bf16 Q rows and P rows start
+  // (floats), and their strides (bf16 elements).
+  std::size_t bf16_offset = 0, ldq16 = 0, ldp16 = 0;
 };
 // `window`: mha_mods.window (0: none); the chunks then cover only the keys
-// some row's window reaches.
+// some row's window reaches. g16: the K/V views will be bf16 for these
+// kernels (their strips then divide the key tile), or nullptr.
 CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
                    std::size_t q_len, std::size_t kv_len, bool weights, bool average,
-                   std::size_t window);
+                   std::size_t window, const GemmBf16Kernels* g16 = nullptr);
 
 struct CoreInputs {
   const float* q;  // [batch*q_len, ldq], head h at column h*head_dim

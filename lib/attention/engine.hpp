@@ -59,6 +59,7 @@ struct ForwardArgs {
 };
 
 class AttentionEngine;
+struct GemmBf16Kernels;
 struct KvCacheView;
 struct RaggedSeqs;
 class PagedKvCache;
@@ -148,6 +149,9 @@ class AttentionEngine {
   // on that ISA's kernels, whatever mha_set_isa chooses later.
   const GemmKernels& gemm() const { return gemm_kernels(isa_); }
   const SoftmaxKernels& softmax() const { return softmax_kernels(isa_); }
+  // A bf16 object's attention core kernels where the CPU has bf16 dot
+  // products (its K/V then bf16 in the cache and per call), else nullptr.
+  const GemmBf16Kernels* core_bf16() const;
 
   struct Impl;  // packed weights (engine_fused.cpp)
 

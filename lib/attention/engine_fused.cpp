@@ -47,6 +47,7 @@ struct AttentionEngine::Impl {
   // GEMM, in one allocation (the fp32 packs above stay empty, and Q, K and V
   // are projected by three products).
   bool bf16 = false;
+  const GemmBf16Kernels* core16 = nullptr;  // AttentionEngine::core_bf16
   AlignedFloats bf16_weights;
   PackedBf16B wq16, wk16, wv16, wo16;
 };
@@ -85,9 +86,9 @@ void pack_fp32_weights(const GemmKernels& g, const AttentionShape& s, const mha_
 
 // A bf16 object's weights: each [out, in] weight rounded to bf16 and packed
 // as the bf16 GEMM's op(B) = wᵀ, all four in m.bf16_weights.
-void pack_bf16_weights(const GemmKernels& g, Isa isa, const AttentionShape& s, const mha_weights& w,
+void pack_bf16_weights(const GemmKernels& g, const AttentionShape& s, const mha_weights& w,
                        AttentionEngine::Impl& m) {
-  const GemmBf16Kernels* g16 = gemm_bf16_kernels(isa);
+  const GemmBf16Kernels* g16 = m.core16;
   const std::size_t E = s.embed_dim, kv = s.kv_dim();
   struct Weight {
     const float* w;
@@ -137,7 +138,8 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
       checked_add(m.q_cols, checked_mul(2, m.k_cols, "packed biases"), "packed biases");
   m.bf16 = bf16;
   if (bf16) {
-    pack_bf16_weights(g, isa, shape, w, m);
+    m.core16 = gemm_bf16_kernels(isa);
+    pack_bf16_weights(g, shape, w, m);
   } else {
     pack_fp32_weights(g, shape, w, m);
   }
@@ -153,6 +155,10 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
 }
 
 AttentionEngine::~AttentionEngine() = default;
+
+const GemmBf16Kernels* AttentionEngine::core_bf16() const {
+  return impl_->core16;
+}
 
 namespace {
 
@@ -311,7 +317,8 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   Layout f;
   f.fused = m.fused && a.query == a.key && a.key == a.value && a.q_len == a.kv_rows;
   f.proj = projection_floats(m, shape_, f.fused, q_rows, kv_rows);
-  f.packing = kv_packing(g, shape_, a.batch, a.kv_rows);
+  f.packing =
+      kv_packing(g, shape_, a.batch, a.kv_rows, a.ragged != nullptr ? nullptr : core_bf16());
   f.packed = a.cache != nullptr ? 0 : f.packing.floats;
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
   f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
@@ -324,7 +331,7 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
     return f;
   }
   f.plan = plan_core(g, shape_, a.batch, a.q_len, a.kv_len(), a.attn_weights != nullptr,
-                     a.average_weights, a.mods.window);
+                     a.average_weights, a.mods.window, core_bf16());
   return f;
 }
 
@@ -478,7 +485,8 @@ void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query
 }
 
 // A cache's blocks are K and V per (batch, kv head), in the layouts of
-// core.hpp with room for max_len keys: K as packed Kᵀ columns, V row-major.
+// core.hpp with room for max_len keys: K as packed Kᵀ columns, V row-major
+// (or both bf16, for a bf16 object's core).
 struct KvCache::Storage {
   KvPacking packing;
   AlignedFloats data;
@@ -486,7 +494,7 @@ struct KvCache::Storage {
 
 KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
     : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
-  storage_->packing = kv_packing(engine.gemm(), engine.shape(), batch, max_len);
+  storage_->packing = kv_packing(engine.gemm(), engine.shape(), batch, max_len, engine.core_bf16());
   // Left untouched: pages of positions never reached are never backed, and
   // append() zeroes each K strip as it enters it.
   storage_->data = alloc_floats(storage_->packing.floats);
@@ -507,25 +515,30 @@ float* KvCache::values(std::size_t block) const {
 }
 
 KvCacheView KvCache::view(std::size_t len) const {
-  const AttentionShape& s = engine_.shape();
-  const KvPacking& pk = storage_->packing;
-  return {keys(0).data,      values(0),   len,         s.num_kv_heads, s.head_dim,
-          engine_.gemm().nr, pk.k_stride, pk.v_stride, pk.ldv};
+  return kv_view(engine_.gemm(), engine_.shape(), storage_->packing, batch_, len,
+                 storage_->data.get());
 }
 
 KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std::size_t n_new) {
   const AttentionShape& s = engine_.shape();
   const std::size_t d = s.head_dim, kvh = s.num_kv_heads, ldv = storage_->packing.ldv;
+  const KvCacheView all = view(max_len_);
   for (std::size_t b = 0; b < batch_; ++b) {
     for (std::size_t gh = 0; gh < kvh; ++gh) {
       const PackedBColumns kb = keys(b * kvh + gh);
       float* vb = values(b * kvh + gh);
       for (std::size_t t = 0; t < n_new; ++t) {
         const std::size_t pos = length_ + t, row = b * n_new + t;
+        const float* krow = k + row * ld + gh * d;
+        const float* vrow = v + row * ld + gh * d;
+        if (all.g16 != nullptr) {
+          put_key_bf16(all, b, gh, pos, krow, vrow);
+          continue;
+        }
         // A strip's columns past the length must read as zero (core.hpp).
         if (pos % kb.nr == 0) kb.clear_strip(pos);
-        kb.write(pos, k + row * ld + gh * d);
-        std::copy_n(v + row * ld + gh * d, d, vb + pos * ldv);
+        kb.write(pos, krow);
+        std::copy_n(vrow, d, vb + pos * ldv);
       }
     }
   }
@@ -533,11 +546,20 @@ KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std:
 }
 
 // Zeroes K columns [from, to): the packed layout promises zero past the
-// length. (V rows past the length are never read.)
+// length. (fp32 V rows past the length are never read; bf16 V pairs are,
+// times a zero P, so they must not hold a stale infinity or NaN.)
 void KvCache::clear(std::size_t from, std::size_t to) {
-  for (std::size_t blk = 0; blk < batch_ * engine_.shape().num_kv_heads; ++blk) {
+  const std::size_t kvh = engine_.shape().num_kv_heads;
+  const KvCacheView all = view(max_len_);
+  for (std::size_t blk = 0; blk < batch_ * kvh; ++blk) {
     const PackedBColumns kb = keys(blk);
-    for (std::size_t pos = from; pos < to; ++pos) kb.clear(pos);
+    for (std::size_t pos = from; pos < to; ++pos) {
+      if (all.g16 != nullptr) {
+        clear_key_bf16(all, blk / kvh, blk % kvh, pos);
+      } else {
+        kb.clear(pos);
+      }
+    }
   }
 }
 

@@ -28,10 +28,11 @@ __mmask16 lane_mask(std::size_t lanes) {
 }
 
 // ROWS x NV vectors of C from kp pairs; only the first n columns are stored
-// (masked), and C is read only when kBeta.
-template <std::size_t ROWS, std::size_t NV, bool kBeta>
-void tile(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c, std::size_t ldc,
-          std::size_t n, float alpha, float beta) {
+// (masked), and C is read only when kBeta. A is a packed strip, or with
+// kRows rows of pairs lda apart (ukernel_rows).
+template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
+void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b, float* c,
+          std::size_t ldc, std::size_t n, float alpha, float beta) {
   __m512 acc[ROWS][NV];
 #pragma GCC unroll 32
   for (std::size_t i = 0; i < ROWS; ++i) {
@@ -46,8 +47,8 @@ void tile(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float*
     }
 #pragma GCC unroll 32
     for (std::size_t i = 0; i < ROWS; ++i) {
-      const __m512bh ai =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[p * kMR + i])));
+      const std::uint32_t pair = kRows ? a[i * lda + p] : a[p * kMR + i];
+      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 #pragma GCC unroll 2
       for (std::size_t v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
     }
@@ -67,27 +68,60 @@ void tile(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float*
   }
 }
 
-using TileFn = void (*)(std::size_t, const std::uint32_t*, const std::uint16_t*, float*,
-                        std::size_t, std::size_t, float, float);
+using TileFn = void (*)(std::size_t, const std::uint32_t*, std::size_t, const std::uint16_t*,
+                        float*, std::size_t, std::size_t, float, float);
 
-// kTiles[kBeta][nv - 1][rows - 1]: every row count and vector count, so
-// edges compute only what they store.
-template <bool kBeta, std::size_t NV, std::size_t... R>
+// kTilesFor<kBeta, kRows>[nv - 1][rows - 1]: every row count and vector
+// count, so edges compute only what they store.
+template <bool kBeta, bool kRows, std::size_t NV, std::size_t... R>
 constexpr std::array<TileFn, sizeof...(R)> rows_of(std::index_sequence<R...>) {
-  return {&tile<R + 1, NV, kBeta>...};
+  return {&tile<R + 1, NV, kBeta, kRows>...};
 }
-template <bool kBeta>
+template <bool kBeta, bool kRows>
 constexpr std::array<std::array<TileFn, kMR>, kNV> kTilesFor = {
-    rows_of<kBeta, 1>(std::make_index_sequence<kMR>{}),
-    rows_of<kBeta, 2>(std::make_index_sequence<kMR>{})};
+    rows_of<kBeta, kRows, 1>(std::make_index_sequence<kMR>{}),
+    rows_of<kBeta, kRows, 2>(std::make_index_sequence<kMR>{})};
+
+template <bool kRows>
+void run_tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+              float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+  const std::size_t nv = (n + kW - 1) / kW;
+  if (beta == 0.f) {
+    kTilesFor<false, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+  } else {
+    kTilesFor<true, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+  }
+}
 
 void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
              std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-  const std::size_t nv = (n + kW - 1) / kW;
-  if (beta == 0.f) {
-    kTilesFor<false>[nv - 1][m - 1](kp, a, b, c, ldc, n, alpha, beta);
-  } else {
-    kTilesFor<true>[nv - 1][m - 1](kp, a, b, c, ldc, n, alpha, beta);
+  run_tile<false>(kp, a, 0, b, c, ldc, m, n, alpha, beta);
+}
+
+void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                  float beta) {
+  run_tile<true>(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+}
+
+// vcvtne2ps2bf16 rounds to nearest even and reads denormals as zero, which
+// the dot products would do to the rounded denormal anyway.
+void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+                std::size_t ldy) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * ldx;
+    std::uint16_t* yi = y + i * ldy;
+    std::size_t j = 0;
+    for (; j + 2 * kW <= n; j += 2 * kW) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xi + j + kW), _mm512_loadu_ps(xi + j));
+      _mm512_storeu_si512(yi + j, reinterpret_cast<__m512i>(v));
+    }
+    for (; j < n; j += kW) {
+      const std::size_t lanes = n - j < kW ? n - j : kW;
+      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lane_mask(lanes), xi + j));
+      _mm256_mask_storeu_epi16(yi + j, lane_mask(lanes), reinterpret_cast<__m256i>(v));
+    }
+    if (n % 2 != 0) yi[n] = 0;
   }
 }
 
@@ -102,6 +136,8 @@ const GemmBf16Kernels gemm_bf16_kernels_avx512bf16{
     kBf16KC,
     kBf16NC,
     &gemm_bf16_avx512bf16::ukernel,
+    &gemm_bf16_avx512bf16::ukernel_rows,
+    &gemm_bf16_avx512bf16::round_rows,
     &bf16_pack::pack_a<gemm_bf16_avx512bf16::avx512bf16_tag, gemm_bf16_avx512bf16::kMR>,
     &bf16_pack::pack_b<gemm_bf16_avx512bf16::avx512bf16_tag, gemm_bf16_avx512bf16::kNR>};
 

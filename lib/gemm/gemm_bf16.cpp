@@ -90,6 +90,8 @@ const float* as_fp32(ScratchSlot slot, std::size_t rows, std::size_t cols, const
 
 // The path tests force (set_gemm_bf16_path_override), plus one; 0: none.
 std::atomic<unsigned> forced_path{0};
+// The kernels tests force (set_gemm_bf16_kernels_override), or null.
+std::atomic<const GemmBf16Kernels*> forced_kernels{nullptr};
 
 // op(A) stored rows x cols at ld, rounded to bf16 (ld = cols).
 const std::uint16_t* rounded_bf16(std::size_t rows, std::size_t cols, const float* x,
@@ -184,6 +186,7 @@ void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, 
 }
 
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
+  if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
 #if MHA_BUILD_AVX512BF16
   if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;
 #endif
@@ -193,6 +196,10 @@ const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
 
 std::string_view gemm_bf16_path_name(Bf16Path p) noexcept {
   return p == Bf16Path::dot ? "dot" : "fp32";
+}
+
+void set_gemm_bf16_kernels_override(const GemmBf16Kernels* g) noexcept {
+  forced_kernels.store(g, std::memory_order_relaxed);
 }
 
 void set_gemm_bf16_path_override(std::optional<Bf16Path> path) noexcept {

@@ -44,6 +44,17 @@ struct GemmBf16Kernels {
   // alpha*acc, + beta*c (separate roundings). beta == 0: C is not read.
   void (*ukernel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta);
+  // As ukernel with A unpacked: row i's pairs at a + i*lda (a row of bf16
+  // elements read as 32-bit pairs; an odd k's last pair has a zero high
+  // half), the attention core's Q and P rows as round_rows leaves them.
+  void (*ukernel_rows)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                       const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
+                       std::size_t n, float alpha, float beta);
+  // y rows (ld ldy elements) = x rows [rows x n] (ld ldx) rounded to bf16
+  // (nearest even; a denormal may become zero, which the dot products read
+  // it as anyway), and y[n] = 0 when n is odd, completing the last pair.
+  void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
+                     std::uint16_t* y, std::size_t ldy);
   // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
                  std::uint32_t* dst);
@@ -67,6 +78,9 @@ extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
 // The bf16 dot-product kernels that serve `isa` on this CPU (avx512 on a CPU
 // with AVX512_BF16), or nullptr where bf16 is converted to fp32.
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept;
+// Tests: every ISA gets g (e.g. the emulation, so the dot path and the bf16
+// attention core run on CPUs without bf16), until reset with nullptr.
+void set_gemm_bf16_kernels_override(const GemmBf16Kernels* g) noexcept;
 
 enum class Bf16Path : unsigned char {
   dot,  // both operands packed in K-pairs, the bf16 dot-product kernels

@@ -39,13 +39,15 @@ float dot_step(float acc, std::uint16_t x, std::uint16_t y) {
 // the two also show that an element's bits do not depend on the tile.
 constexpr std::size_t kMR = 4, kNR = 8;
 
-void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
-             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+// The pair (i, p) of A at a[i * rs + p * ps]: a packed strip or rows.
+void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps,
+          const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+          float alpha, float beta) {
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
       float acc = 0.f;
       for (std::size_t p = 0; p < kp; ++p) {
-        const std::uint32_t pair = a[p * kMR + i];
+        const std::uint32_t pair = a[i * rs + p * ps];
         const std::uint16_t* bp = b + (p * kNR + j) * 2;
         acc = dot_step(acc, static_cast<std::uint16_t>(pair >> 16), bp[1]);
         acc = dot_step(acc, static_cast<std::uint16_t>(pair & 0xffffu), bp[0]);
@@ -54,6 +56,29 @@ void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, flo
       const float r = alpha * acc;
       cij = beta == 0.f ? r : r + beta * cij;
     }
+  }
+}
+
+void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+  tile(kp, a, 1, kMR, b, c, ldc, m, n, alpha, beta);
+}
+
+void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                  float beta) {
+  tile(kp, a, lda, 1, b, c, ldc, m, n, alpha, beta);
+}
+
+// As vcvtneps2bf16: a denormal input becomes a zero of its sign.
+void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+                std::size_t ldy) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const float v = flush_denormal(x[i * ldx + j]);
+      fp32_to_bf16(1, &v, y + i * ldy + j);
+    }
+    if (n % 2 != 0) y[i * ldy + n] = 0;
   }
 }
 
@@ -66,6 +91,8 @@ const GemmBf16Kernels gemm_bf16_kernels_emulated{"emulated",
                                                  kBf16KC,
                                                  kBf16NC,
                                                  &ukernel,
+                                                 &ukernel_rows,
+                                                 &round_rows,
                                                  &bf16_pack::pack_a<emulated_tag, kMR>,
                                                  &bf16_pack::pack_b<emulated_tag, kNR>};
 

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "attention/attention_case.hpp"
+#include "gemm/gemm_bf16.hpp"
 #include "support/attention_reference.hpp"
 
 namespace {
@@ -1130,9 +1131,16 @@ void fuzz_attention(Decoder& d) {
   opt.struct_size = how == 15 ? 0 : sizeof(mha_attention_options);
   opt.compute = how == 14 ? static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2) : MHA_BF16;
   const bool bf16 = how >= 10;
+  // Sometimes on the vdpbf16ps emulation, so that the dot path and the bf16
+  // attention core (bf16 K/V) run on any CPU; an object keeps the kernels
+  // it was created with.
+  const bool emulated = bf16 && d.coin();
+  if (emulated)
+    mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated);
   prime_error();
   const mha_status st =
       bf16 ? mha_attention_create_ex(&c, &w, &opt, &attn) : mha_attention_create(&c, &w, &attn);
+  if (emulated) mha::detail::set_gemm_bf16_kernels_override(nullptr);
   check_expectation(st, valid && how < 14 ? Expect::ok : Expect::fail, "mha_attention_create");
   if (st != MHA_OK) {
     FUZZ_CHECK(attn == sentinel, "mha_attention_create failed but wrote *out");

@@ -289,6 +289,76 @@ TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[
   CHECK(failures == 0);
 }
 
+namespace {
+
+// The attention core's entry points of a kernel table: ukernel_rows on A
+// rows gives the bits of ukernel on the same A packed (beta 0 and 1, every
+// m <= mr, n <= nr, odd and even k), and round_rows rounds as the emulation
+// (nearest even, denormals to signed zero, NaN quiet, y[n] = 0 for odd n).
+void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed) {
+  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
+  std::mt19937_64 rng(seed);
+  for (std::size_t k : {1, 2, 7, 64, 131}) {
+    const std::size_t kp = (k + 1) / 2, lda = kp + 3;  // pairs per A row
+    for (std::size_t m = 1; m <= g.mr; m += (m < 3 ? 1 : 4)) {
+      for (std::size_t n = 1; n <= g.nr; n += (n < 3 ? 1 : 7)) {
+        INFO("k " << k << " m " << m << " n " << n);
+        const std::vector<std::uint16_t> a16 = random_bf16(m * k, rng());
+        const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
+        std::vector<std::uint32_t> rows(m * lda, 0xffffffffu), packed(kp * g.mr);
+        for (std::size_t i = 0; i < m; ++i) {
+          auto* r = reinterpret_cast<std::uint16_t*>(rows.data() + i * lda);
+          std::copy_n(a16.data() + i * k, k, r);
+          if (k % 2 != 0) r[k] = 0;
+        }
+        g.pack_a(false, m, k, a16.data(), k, packed.data());
+        std::vector<std::uint16_t> bp(kp * g.nr * 2);
+        g.pack_b(false, k, n, b16.data(), n, bp.data(), kp * g.nr * 2);
+        for (float beta : {0.f, 1.f}) {
+          std::vector<float> c0(m * n, 0.5f), c1(m * n, 0.5f);
+          g.ukernel(kp, packed.data(), bp.data(), c0.data(), n, m, n, 0.75f, beta);
+          g.ukernel_rows(kp, rows.data(), lda, bp.data(), c1.data(), n, m, n, 0.75f, beta);
+          CHECK(bitwise_equal(c0, c1));
+        }
+      }
+    }
+  }
+  const float specials[] = {0x1p-130f, -0x1p-140f, 0x1.fffffcp-127f, kNaN,
+                            INFINITY,  -INFINITY,  0x1.0101p0f,      0x1.0180p0f,
+                            -0.f,      3.0e38f,    0x1.ff8p127f,     1.0f};
+  for (std::size_t n : {1, 5, 16, 31, 32, 33, 70}) {
+    std::vector<float> x = mha::test::random_vector(2 * n, rng());
+    for (std::size_t i = 0; i < x.size(); i += 3) x[i] = specials[rng() % std::size(specials)];
+    std::vector<std::uint16_t> want(2 * (n + 3), 0x7777), got(want);
+    emu.round_rows(2, n, x.data(), n, want.data(), n + 3);
+    g.round_rows(2, n, x.data(), n, got.data(), n + 3);
+    INFO("n " << n);
+    CHECK(want == got);
+    CHECK(got[n + 3 + n - 1 + 1] == (n % 2 != 0 ? 0 : 0x7777));
+    const float f = fp32(want[0]);
+    CHECK((std::isnan(x[0])
+               ? std::isnan(f)
+               : f == fp32(bf16(std::fpclassify(x[0]) == FP_SUBNORMAL ? std::copysign(0.f, x[0])
+                                                                      : x[0]))));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][bf16]") {
+  SECTION("emulated") {
+    check_core_entries(mha::detail::gemm_bf16_kernels_emulated, 91);
+  }
+  SECTION("AVX512_BF16") {
+    const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+    if (hw == nullptr) {
+      WARN("skipped: this build or CPU has no AVX512_BF16");
+      return;
+    }
+    check_core_entries(*hw, 92);
+  }
+}
+
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
   if (!mha::test::threads_allowed()) {
     WARN("skipped: this run must not start threads (qemu-user)");
