@@ -146,10 +146,11 @@ typedef enum {
 } mha_dtype;
 
 /* The kernels that serve `dtype` on this CPU now: for MHA_BF16,
- * "avx512_bf16" (the AVX512_BF16 dot-product instructions), or the ISA name
- * ("avx512", "avx2", "neon", "scalar") where bf16 is only stored and
- * converted to fp32; for MHA_FP32, the ISA name. "invalid" for an unknown
- * dtype or an unusable MHA_ISA (see mha_isa_name). */
+ * "avx512_bf16" (the AVX512_BF16 dot-product instructions), "avx2_widen"
+ * (AVX2 kernels that keep B in bf16 and widen it to fp32 in registers), or
+ * the ISA name ("avx512", "neon", "scalar") where bf16 operands are
+ * converted to fp32 whole; for MHA_FP32, the ISA name. "invalid" for an
+ * unknown dtype or an unusable MHA_ISA (see mha_isa_name). */
 MHA_API const char* mha_kernel_name(mha_dtype dtype);
 
 /* C[m x n] = alpha * op(A) * op(B) + beta * C; A and B are bf16 (uint16_t
@@ -167,6 +168,9 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *    rounded to nearest even, bf16 denormal inputs count as zero and a
  *    denormal sum is flushed to zero. NaN and infinities propagate as in
  *    IEEE arithmetic.
+ *  - "avx2_widen": the same, in the same order, except that denormal
+ *    inputs and sums are kept (IEEE): each step is one fused multiply-add of
+ *    an exact product.
  *  - an ISA name: A and B are converted to fp32 exactly (denormals kept)
  *    and multiplied as mha_sgemm does on that ISA (its summation order). Both
  *    agree with the exact product within (k + 4) * FLT_EPSILON * (|alpha| *
@@ -297,8 +301,8 @@ typedef struct {
  *  - Q, K (after RoPE, if any) and V are rounded to bf16 before the
  *    attention core, and the merged heads where they enter the output
  *    projection;
- *  - where mha_kernel_name(MHA_BF16) names bf16 dot-product kernels
- *    ("avx512_bf16"), the core computes Q·Kᵀ and P·V on them, with K and V
+ *  - where mha_kernel_name(MHA_BF16) names bf16 kernels ("avx512_bf16",
+ *    "avx2_widen"), the core computes Q·Kᵀ and P·V on them, with K and V
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
  *    rounded to bf16 (nearest even) as the online softmax produces it;
  *    the softmax, its running sums and the output accumulate in fp32, and

@@ -203,6 +203,7 @@ struct Ctx {
     const std::size_t nr = k16.nr, kp = ceil_div(s.head_dim, 2), lda = plan.ldq16 / 2;
     const std::uint16_t* strip = in.kv.key_strips16(b, gh, k0);
     const auto* a = reinterpret_cast<const std::uint32_t*>(q);
+    if (rows == 1) return bf16_row(k16, false, kp, a, strip, kp * nr * 2, sc, n, gemm_alpha(), 0.f);
     for (std::size_t j0 = 0; j0 < n; j0 += nr, strip += kp * nr * 2) {
       const std::size_t cols = std::min(nr, n - j0);
       for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
@@ -221,6 +222,9 @@ struct Ctx {
     k16.round_rows(rows, n, sc, ldsc, p, plan.ldp16);
     const std::uint16_t* pairs = in.kv.value_pairs16(b, gh, k0);
     const auto* a = reinterpret_cast<const std::uint32_t*>(p);
+    if (rows == 1) {
+      return bf16_row(k16, false, kp, a, pairs, in.kv.v_strip, o, s.head_dim, 1.0f, beta);
+    }
     for (std::size_t c0 = 0; c0 < s.head_dim; c0 += nr, pairs += in.kv.v_strip) {
       const std::size_t cols = std::min(nr, s.head_dim - c0);
       for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {

@@ -47,6 +47,10 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
     for (std::size_t i0 = 0; i0 < m; i0 += mc) {
       const std::size_t mb = std::min(mc, m - i0);
       g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
+      if (mb == 1) {
+        bf16_row(g, true, kp, apack, bk, b_strip, c + i0 * ldc, n, alpha, beta_p);
+        continue;
+      }
       for (std::size_t is = 0; is * g.mr < mb; ++is) {
         const std::size_t mm = std::min(g.mr, mb - is * g.mr);
         float* ci = c + (i0 + is * g.mr) * ldc;
@@ -189,6 +193,9 @@ const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
   if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
 #if MHA_BUILD_AVX512BF16
   if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;
+#endif
+#if MHA_BUILD_AVX2
+  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2;
 #endif
   (void)isa;
   return nullptr;

@@ -39,9 +39,10 @@ struct GemmBf16Kernels {
   // C[m x n] = alpha * A·B + beta * C for 1 <= m <= mr, 1 <= n <= nr, kp >= 1
   // pairs; a: packed A strip, b: packed B strip. Per element: acc = 0, then
   // for each pair p in order, acc += A(2p+1)·B(2p+1), acc += A(2p)·B(2p) as
-  // vdpbf16ps does (each product exact, each sum rounded to nearest even,
-  // bf16 denormal inputs read as zero, denormal sums flushed to zero); then
-  // alpha*acc, + beta*c (separate roundings). beta == 0: C is not read.
+  // vdpbf16ps does (each product exact, each sum rounded to nearest even;
+  // with `flush`, bf16 denormal inputs read as zero and denormal sums
+  // flushed to zero, else IEEE denormals); then alpha*acc, + beta*c
+  // (separate roundings). beta == 0: C is not read.
   void (*ukernel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta);
   // As ukernel with A unpacked: row i's pairs at a + i*lda (a row of bf16
@@ -51,8 +52,9 @@ struct GemmBf16Kernels {
                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
                        std::size_t n, float alpha, float beta);
   // y rows (ld ldy elements) = x rows [rows x n] (ld ldx) rounded to bf16
-  // (nearest even; a denormal may become zero, which the dot products read
-  // it as anyway), and y[n] = 0 when n is odd, completing the last pair.
+  // (nearest even, NaN made quiet; with `flush` a denormal becomes a zero of
+  // its sign, as the dot products would read it anyway), and y[n] = 0 when n
+  // is odd, completing the last pair.
   void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
                      std::uint16_t* y, std::size_t ldy);
   // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
@@ -61,7 +63,37 @@ struct GemmBf16Kernels {
   // Packs op(B) [k x n] in the layout above.
   void (*pack_b)(bool trans, std::size_t k, std::size_t n, const std::uint16_t* b, std::size_t ldb,
                  std::uint16_t* dst, std::size_t strip_stride);
+  // Denormals as vdpbf16ps treats them (above), or IEEE.
+  bool flush = true;
+  // One row of C, [1 x n] with n <= 4*nr over consecutive strips of B
+  // (b_strip elements apart), A's pairs at a + p*as: ukernel's bits for
+  // m = 1, with the strips' chains interleaved, since one row's chains alone
+  // leave the FMA pipes waiting on latency (decode steps). Optional.
+  void (*ukernel_row1)(std::size_t kp, const std::uint32_t* a, std::size_t as,
+                       const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
+                       float alpha, float beta) = nullptr;
 };
+
+// One row of C (n columns) against consecutive strips of B: ukernel_row1
+// where g has it, else a kernel call per strip; `a` a packed A strip
+// (pairs mr apart) or a row (pairs adjacent).
+inline void bf16_row(const GemmBf16Kernels& g, bool packed, std::size_t kp, const std::uint32_t* a,
+                     const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
+                     float alpha, float beta) {
+  const std::size_t as = packed ? g.mr : 1, span = 4 * g.nr;
+  for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
+    if (g.ukernel_row1 != nullptr) {
+      const std::size_t cols = n - j0 < span ? n - j0 : span;
+      g.ukernel_row1(kp, a, as, b, b_strip, c + j0, cols, alpha, beta);
+      j0 += span - g.nr;
+      b += (span / g.nr - 1) * b_strip;
+    } else if (packed) {
+      g.ukernel(kp, a, b, c + j0, 0, 1, n - j0 < g.nr ? n - j0 : g.nr, alpha, beta);
+    } else {
+      g.ukernel_rows(kp, a, 0, b, c + j0, 0, 1, n - j0 < g.nr ? n - j0 : g.nr, alpha, beta);
+    }
+  }
+}
 
 // MC / KC / NC of the bf16 tables: the fp32 AVX-512 blocks (336 / 1024 /
 // 768, 1 MiB L2), in elements; not yet measured for bf16, whose operands
@@ -70,13 +102,17 @@ constexpr std::size_t kBf16MC = 336, kBf16KC = 1024, kBf16NC = 768;
 
 // The AVX512_BF16 kernels (gemm_avx512bf16.cpp; only in builds with AVX-512).
 extern const GemmBf16Kernels gemm_bf16_kernels_avx512bf16;
+// AVX2 + FMA kernels that widen bf16 to fp32 in registers, in vdpbf16ps's
+// order but with IEEE denormals (gemm_avx2bf16.cpp; builds with AVX2).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx2;
 // The portable emulation of vdpbf16ps, bit for bit (gemm_bf16_emulated.cpp),
 // on the AVX512_BF16 table's blocks: the reference the tests hold the
 // hardware kernel to. Not dispatched to (it runs at scalar speed).
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
 
-// The bf16 dot-product kernels that serve `isa` on this CPU (avx512 on a CPU
-// with AVX512_BF16), or nullptr where bf16 is converted to fp32.
+// The bf16 kernels that serve `isa` on this CPU (avx512 on a CPU with
+// AVX512_BF16; avx2, widening in registers), or nullptr where bf16 operands
+// are converted to fp32 whole for sgemm.
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept;
 // Tests: every ISA gets g (e.g. the emulation, so the dot path and the bf16
 // attention core run on CPUs without bf16), until reset with nullptr.

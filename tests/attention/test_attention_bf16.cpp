@@ -4,8 +4,8 @@
 // bit-identical at 1, 2 and 3 threads; KV-cache steps, ragged batches and
 // the paged cache equal the bf16 forward; option checks.
 // Every case runs on every ISA (CTest runs the binary once per MHA_ISA):
-// AVX512_BF16's dot kernels where the CPU has them, else the fp32 kernels on
-// the converted operands; and again on the vdpbf16ps emulation forced on
+// the ISA's bf16 kernels where it has them (AVX512_BF16's, AVX2's), else the
+// fp32 kernels on the converted operands; and again on the vdpbf16ps emulation forced on
 // every ISA (Bf16Kernels), so that the bf16 attention core (bf16 K/V, P
 // rounded) runs on any CPU.
 //
@@ -19,12 +19,14 @@
 // wrong weight near 1e-1 and above. That the bf16 path really ran is checked
 // too: its result is further than 1e-4 from the fp32 object's on the same
 // rounded weights.
-// KV-cache steps, ragged and paged calls against the bf16 forward: the dot
+// KV-cache steps, ragged and paged calls against the bf16 forward: bf16
 // kernels give each projection row the same bits at any row count, but the
-// fp32 kernels of ISAs without AVX512_BF16 need not (a one-row product runs
+// fp32 kernels of ISAs without them need not (a one-row product runs
 // another micro-kernel), and a last-bit difference can move a rounding to
-// bf16 by one bf16 ulp (2^-8 relative) in Q, K or V: 4e-3·(1 + |x|), still
-// far below the ~1e-1 of a wrong position or block.
+// bf16 by one bf16 ulp (2^-8 relative) in Q, K or V; ragged and paged calls
+// also run the fp32 core (P unrounded, 2^-9 relative) where a forward runs
+// the bf16 one: 4e-3·(1 + |x|), still far below the ~1e-1 of a wrong
+// position or block.
 #include <mha/mha.h>
 
 #include <algorithm>

@@ -1,0 +1,233 @@
+// bf16 GEMM kernels for AVX2 + FMA, which has no bf16 arithmetic: B stays
+// bf16 in the K-pair layout of gemm_bf16.hpp (half the bytes of fp32, which
+// is what a decode step streams) and each pair is widened to fp32 in
+// registers: a 32-bit lane (even, odd) gives the even element as lane << 16
+// and the odd one as lane & 0xffff0000, both exact.
+//
+// Per element, the order of vdpbf16ps: acc = fma(a_odd, b_odd, acc), then
+// fma(a_even, b_even, acc); each bf16 product is exact in fp32, so each step
+// rounds once, as there; unlike there, denormals are kept (IEEE).
+//
+// Tile 4 x 16: 8 ymm accumulators, 4 widened B vectors and 3 for the A
+// pair fill 15 of the 16 registers; per pair of k, 16 FMAs against 12
+// integer ops (4 for B, 2 per row for A), which Zen 3 issues on its two
+// non-FMA vector pipes.
+#include <immintrin.h>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "gemm/bf16_pack.hpp"
+#include "gemm/gemm_bf16.hpp"
+
+namespace mha::detail {
+namespace gemm_bf16_avx2 {
+namespace {
+
+struct avx2bf16_tag {};
+
+constexpr std::size_t kMR = 4, kNV = 2, kW = 8, kNR = kNV * kW;
+
+// Lanes [0, lanes) of a store or load mask.
+__m256i lane_mask(std::size_t lanes) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+__m256 even_half(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+}
+__m256 odd_half(__m256i pairs) {
+  return _mm256_castsi256_ps(_mm256_and_si256(pairs, _mm256_set1_epi32(-65536)));
+}
+
+template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
+void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b, float* c,
+          std::size_t ldc, std::size_t n, float alpha, float beta) {
+  __m256 acc[ROWS][NV];
+  for (std::size_t i = 0; i < ROWS; ++i) {
+    for (std::size_t v = 0; v < NV; ++v) acc[i][v] = _mm256_setzero_ps();
+  }
+  for (std::size_t p = 0; p < kp; ++p) {
+    __m256 be[NV], bo[NV];
+    for (std::size_t v = 0; v < NV; ++v) {
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (p * kNR + v * kW) * 2));
+      be[v] = even_half(x);
+      bo[v] = odd_half(x);
+    }
+    for (std::size_t i = 0; i < ROWS; ++i) {
+      const std::uint32_t pair = kRows ? a[i * lda + p] : a[p * kMR + i];
+      const __m256i ai = _mm256_set1_epi32(static_cast<int>(pair));
+      const __m256 ae = even_half(ai), ao = odd_half(ai);
+      for (std::size_t v = 0; v < NV; ++v) {
+        acc[i][v] = _mm256_fmadd_ps(ao, bo[v], acc[i][v]);
+        acc[i][v] = _mm256_fmadd_ps(ae, be[v], acc[i][v]);
+      }
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  for (std::size_t i = 0; i < ROWS; ++i) {
+    for (std::size_t v = 0; v < NV; ++v) {
+      float* p = c + i * ldc + v * kW;
+      __m256 x = _mm256_mul_ps(acc[i][v], va);
+      if (n >= (v + 1) * kW) {
+        if constexpr (kBeta) x = _mm256_add_ps(x, _mm256_mul_ps(vb, _mm256_loadu_ps(p)));
+        _mm256_storeu_ps(p, x);
+      } else {
+        const __m256i mask = lane_mask(n - v * kW);
+        if constexpr (kBeta) x = _mm256_add_ps(x, _mm256_mul_ps(vb, _mm256_maskload_ps(p, mask)));
+        _mm256_maskstore_ps(p, mask, x);
+      }
+    }
+  }
+}
+
+using TileFn = void (*)(std::size_t, const std::uint32_t*, std::size_t, const std::uint16_t*,
+                        float*, std::size_t, std::size_t, float, float);
+
+template <bool kBeta, bool kRows, std::size_t NV, std::size_t... R>
+constexpr std::array<TileFn, sizeof...(R)> rows_of(std::index_sequence<R...>) {
+  return {&tile<R + 1, NV, kBeta, kRows>...};
+}
+template <bool kBeta, bool kRows>
+constexpr std::array<std::array<TileFn, kMR>, kNV> kTilesFor = {
+    rows_of<kBeta, kRows, 1>(std::make_index_sequence<kMR>{}),
+    rows_of<kBeta, kRows, 2>(std::make_index_sequence<kMR>{})};
+
+template <bool kRows>
+void run_tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+              float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+  const std::size_t nv = (n + kW - 1) / kW;
+  if (beta == 0.f) {
+    kTilesFor<false, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+  } else {
+    kTilesFor<true, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+  }
+}
+
+void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+  run_tile<false>(kp, a, 0, b, c, ldc, m, n, alpha, beta);
+}
+
+void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                  float beta) {
+  run_tile<true>(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+}
+
+// One row against S strips: 2S independent chains instead of ukernel's 2.
+template <std::size_t S, bool kBeta>
+void row_strips(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  __m256 acc[S][kNV];
+  for (std::size_t s = 0; s < S; ++s) {
+    for (std::size_t v = 0; v < kNV; ++v) acc[s][v] = _mm256_setzero_ps();
+  }
+  for (std::size_t p = 0; p < kp; ++p) {
+    const __m256i ai = _mm256_set1_epi32(static_cast<int>(a[p * as]));
+    const __m256 ae = even_half(ai), ao = odd_half(ai);
+    for (std::size_t s = 0; s < S; ++s) {
+      for (std::size_t v = 0; v < kNV; ++v) {
+        const __m256i x = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(b + s * b_strip + (p * kNR + v * kW) * 2));
+        acc[s][v] = _mm256_fmadd_ps(ao, odd_half(x), acc[s][v]);
+        acc[s][v] = _mm256_fmadd_ps(ae, even_half(x), acc[s][v]);
+      }
+    }
+  }
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  for (std::size_t s = 0; s < S; ++s) {
+    for (std::size_t v = 0; v < kNV; ++v) {
+      const std::size_t j = s * kNR + v * kW;
+      if (j >= n) return;
+      float* p = c + j;
+      __m256 x = _mm256_mul_ps(acc[s][v], va);
+      if (n - j >= kW) {
+        if constexpr (kBeta) x = _mm256_add_ps(x, _mm256_mul_ps(vb, _mm256_loadu_ps(p)));
+        _mm256_storeu_ps(p, x);
+      } else {
+        const __m256i mask = lane_mask(n - j);
+        if constexpr (kBeta) x = _mm256_add_ps(x, _mm256_mul_ps(vb, _mm256_maskload_ps(p, mask)));
+        _mm256_maskstore_ps(p, mask, x);
+      }
+    }
+  }
+}
+
+template <bool kBeta>
+void row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+          std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  switch ((n + kNR - 1) / kNR) {
+    case 1:
+      return row_strips<1, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    case 2:
+      return row_strips<2, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    case 3:
+      return row_strips<3, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    default:
+      return row_strips<4, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  }
+}
+
+void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                  std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  if (beta == 0.f) {
+    row1<false>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  } else {
+    row1<true>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  }
+}
+
+// fp32 -> bf16 bits of 8 lanes, as fp32_to_bf16: nearest even, a NaN made
+// quiet, denormals kept (these kernels read them as they are).
+__m256i round8(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i q = _mm256_srli_epi32(_mm256_or_si256(u, _mm256_set1_epi32(0x400000)), 16);
+  return _mm256_blendv_epi8(r, q, _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+}
+
+void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+                std::size_t ldy) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    const float* xi = x + i * ldx;
+    std::uint16_t* yi = y + i * ldy;
+    std::size_t j = 0;
+    for (; j + 2 * kW <= n; j += 2 * kW) {
+      // packus works per 128-bit half: [lo0-3, hi0-3, lo4-7, hi4-7], then
+      // the 64-bit quarters are put back in order.
+      const __m256i packed = _mm256_packus_epi32(round8(_mm256_loadu_ps(xi + j)),
+                                                 round8(_mm256_loadu_ps(xi + j + kW)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(yi + j),
+                          _mm256_permute4x64_epi64(packed, 0xd8));
+    }
+    for (; j < n; ++j) fp32_to_bf16(1, xi + j, yi + j);
+    if (n % 2 != 0) yi[n] = 0;
+  }
+}
+
+}  // namespace
+}  // namespace gemm_bf16_avx2
+
+const GemmBf16Kernels gemm_bf16_kernels_avx2{
+    "avx2_widen",
+    gemm_bf16_avx2::kMR,
+    gemm_bf16_avx2::kNR,
+    kBf16MC,
+    kBf16KC,
+    kBf16NC,
+    &gemm_bf16_avx2::ukernel,
+    &gemm_bf16_avx2::ukernel_rows,
+    &gemm_bf16_avx2::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kNR>,
+    false,
+    &gemm_bf16_avx2::ukernel_row1};
+
+}  // namespace mha::detail
