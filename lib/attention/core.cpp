@@ -187,48 +187,49 @@ struct Ctx {
     }
   }
 
-  // The bf16 core's Q rows and P rows in a task's scratch (`task`, whose
-  // start the online path's S tile shares).
-  std::uint16_t* q16(float* task) const {
-    return reinterpret_cast<std::uint16_t*>(task + plan.bf16_offset);
+  // The bf16 core's Q rows and P rows (A rows of the kernels, as 32-bit
+  // words) in a task's scratch (`task`, whose start the online path's S
+  // tile shares).
+  std::uint32_t* q16(float* task) const {
+    return reinterpret_cast<std::uint32_t*>(task + plan.bf16_offset);
   }
-  std::uint16_t* p16(float* task) const {
-    return q16(task) + round_up(plan.q_block * plan.ldq16 / 2, 16) * 2;
+  std::uint32_t* p16(float* task) const {
+    return q16(task) + round_up(plan.q_block * plan.ldq16 / 2 * in.kv.g16->pair_words(), 16);
   }
   // sc rows (ld ldsc) = alpha·Q·Kᵀ for keys k0..k0+n of a bf16 view (k0 a
   // multiple of its strips): each strip of keys against every row block.
-  void scores_bf16(std::size_t rows, const std::uint16_t* q, std::size_t b, std::size_t gh,
+  void scores_bf16(std::size_t rows, const std::uint32_t* a, std::size_t b, std::size_t gh,
                    std::size_t k0, std::size_t n, float* sc, std::size_t ldsc) const {
     const GemmBf16Kernels& k16 = *in.kv.g16;
     const std::size_t nr = k16.nr, kp = ceil_div(s.head_dim, 2), lda = plan.ldq16 / 2;
+    const std::size_t row_words = lda * k16.pair_words();
     const std::uint16_t* strip = in.kv.key_strips16(b, gh, k0);
-    const auto* a = reinterpret_cast<const std::uint32_t*>(q);
     if (rows == 1) return bf16_row(k16, false, kp, a, strip, kp * nr * 2, sc, n, gemm_alpha(), 0.f);
     for (std::size_t j0 = 0; j0 < n; j0 += nr, strip += kp * nr * 2) {
       const std::size_t cols = std::min(nr, n - j0);
       for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
-        k16.ukernel_rows(kp, a + i0 * lda, lda, strip, sc + i0 * ldsc + j0, ldsc,
+        k16.ukernel_rows(kp, a + i0 * row_words, lda, strip, sc + i0 * ldsc + j0, ldsc,
                          std::min(k16.mr, rows - i0), cols, gemm_alpha(), 0.0f);
       }
     }
   }
   // o = P·V + beta·o for P = sc's rows (keys k0..k0+n, rounded to bf16 into
   // p) and a bf16 view's V: each column strip against every row block.
-  void values_bf16(std::size_t rows, const float* sc, std::size_t ldsc, std::uint16_t* p,
+  void values_bf16(std::size_t rows, const float* sc, std::size_t ldsc, std::uint32_t* a,
                    std::size_t b, std::size_t gh, std::size_t k0, std::size_t n, float beta,
                    float* o, std::size_t ldo) const {
     const GemmBf16Kernels& k16 = *in.kv.g16;
     const std::size_t nr = k16.nr, kp = ceil_div(n, 2), lda = plan.ldp16 / 2;
-    k16.round_rows(rows, n, sc, ldsc, p, plan.ldp16);
+    const std::size_t row_words = lda * k16.pair_words();
+    k16.round_rows(rows, n, sc, ldsc, a, plan.ldp16);
     const std::uint16_t* pairs = in.kv.value_pairs16(b, gh, k0);
-    const auto* a = reinterpret_cast<const std::uint32_t*>(p);
     if (rows == 1) {
       return bf16_row(k16, false, kp, a, pairs, in.kv.v_strip, o, s.head_dim, 1.0f, beta);
     }
     for (std::size_t c0 = 0; c0 < s.head_dim; c0 += nr, pairs += in.kv.v_strip) {
       const std::size_t cols = std::min(nr, s.head_dim - c0);
       for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
-        k16.ukernel_rows(kp, a + i0 * lda, lda, pairs, o + i0 * ldo + c0, ldo,
+        k16.ukernel_rows(kp, a + i0 * row_words, lda, pairs, o + i0 * ldo + c0, ldo,
                          std::min(k16.mr, rows - i0), cols, 1.0f, beta);
       }
     }
@@ -388,13 +389,14 @@ void put_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::si
   std::uint32_t* const k32 = reinterpret_cast<std::uint32_t*>(kb) + j % nr;
   for (std::size_t c0 = 0; c0 < d; c0 += kChunk) {
     const std::size_t n = std::min(kChunk, d - c0);
-    g16.round_rows(1, n, k + c0, n, row, kChunk + 2);
+    fp32_to_bf16(n, k + c0, row);
+    row[n] = 0;
     for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
       std::uint32_t pair;
       std::memcpy(&pair, row + 2 * p, sizeof pair);
       k32[(c0 / 2 + p) * nr] = pair;
     }
-    g16.round_rows(1, n, v + c0, n, row, kChunk + 2);
+    fp32_to_bf16(n, v + c0, row);
     for (std::size_t c = 0; c < n; ++c) {
       const std::size_t col = c0 + c;
       std::uint16_t* pair = vb + col / nr * view.v_strip + col % nr * 2;
@@ -483,11 +485,13 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
                     round_up(packed_a_floats(g, p.q_block, s.head_dim), 16);
   }
   if (g16 != nullptr) {
-    // Q rows, then P rows (a key tile's, or all keys' with the weights).
+    // Q rows, then P rows (a key tile's, or all keys' with the weights), in
+    // the kernels' A elements (a_bytes each).
     p.ldq16 = round_up(s.head_dim, 2);
     p.ldp16 = round_up(weights ? kv_len : p.key_tile, 2);
     p.bf16_offset = p.task_floats;
-    p.task_floats += round_up(p.q_block * p.ldq16 / 2, 16) + round_up(p.q_block * p.ldp16 / 2, 16);
+    p.task_floats += round_up(p.q_block * p.ldq16 / 2 * g16->pair_words(), 16) +
+                     round_up(p.q_block * p.ldp16 / 2 * g16->pair_words(), 16);
   }
   return p;
 }

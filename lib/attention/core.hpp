@@ -123,8 +123,8 @@ struct CorePlan {
   bool materialize = false;          // caller asked for the weights
   std::size_t workspace_floats = 0;  // from the calling thread (split partials)
   std::size_t task_floats = 0;       // per task
-  // bf16 core: where in a task's scratch its bf16 Q rows and P rows start
-  // (floats), and their strides (bf16 elements).
+  // bf16 core: where in a task's scratch its Q rows and P rows (the bf16
+  // kernels' A rows) start (floats), and their strides (elements).
   std::size_t bf16_offset = 0, ldq16 = 0, ldp16 = 0;
 };
 // `window`: mha_mods.window (0: none); the chunks then cover only the keys

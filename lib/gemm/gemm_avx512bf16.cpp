@@ -106,8 +106,9 @@ void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const
 
 // vcvtne2ps2bf16 rounds to nearest even and reads denormals as zero, which
 // the dot products would do to the rounded denormal anyway.
-void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
                 std::size_t ldy) {
+  auto* const y = static_cast<std::uint16_t*>(out);
   for (std::size_t i = 0; i < rows; ++i) {
     const float* xi = x + i * ldx;
     std::uint16_t* yi = y + i * ldy;

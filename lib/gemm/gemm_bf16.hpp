@@ -20,10 +20,13 @@ namespace mha::detail {
 
 // The packed layouts, which every bf16 kernel table shares (its mr and nr
 // set the strip sizes), with kp = ceil(k / 2) pairs:
-// Packed A strip: op(A) rows [r, r+mr), stored [kp][mr] as 32-bit pairs, the
-//   pair of row i at p holding op(A)(i, 2p) in its low and op(A)(i, 2p+1) in
-//   its high 16 bits; rows past m and the high half of an odd k's last pair
-//   are zero. Strip s of a packed block lives at dst + s*kp*mr.
+// Packed A strip: op(A) rows [r, r+mr), stored [kp][mr] as pairs, the pair
+//   of row i at p holding op(A)(i, 2p) and op(A)(i, 2p+1): one 32-bit word
+//   with them in its low and high 16 bits (a_bytes = 2), or two fp32 words
+//   (a_bytes = 4: kernels without bf16 arithmetic, which then broadcast A
+//   without widening it); rows past m and the second half of an odd k's
+//   last pair are zero. Strip s of a packed block lives at dst +
+//   s*kp*mr*(a_bytes/2) words.
 // Packed B strip: op(B) columns [c, c+nr), stored [kp][nr][2] in bf16, the
 //   two halves of element (p, j) being op(B)(2p, j), op(B)(2p+1, j) (the
 //   lanes of vdpbf16ps and of oneDNN's, XNNPACK's and KleidiAI's layouts);
@@ -45,18 +48,20 @@ struct GemmBf16Kernels {
   // (separate roundings). beta == 0: C is not read.
   void (*ukernel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta);
-  // As ukernel with A unpacked: row i's pairs at a + i*lda (a row of bf16
-  // elements read as 32-bit pairs; an odd k's last pair has a zero high
-  // half), the attention core's Q and P rows as round_rows leaves them.
+  // As ukernel with A unpacked: row i's pairs from pair i*lda on (a row of
+  // elements of a_bytes each, read by pairs; an odd k's last pair has a
+  // zero second half), the attention core's Q and P rows as round_rows
+  // leaves them.
   void (*ukernel_rows)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
                        std::size_t n, float alpha, float beta);
-  // y rows (ld ldy elements) = x rows [rows x n] (ld ldx) rounded to bf16
-  // (nearest even, NaN made quiet; with `flush` a denormal becomes a zero of
-  // its sign, as the dot products would read it anyway), and y[n] = 0 when n
-  // is odd, completing the last pair.
-  void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
-                     std::uint16_t* y, std::size_t ldy);
+  // y rows (ldy elements of a_bytes each) = x rows [rows x n] (ld ldx)
+  // rounded to bf16 (nearest even, NaN made quiet; with `flush` a denormal
+  // becomes a zero of its sign, as the dot products would read it anyway),
+  // and y[n] = 0 when n is odd, completing the last pair: A rows for
+  // ukernel_rows.
+  void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* y,
+                     std::size_t ldy);
   // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
                  std::uint32_t* dst);
@@ -66,12 +71,16 @@ struct GemmBf16Kernels {
   // Denormals as vdpbf16ps treats them (above), or IEEE.
   bool flush = true;
   // One row of C, [1 x n] with n <= 4*nr over consecutive strips of B
-  // (b_strip elements apart), A's pairs at a + p*as: ukernel's bits for
+  // (b_strip elements apart), A's pair p at pair p*as: ukernel's bits for
   // m = 1, with the strips' chains interleaved, since one row's chains alone
   // leave the FMA pipes waiting on latency (decode steps). Optional.
   void (*ukernel_row1)(std::size_t kp, const std::uint32_t* a, std::size_t as,
                        const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
                        float alpha, float beta) = nullptr;
+  // Bytes per A element in packed strips and rows (above): 2 or 4.
+  std::size_t a_bytes = 2;
+  // 32-bit words per pair of A.
+  std::size_t pair_words() const { return a_bytes / 2; }
 };
 
 // One row of C (n columns) against consecutive strips of B: ukernel_row1
@@ -80,7 +89,7 @@ struct GemmBf16Kernels {
 inline void bf16_row(const GemmBf16Kernels& g, bool packed, std::size_t kp, const std::uint32_t* a,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
                      float alpha, float beta) {
-  const std::size_t as = packed ? g.mr : 1, span = 4 * g.nr;
+  const std::size_t as = packed ? g.mr : 1, span = 4 * g.nr;  // pairs
   for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
     if (g.ukernel_row1 != nullptr) {
       const std::size_t cols = n - j0 < span ? n - j0 : span;

@@ -71,8 +71,9 @@ void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const
 }
 
 // As vcvtneps2bf16: a denormal input becomes a zero of its sign.
-void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
                 std::size_t ldy) {
+  auto* const y = static_cast<std::uint16_t*>(out);
   for (std::size_t i = 0; i < rows; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
       const float v = flush_denormal(x[i * ldx + j]);

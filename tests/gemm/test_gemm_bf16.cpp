@@ -297,34 +297,59 @@ TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[
 
 namespace {
 
+// Element j of row r of round_rows' output (ldy elements of a_bytes each),
+// as bf16 bits.
+std::uint16_t row_elem(const mha::detail::GemmBf16Kernels& g, const std::vector<std::uint32_t>& y,
+                       std::size_t ldy, std::size_t r, std::size_t j) {
+  const std::size_t at = r * ldy + j;
+  if (g.a_bytes == 4) return static_cast<std::uint16_t>(y[at] >> 16);
+  return static_cast<std::uint16_t>(y[at / 2] >> (16 * (at % 2)));
+}
+
 // The attention core's entry points of a kernel table: ukernel_rows on A
-// rows gives the bits of ukernel on the same A packed (beta 0 and 1, every
-// m <= mr, n <= nr, odd and even k), and round_rows rounds as the emulation
-// (nearest even, denormals to signed zero, NaN quiet, y[n] = 0 for odd n).
+// rows (from round_rows) gives the bits of ukernel on the same A packed
+// (beta 0 and 1, every m <= mr, n <= nr, odd and even k), as does the one-row
+// path over up to four strips (bf16_row, ukernel_row1 where the table has
+// it); round_rows rounds as the emulation (nearest even, denormals to signed
+// zero, NaN quiet) or, for tables with IEEE denormals, as fp32_to_bf16, and
+// completes an odd row with a zero.
 void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed) {
   const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
+  const std::size_t w = g.pair_words();
   std::mt19937_64 rng(seed);
   for (std::size_t k : {1, 2, 7, 64, 131}) {
     const std::size_t kp = (k + 1) / 2, lda = kp + 3;  // pairs per A row
     for (std::size_t m = 1; m <= g.mr; m += (m < 3 ? 1 : 4)) {
-      for (std::size_t n = 1; n <= g.nr; n += (n < 3 ? 1 : 7)) {
+      for (std::size_t n = 1; n <= 4 * g.nr + 5; n += (n < 3 ? 1 : 7)) {
         INFO("k " << k << " m " << m << " n " << n);
         const std::vector<std::uint16_t> a16 = random_bf16(m * k, rng());
         const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
-        std::vector<std::uint32_t> rows(m * lda, 0xffffffffu), packed(kp * g.mr);
-        for (std::size_t i = 0; i < m; ++i) {
-          auto* r = reinterpret_cast<std::uint16_t*>(rows.data() + i * lda);
-          std::copy_n(a16.data() + i * k, k, r);
-          if (k % 2 != 0) r[k] = 0;
-        }
+        std::vector<float> a32(m * k);
+        for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = fp32(a16[i]);
+        std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu), packed(kp * g.mr * w);
+        g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
         g.pack_a(false, m, k, a16.data(), k, packed.data());
-        std::vector<std::uint16_t> bp(kp * g.nr * 2);
-        g.pack_b(false, k, n, b16.data(), n, bp.data(), kp * g.nr * 2);
+        const std::size_t strips = (n + g.nr - 1) / g.nr, strip = kp * g.nr * 2;
+        std::vector<std::uint16_t> bp(strips * strip);
+        g.pack_b(false, k, n, b16.data(), n, bp.data(), strip);
         for (float beta : {0.f, 1.f}) {
-          std::vector<float> c0(m * n, 0.5f), c1(m * n, 0.5f);
-          g.ukernel(kp, packed.data(), bp.data(), c0.data(), n, m, n, 0.75f, beta);
-          g.ukernel_rows(kp, rows.data(), lda, bp.data(), c1.data(), n, m, n, 0.75f, beta);
+          std::vector<float> c0(m * n, 0.5f), c1(c0), c2(c0), c3(c0);
+          for (std::size_t js = 0; js < strips; ++js) {
+            const std::size_t cols = std::min(g.nr, n - js * g.nr);
+            g.ukernel(kp, packed.data(), bp.data() + js * strip, c0.data() + js * g.nr, n, m, cols,
+                      0.75f, beta);
+            g.ukernel_rows(kp, rows.data(), lda, bp.data() + js * strip, c1.data() + js * g.nr, n,
+                           m, cols, 0.75f, beta);
+          }
           CHECK(bitwise_equal(c0, c1));
+          if (m == 1) {
+            mha::detail::bf16_row(g, true, kp, packed.data(), bp.data(), strip, c2.data(), n, 0.75f,
+                                  beta);
+            mha::detail::bf16_row(g, false, kp, rows.data(), bp.data(), strip, c3.data(), n, 0.75f,
+                                  beta);
+            CHECK(bitwise_equal(c0, c2));
+            CHECK(bitwise_equal(c0, c3));
+          }
         }
       }
     }
@@ -335,25 +360,20 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
   for (std::size_t n : {1, 5, 16, 31, 32, 33, 70}) {
     std::vector<float> x = mha::test::random_vector(2 * n, rng());
     for (std::size_t i = 0; i < x.size(); i += 3) x[i] = specials[rng() % std::size(specials)];
-    // The emulation's rounding (denormals to zero), or the library's own
-    // fp32_to_bf16 for tables with IEEE denormals.
-    std::vector<std::uint16_t> want(2 * (n + 3), 0x7777), got(want);
-    if (g.flush) {
-      emu.round_rows(2, n, x.data(), n, want.data(), n + 3);
-    } else {
-      for (std::size_t r = 0; r < 2; ++r) {
-        mha::detail::fp32_to_bf16(n, x.data() + r * n, want.data() + r * (n + 3));
-        if (n % 2 != 0) want[r * (n + 3) + n] = 0;
-      }
-    }
-    g.round_rows(2, n, x.data(), n, got.data(), n + 3);
+    const std::size_t ldy = n + 3;
+    std::vector<std::uint32_t> y(2 * ldy * w, 0x77777777u);
+    g.round_rows(2, n, x.data(), n, y.data(), ldy);
     INFO("n " << n);
-    CHECK(want == got);
-    CHECK(got[n + 3 + n - 1 + 1] == (n % 2 != 0 ? 0 : 0x7777));
-    const float f = fp32(want[0]);
-    const bool to_zero = g.flush && std::fpclassify(x[0]) == FP_SUBNORMAL;
-    CHECK((std::isnan(x[0]) ? std::isnan(f)
-                            : f == fp32(bf16(to_zero ? std::copysign(0.f, x[0]) : x[0]))));
+    for (std::size_t r = 0; r < 2; ++r) {
+      for (std::size_t j = 0; j < n; ++j) {
+        // The emulation's rounding (denormals to zero) for flushing tables.
+        std::uint16_t flushed[2];
+        emu.round_rows(1, 1, &x[r * n + j], 1, flushed, 2);
+        const std::uint16_t want = g.flush ? flushed[0] : bf16(x[r * n + j]);
+        CHECK(row_elem(g, y, ldy, r, j) == want);
+      }
+      if (n % 2 != 0) CHECK(row_elem(g, y, ldy, r, n) == 0);
+    }
   }
 }
 
