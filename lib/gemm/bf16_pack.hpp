@@ -8,13 +8,15 @@
 
 namespace mha::detail::bf16_pack {
 
-template <class Tag, std::size_t MR>
+// Packed A in pairs; kWiden: each element widened (exactly) to an fp32
+// word, for kernels that read A in fp32 (a_bytes = 4).
+template <class Tag, std::size_t MR, bool kWiden = false>
 void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
             std::uint32_t* dst) {
-  const std::size_t kp = (k + 1) / 2;
+  const std::size_t kp = (k + 1) / 2, words = kWiden ? 2 : 1;
   for (std::size_t r0 = 0; r0 < m; r0 += MR) {
     const std::size_t rows = m - r0 < MR ? m - r0 : MR;
-    std::uint32_t* d = dst + r0 / MR * kp * MR;
+    std::uint32_t* d = dst + r0 / MR * kp * MR * words;
     for (std::size_t i = 0; i < MR; ++i) {
       for (std::size_t p = 0; p < kp; ++p) {
         std::uint32_t lo = 0, hi = 0;
@@ -23,31 +25,12 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, st
           lo = trans ? a[q * lda + r] : a[r * lda + q];
           if (q + 1 < k) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
         }
-        d[p * MR + i] = lo | hi << 16;
-      }
-    }
-  }
-}
-
-// pack_a for kernels that read A in fp32 (a_bytes = 4): the same pairs,
-// each bf16 element widened (exactly) to an fp32 word.
-template <class Tag, std::size_t MR>
-void pack_a_widened(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a,
-                    std::size_t lda, std::uint32_t* dst) {
-  const std::size_t kp = (k + 1) / 2;
-  for (std::size_t r0 = 0; r0 < m; r0 += MR) {
-    const std::size_t rows = m - r0 < MR ? m - r0 : MR;
-    std::uint32_t* d = dst + r0 / MR * kp * MR * 2;
-    for (std::size_t i = 0; i < MR; ++i) {
-      for (std::size_t p = 0; p < kp; ++p) {
-        std::uint32_t lo = 0, hi = 0;
-        if (i < rows) {
-          const std::size_t r = r0 + i, q = 2 * p;
-          lo = trans ? a[q * lda + r] : a[r * lda + q];
-          if (q + 1 < k) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
+        if constexpr (kWiden) {
+          d[(p * MR + i) * 2] = lo << 16;
+          d[(p * MR + i) * 2 + 1] = hi << 16;
+        } else {
+          d[p * MR + i] = lo | hi << 16;
         }
-        d[(p * MR + i) * 2] = lo << 16;
-        d[(p * MR + i) * 2 + 1] = hi << 16;
       }
     }
   }

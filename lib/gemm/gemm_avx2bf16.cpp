@@ -18,12 +18,11 @@
 // Zen 3.
 #include <immintrin.h>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <utility>
 
 #include "gemm/bf16_pack.hpp"
+#include "gemm/bf16_tiles.hpp"
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
@@ -88,39 +87,11 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::ui
   }
 }
 
-using TileFn = void (*)(std::size_t, const std::uint32_t*, std::size_t, const std::uint16_t*,
-                        float*, std::size_t, std::size_t, float, float);
-
-template <bool kBeta, bool kRows, std::size_t NV, std::size_t... R>
-constexpr std::array<TileFn, sizeof...(R)> rows_of(std::index_sequence<R...>) {
-  return {&tile<R + 1, NV, kBeta, kRows>...};
-}
-template <bool kBeta, bool kRows>
-constexpr std::array<std::array<TileFn, kMR>, kNV> kTilesFor = {
-    rows_of<kBeta, kRows, 1>(std::make_index_sequence<kMR>{}),
-    rows_of<kBeta, kRows, 2>(std::make_index_sequence<kMR>{})};
-
-template <bool kRows>
-void run_tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
-              float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-  const std::size_t nv = (n + kW - 1) / kW;
-  if (beta == 0.f) {
-    kTilesFor<false, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
-  } else {
-    kTilesFor<true, kRows>[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
-  }
-}
-
-void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
-             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-  run_tile<false>(kp, a, 0, b, c, ldc, m, n, alpha, beta);
-}
-
-void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
-                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
-                  float beta) {
-  run_tile<true>(kp, a, lda, b, c, ldc, m, n, alpha, beta);
-}
+struct Tiles {
+  template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
+  static constexpr bf16_tiles::TileFn fn = &tile<ROWS, NV, kBeta, kRows>;
+};
+using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
 
 // One row against S strips: 2S independent chains instead of ukernel's 2.
 template <std::size_t S, bool kBeta>
@@ -224,10 +195,10 @@ const GemmBf16Kernels gemm_bf16_kernels_avx2{
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_avx2::ukernel,
-    &gemm_bf16_avx2::ukernel_rows,
+    &gemm_bf16_avx2::Entries::ukernel,
+    &gemm_bf16_avx2::Entries::ukernel_rows,
     &gemm_bf16_avx2::round_rows,
-    &bf16_pack::pack_a_widened<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kMR>,
+    &bf16_pack::pack_a<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kMR, true>,
     &bf16_pack::pack_b<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kNR>,
     false,
     &gemm_bf16_avx2::ukernel_row1,

@@ -1,0 +1,52 @@
+// The entry points every bf16 kernel TU builds from its register tile:
+// ukernel and ukernel_rows pick, by m and n, the tile instance of exactly
+// that many rows and vectors, so edges compute only what they store. Each
+// TU instantiates it with its own Tiles (in its anonymous namespace), so no
+// two ISAs' copies can be merged by the linker.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+namespace mha::detail::bf16_tiles {
+
+using TileFn = void (*)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t n,
+                        float alpha, float beta);
+
+// Tiles::fn<ROWS, NV, kBeta, kRows>: the tile of ROWS rows and NV vectors of
+// W lanes (C read only with kBeta; A packed, or rows lda pairs apart with
+// kRows), for ROWS <= MR and NV <= MaxNV.
+template <class Tiles, std::size_t MR, std::size_t MaxNV, std::size_t W>
+struct Dispatch {
+  template <bool kBeta, bool kRows, std::size_t NV, std::size_t... R>
+  static constexpr std::array<TileFn, MR> rows_of(std::index_sequence<R...>) {
+    return {Tiles::template fn<R + 1, NV, kBeta, kRows>...};
+  }
+  template <bool kBeta, bool kRows, std::size_t... V>
+  static constexpr std::array<std::array<TileFn, MR>, MaxNV> table(std::index_sequence<V...>) {
+    return {rows_of<kBeta, kRows, V + 1>(std::make_index_sequence<MR>{})...};
+  }
+  template <bool kRows>
+  static void run(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                  float beta) {
+    static constexpr auto kPlain = table<false, kRows>(std::make_index_sequence<MaxNV>{});
+    static constexpr auto kWithBeta = table<true, kRows>(std::make_index_sequence<MaxNV>{});
+    const std::size_t nv = (n + W - 1) / W;
+    (beta == 0.f ? kPlain : kWithBeta)[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+  }
+  static void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                      std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+    run<false>(kp, a, 0, b, c, ldc, m, n, alpha, beta);
+  }
+  static void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                           const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
+                           std::size_t n, float alpha, float beta) {
+    run<true>(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+  }
+};
+
+}  // namespace mha::detail::bf16_tiles
