@@ -59,34 +59,30 @@ void softmax_row(const SoftmaxKernels& k, std::size_t i, std::size_t cols, const
   std::size_t zero_from = keep;
   if (keep > 0) {
     const float* add = o.additive != nullptr ? o.additive + i * o.additive_ld : nullptr;
-    float m, sum = 0.f;
-    bool special;
-    if (add == nullptr && s > 0.f) {
+    // zmax: the max of the scores z = fl(x*s) (+ mask).
+    float zmax;
+    const bool fast = add == nullptr && s > 0.f;
+    if (fast) {
       // For s > 0, max(fl(x*s)) = fl(s*max(x)) (rounding is monotonic): one
-      // read-only pass for the max, then exp(fl(x*s) - shift) without storing z.
+      // read-only pass for the max, then exp(fl(x*s) - zmax) without storing z.
       // Same bits as the masked path below with an all-zero mask.
-      m = k.reduce_max(x, keep);
-      const float shift = s * m;
-      special = m == -std::numeric_limits<float>::infinity() || !(std::fabs(shift) <= FLT_MAX);
-      if (!special) sum = k.scale_exp_sum(x, y, keep, s, shift);
+      zmax = s * k.reduce_max(x, keep);
     } else {
-      m = k.scale_add_max(x, add, y, keep, s);
-      special = !(std::fabs(m) <= FLT_MAX);
-      if (!special) sum = k.exp_sum(y, keep, m);
+      zmax = k.scale_add_max(x, add, y, keep, s);
     }
-    if (special) {
+    if (!(std::fabs(zmax) <= FLT_MAX)) {
       // reduce_max may skip NaNs, so an all -inf max is checked for them
-      // (rare path: fully masked rows). On the fast path the scores' max is
-      // shift: -inf also when s * max(x) overflows, every fl(x*s) then -inf.
-      const bool fast = add == nullptr && s > 0.f;
+      // (rare path: fully masked rows; on the fast path also rows whose
+      // s * max(x) overflows to -inf, every fl(x*s) then being -inf).
       const float* z = fast ? x : y;
-      if ((fast ? s * m : m) == -std::numeric_limits<float>::infinity() &&
+      if (zmax == -std::numeric_limits<float>::infinity() &&
           std::none_of(z, z + keep, [](float v) { return std::isnan(v); })) {
         zero_from = 0;  // every kept value is -inf: fully masked row
       } else {
         std::fill(y, y + keep, std::numeric_limits<float>::quiet_NaN());
       }
     } else {
+      const float sum = fast ? k.scale_exp_sum(x, y, keep, s, zmax) : k.exp_sum(y, keep, zmax);
       // sum >= 1 (the max element contributes exp(~0)); NaN if a NaN is kept.
       k.scale(y, keep, 1.f / sum);
     }
