@@ -197,42 +197,23 @@ struct Ctx {
     return q16(task) + round_up(plan.q_block * plan.ldq16 / 2 * in.kv.g16->pair_words(), 16);
   }
   // sc rows (ld ldsc) = alpha·Q·Kᵀ for keys k0..k0+n of a bf16 view (k0 a
-  // multiple of its strips): each strip of keys against every row block.
+  // multiple of its strips), Q the bf16 rows `a`.
   void scores_bf16(std::size_t rows, const std::uint32_t* a, std::size_t b, std::size_t gh,
                    std::size_t k0, std::size_t n, float* sc, std::size_t ldsc) const {
     const GemmBf16Kernels& k16 = *in.kv.g16;
-    const std::size_t nr = k16.nr, kp = ceil_div(s.head_dim, 2), lda = plan.ldq16 / 2;
-    const std::size_t row_words = lda * k16.pair_words();
-    const std::uint16_t* strip = in.kv.key_strips16(b, gh, k0);
-    if (rows == 1) return bf16_row(k16, false, kp, a, strip, kp * nr * 2, sc, n, gemm_alpha(), 0.f);
-    for (std::size_t j0 = 0; j0 < n; j0 += nr, strip += kp * nr * 2) {
-      const std::size_t cols = std::min(nr, n - j0);
-      for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
-        k16.ukernel_rows(kp, a + i0 * row_words, lda, strip, sc + i0 * ldsc + j0, ldsc,
-                         std::min(k16.mr, rows - i0), cols, gemm_alpha(), 0.0f);
-      }
-    }
+    const std::size_t kp = ceil_div(s.head_dim, 2);
+    bf16_rows(k16, rows, kp, a, plan.ldq16 / 2, in.kv.key_strips16(b, gh, k0), kp * k16.nr * 2, sc,
+              ldsc, n, gemm_alpha(), 0.0f);
   }
   // o = P·V + beta·o for P = sc's rows (keys k0..k0+n, rounded to bf16 into
-  // p) and a bf16 view's V: each column strip against every row block.
+  // the rows `a`) and a bf16 view's V.
   void values_bf16(std::size_t rows, const float* sc, std::size_t ldsc, std::uint32_t* a,
                    std::size_t b, std::size_t gh, std::size_t k0, std::size_t n, float beta,
                    float* o, std::size_t ldo) const {
     const GemmBf16Kernels& k16 = *in.kv.g16;
-    const std::size_t nr = k16.nr, kp = ceil_div(n, 2), lda = plan.ldp16 / 2;
-    const std::size_t row_words = lda * k16.pair_words();
     k16.round_rows(rows, n, sc, ldsc, a, plan.ldp16);
-    const std::uint16_t* pairs = in.kv.value_pairs16(b, gh, k0);
-    if (rows == 1) {
-      return bf16_row(k16, false, kp, a, pairs, in.kv.v_strip, o, s.head_dim, 1.0f, beta);
-    }
-    for (std::size_t c0 = 0; c0 < s.head_dim; c0 += nr, pairs += in.kv.v_strip) {
-      const std::size_t cols = std::min(nr, s.head_dim - c0);
-      for (std::size_t i0 = 0; i0 < rows; i0 += k16.mr) {
-        k16.ukernel_rows(kp, a + i0 * row_words, lda, pairs, o + i0 * ldo + c0, ldo,
-                         std::min(k16.mr, rows - i0), cols, 1.0f, beta);
-      }
-    }
+    bf16_rows(k16, rows, ceil_div(n, 2), a, plan.ldp16 / 2, in.kv.value_pairs16(b, gh, k0),
+              in.kv.v_strip, o, ldo, s.head_dim, 1.0f, beta);
   }
 
   // o rows /= l (with head h's sink joined): zero for rows that saw no key,
@@ -434,8 +415,8 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
       }
       return;
     }
-    pack_b(g, Trans::T, d, kv_len, k + src, ld, const_cast<float*>(view.k) + t * p.k_stride);
-    float* vt = const_cast<float*>(view.v) + t * p.v_stride;
+    pack_b(g, Trans::T, d, kv_len, k + src, ld, dst + t * p.k_stride);
+    float* vt = dst + batch * kvh * p.k_stride + t * p.v_stride;
     for (std::size_t j = 0; j < kv_len; ++j) {
       std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
     }

@@ -525,8 +525,6 @@ KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std:
   const KvCacheView all = view(max_len_);
   for (std::size_t b = 0; b < batch_; ++b) {
     for (std::size_t gh = 0; gh < kvh; ++gh) {
-      const PackedBColumns kb = keys(b * kvh + gh);
-      float* vb = values(b * kvh + gh);
       for (std::size_t t = 0; t < n_new; ++t) {
         const std::size_t pos = length_ + t, row = b * n_new + t;
         const float* krow = k + row * ld + gh * d;
@@ -536,9 +534,10 @@ KvCacheView KvCache::append(const float* k, const float* v, std::size_t ld, std:
           continue;
         }
         // A strip's columns past the length must read as zero (core.hpp).
+        const PackedBColumns kb = keys(b * kvh + gh);
         if (pos % kb.nr == 0) kb.clear_strip(pos);
         kb.write(pos, krow);
-        std::copy_n(vrow, d, vb + pos * ldv);
+        std::copy_n(vrow, d, values(b * kvh + gh) + pos * ldv);
       }
     }
   }
@@ -552,12 +551,11 @@ void KvCache::clear(std::size_t from, std::size_t to) {
   const std::size_t kvh = engine_.shape().num_kv_heads;
   const KvCacheView all = view(max_len_);
   for (std::size_t blk = 0; blk < batch_ * kvh; ++blk) {
-    const PackedBColumns kb = keys(blk);
     for (std::size_t pos = from; pos < to; ++pos) {
       if (all.g16 != nullptr) {
         clear_key_bf16(all, blk / kvh, blk % kvh, pos);
       } else {
-        kb.clear(pos);
+        keys(blk).clear(pos);
       }
     }
   }

@@ -89,17 +89,34 @@ struct GemmBf16Kernels {
 inline void bf16_row(const GemmBf16Kernels& g, bool packed, std::size_t kp, const std::uint32_t* a,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
                      float alpha, float beta) {
-  const std::size_t as = packed ? g.mr : 1, span = 4 * g.nr;  // pairs
-  for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
+  const std::size_t as = packed ? g.mr : 1;  // pairs
+  const std::size_t span = g.ukernel_row1 != nullptr ? 4 * g.nr : g.nr;
+  for (std::size_t j0 = 0; j0 < n; j0 += span, b += span / g.nr * b_strip) {
+    const std::size_t cols = n - j0 < span ? n - j0 : span;
     if (g.ukernel_row1 != nullptr) {
-      const std::size_t cols = n - j0 < span ? n - j0 : span;
       g.ukernel_row1(kp, a, as, b, b_strip, c + j0, cols, alpha, beta);
-      j0 += span - g.nr;
-      b += (span / g.nr - 1) * b_strip;
     } else if (packed) {
-      g.ukernel(kp, a, b, c + j0, 0, 1, n - j0 < g.nr ? n - j0 : g.nr, alpha, beta);
+      g.ukernel(kp, a, b, c + j0, 0, 1, cols, alpha, beta);
     } else {
-      g.ukernel_rows(kp, a, 0, b, c + j0, 0, 1, n - j0 < g.nr ? n - j0 : g.nr, alpha, beta);
+      g.ukernel_rows(kp, a, 0, b, c + j0, 0, 1, cols, alpha, beta);
+    }
+  }
+}
+
+// C [rows x n] (ld ldc) = alpha·A·B + beta·C for A rows as ukernel_rows
+// reads them (lda pairs apart) and consecutive strips of B: every strip
+// against every block of mr rows, or bf16_row for a single row.
+inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp,
+                      const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                      std::size_t b_strip, float* c, std::size_t ldc, std::size_t n, float alpha,
+                      float beta) {
+  if (rows == 1) return bf16_row(g, false, kp, a, b, b_strip, c, n, alpha, beta);
+  const std::size_t row_words = lda * g.pair_words();
+  for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
+    const std::size_t cols = n - j0 < g.nr ? n - j0 : g.nr;
+    for (std::size_t i0 = 0; i0 < rows; i0 += g.mr) {
+      g.ukernel_rows(kp, a + i0 * row_words, lda, b, c + i0 * ldc + j0, ldc,
+                     rows - i0 < g.mr ? rows - i0 : g.mr, cols, alpha, beta);
     }
   }
 }
