@@ -40,29 +40,15 @@
 #include <vector>
 
 #include "attention/attention_case.hpp"
-#include "gemm/gemm_bf16.hpp"
+#include "support/bf16_kernels.hpp"
 
 namespace {
 
 using mha::test::AttentionCase;
+using mha::test::Bf16Kernels;
 using mha::test::CaseData;
 using mha::test::scaled_error;
 using mha::test::WeightsOut;
-
-// The bf16 kernels of objects created in scope: the CPU's own, or the
-// emulation forced on every ISA (a Catch2 GENERATE picks which).
-struct Bf16Kernels {
-  explicit Bf16Kernels(bool emulated) : emulated_(emulated) {
-    if (emulated)
-      mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated);
-  }
-  ~Bf16Kernels() {
-    if (emulated_) mha::detail::set_gemm_bf16_kernels_override(nullptr);
-  }
-  Bf16Kernels(const Bf16Kernels&) = delete;
-  Bf16Kernels& operator=(const Bf16Kernels&) = delete;
-  bool emulated_;
-};
 
 mha_attention_options bf16_options() {
   mha_attention_options o{};
