@@ -106,15 +106,22 @@ void bench_mha(benchmark::State& state, const AttentionConfig& c, int threads, b
 }
 
 #if MHA_BENCH_HAVE_DNNL
-void bench_onednn(benchmark::State& state, const AttentionConfig& c, int threads) {
+// `bf16`: the bf16 composition, skipped where oneDNN has no bf16 matmul.
+void bench_onednn(benchmark::State& state, const AttentionConfig& c, int threads, bool bf16) {
   Model m(c);
   set_baseline_threads(threads);
-  const std::unique_ptr<AttentionBaseline> attn = make_onednn_attention(c, m.weights, m.biases);
+  std::unique_ptr<AttentionBaseline> attn;
+  try {
+    attn = make_onednn_attention(c, m.weights, m.biases, bf16);
+  } catch (const std::runtime_error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
   for (auto _ : state) {
     attn->forward(m.x.data(), m.out.data());
     benchmark::DoNotOptimize(m.out.data());
   }
-  report(state, c, threads);
+  report(state, c, threads, bf16);
 }
 #endif
 
@@ -139,7 +146,8 @@ const bool registered = [] {
       add("mha", [c, t](benchmark::State& s) { bench_mha(s, c, t, false); });
       add("mha_bf16", [c, t](benchmark::State& s) { bench_mha(s, c, t, true); });
 #if MHA_BENCH_HAVE_DNNL
-      add("onednn", [c, t](benchmark::State& s) { bench_onednn(s, c, t); });
+      add("onednn", [c, t](benchmark::State& s) { bench_onednn(s, c, t, false); });
+      add("onednn_bf16", [c, t](benchmark::State& s) { bench_onednn(s, c, t, true); });
 #endif
 #if MHA_BENCH_HAVE_OPENBLAS
       add("openblas",

@@ -56,9 +56,12 @@ class AttentionBaseline {
   virtual void forward(const float* x, float* out) = 0;
 };
 
+// bf16: the composition in bf16 (see baseline_onednn.cpp); throws
+// std::runtime_error where oneDNN cannot build it (no bf16 matmul on this CPU).
 std::unique_ptr<AttentionBaseline> make_onednn_attention(const AttentionConfig& c,
                                                          const std::vector<float>& weights,
-                                                         const std::vector<float>& biases);
+                                                         const std::vector<float>& biases,
+                                                         bool bf16 = false);
 
 class ComposedAttention {
  public:
