@@ -59,7 +59,13 @@ double kv_bytes(const AttentionConfig& c) {
   return 2.0 * 4.0 * static_cast<double>(c.batch * c.kv_len * c.embed_dim);
 }
 
+// The label carries the shape, from which mha_bench.py times PyTorch on the
+// same configurations (bench/report/torch_mha.py).
 void report(benchmark::State& state, const AttentionConfig& c, int threads, bool bf16 = false) {
+  state.SetLabel("E" + std::to_string(c.embed_dim) + " H" + std::to_string(c.heads) + " B" +
+                 std::to_string(c.batch) + " Sq" + std::to_string(c.q_len) + " Skv" +
+                 std::to_string(c.kv_len) + (c.causal ? " causal" : "") +
+                 (c.decode ? " decode" : ""));
   set_flop_counters(state, c.flops(), threads, bf16);
   if (c.decode) set_byte_counters(state, kv_bytes(c));
 }

@@ -39,6 +39,14 @@ SUITE_BINARY = {"gemm": "bench_gemm", "softmax": "bench_softmax", "attention": "
 SUITE_PREFIXES = {"gemm": ["gemm"], "softmax": ["softmax", "reshape"], "attention": ["attention"]}
 SUITE_ORDER = ["gemm", "softmax", "reshape", "attention"]
 BASELINES = ("onednn", "openblas")  # "best baseline" is the faster of these
+# PyTorch's nn.MultiheadAttention (torch_mha.py) and the bf16 compositions: baselines too,
+# and a bf16 row of ours is measured against the fastest of all of them.
+PYTORCH = ("pytorch", "pytorch_bf16")
+BF16_BASELINES = ("onednn_bf16", "pytorch_bf16")
+SHAPE_RE = re.compile(r"^E(?P<E>\d+) H(?P<H>\d+) B(?P<B>\d+) Sq(?P<Sq>\d+) Skv(?P<Skv>\d+)"
+                      r"(?P<causal> causal)?(?P<decode> decode)?$")
+TORCH_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_mha.py")
+TORCH_MISSING = 3  # torch_mha.py's exit status when torch cannot be imported
 REFERENCES = ("plain", "memcpy")  # used for the ratio only where no baseline ran
 NAME_RE = re.compile(r"^(?P<suite>[^/]+)/(?P<config>.+)/(?P<impl>[^/]+)/threads:(?P<threads>\d+)"
                      r"(?P<rest>/.*)?$")
@@ -313,9 +321,11 @@ def primary_isa(record, rows):
 
 
 def best_baseline(rows, row):
-    """Fastest onednn/openblas row for row's config and threads (same ISA run preferred),
-    or a plain/memcpy reference where no baseline ran."""
-    for pool in (BASELINES, REFERENCES):
+    """Fastest baseline row (oneDNN, OpenBLAS, PyTorch; for a bf16 row of ours, their bf16
+    rows too) for row's config and threads (same ISA run preferred), or a plain/memcpy
+    reference where no baseline ran."""
+    fp32 = BASELINES + PYTORCH[:1]
+    for pool in (fp32 + BF16_BASELINES if row["impl"] == "mha_bf16" else fp32, REFERENCES):
         candidates = [r for r in rows
                       if r["impl"] in pool and r["ms"] is not None and
                       (r["suite"], r["config"], r["threads"]) ==
@@ -358,8 +368,9 @@ HEADLINE_HEADERS = ["configuration", "thr", "isa", "ms", "GFLOP/s", "%peak", "GB
                     "best baseline", "ratio"]
 HEADLINE_ALIGNS = ["<", ">", "<", ">", ">", ">", ">", "<", ">"]
 RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best baseline = the "
-              "faster of oneDNN and OpenBLAS for the same configuration and threads; %peak is "
-              "against the measured FMA peak of the ISA at that thread count.")
+              "fastest of oneDNN, OpenBLAS and PyTorch for the same configuration and threads "
+              "(for a bf16 row, their bf16 rows too); %peak is against the measured peak of "
+              "the ISA at that thread count (FMA, or the bf16 dot product for bf16 rows).")
 
 
 # Our implementations: mha, mha_prepacked (GEMM with B packed once, as the attention
@@ -426,6 +437,25 @@ def machine_lines(machine):
     ]
 
 
+PYTORCH_HEADERS = ["configuration", "thr", "ours fp32 ms", "PyTorch fp32 ms", "ratio",
+                   "ours bf16 ms", "PyTorch bf16 ms", "ratio"]
+
+
+def pytorch_body(rows):
+    """Ours against PyTorch's nn.MultiheadAttention, per precision, where PyTorch ran."""
+    times = {(r["config"], r["threads"], r["impl"]): r["ms"] for r in rows
+             if r["suite"] == "attention" and r["ms"] is not None}
+    body = []
+    for config, threads in dict.fromkeys((c, t) for c, t, i in times if i in PYTORCH):
+        cells = [config, threads]
+        for ours, theirs in (("mha", "pytorch"), ("mha_bf16", "pytorch_bf16")):
+            a, b = times.get((config, threads, ours)), times.get((config, threads, theirs))
+            cells += [fmt(a, ".3f"), fmt(b, ".3f"),
+                      "{:.2f}x".format(b / a) if a and b else "-"]
+        body.append(cells)
+    return body
+
+
 def headline_text(record, rows):
     lines = ["{:<16} {}".format(k + ":", v) for k, v in machine_lines(record["machine"])]
     body = headline_body(rows)
@@ -433,6 +463,13 @@ def headline_text(record, rows):
         lines.append("(no mha results in this record)")
     else:
         lines += ["", render_table(HEADLINE_HEADERS, body, HEADLINE_ALIGNS), "", RATIO_NOTE]
+    torch_body = pytorch_body(rows)
+    if torch_body:
+        lines += ["", "PyTorch's nn.MultiheadAttention, same shapes and threads (ratio = "
+                  "PyTorch time / ours):", "",
+                  render_table(PYTORCH_HEADERS, torch_body, ["<", ">"] + [">"] * 6)]
+    notes = [s for s in record.get("skipped", []) if s.startswith("pytorch")]
+    lines += [""] + notes if notes else []
     return "\n".join(lines) + "\n"
 
 
@@ -900,6 +937,73 @@ class Runner:
                           "args": args, "gbench": gbench})
 
 
+def attention_shapes(runs):
+    """{threads: [name:E:H:batch:q_len:kv_len:causal, ...]}: the prefill configs our attention
+    rows ran at each thread count (from the shape in each row's label), in order; decode
+    configs are left out, since nn.MultiheadAttention has no KV cache."""
+    shapes = {}
+    for run in runs:
+        if run.get("suite") != "attention" or run["env"].get("MHA_ISA"):
+            continue
+        for b in run["gbench"].get("benchmarks", []):
+            parsed = parse_name(b.get("run_name", b.get("name", "")))
+            m = SHAPE_RE.match(b.get("label", ""))
+            if not parsed or parsed[2] != "mha" or not m or m.group("decode"):
+                continue
+            spec = "{}:{}:{}:{}:{}:{}:{}".format(parsed[1], m.group("E"), m.group("H"),
+                                                 m.group("B"), m.group("Sq"), m.group("Skv"),
+                                                 1 if m.group("causal") else 0)
+            if spec not in shapes.setdefault(parsed[3], []):
+                shapes[parsed[3]].append(spec)
+    return shapes
+
+
+def torch_python():
+    """A python3 that imports torch (this one, or Debian's /usr/bin/python3), or None."""
+    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        if python and os.path.exists(python) and subprocess.run(
+                [python, "-c", "import torch"], capture_output=True).returncode == 0:
+            return python
+    return None
+
+
+def run_pytorch(runner, repetitions, min_time):
+    """PyTorch's nn.MultiheadAttention in fp32 and bf16 on the attention configs that ran,
+    at their thread counts, as more runs of the record; says so when torch is missing."""
+    shapes = attention_shapes(runner.runs)
+    if not shapes:
+        return
+    python = torch_python()
+    if python is None:
+        msg = ("pytorch: no PyTorch rows, python3-torch is not installed "
+               "(apt-get install python3-torch adds them)")
+        runner.skipped.append(msg)
+        print(msg, flush=True)
+        return
+    isa = next(r["gbench"].get("context", {}).get("mha_isa") for r in runner.runs
+               if r.get("suite") == "attention" and not r["env"].get("MHA_ISA"))
+    for t, configs in sorted(shapes.items()):
+        runner.step += 1
+        out_json = os.path.join(runner.out_dir, "gbench-{:02d}-pytorch.json".format(runner.step))
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+        args = ["--threads", str(t), "--repetitions", str(repetitions), "--min-time",
+                str(min_time), "--out", out_json] + configs
+        print("torch_mha.py ({} configs x fp32, bf16, {} thread{})".format(
+            len(configs), t, "" if t == 1 else "s"), flush=True)
+        proc = subprocess.run([python, TORCH_SCRIPT] + args, env=env, stderr=subprocess.PIPE,
+                              text=True, timeout=runner.timeout)
+        if proc.returncode != 0:
+            raise UserError("torch_mha.py failed (exit {}): {}".format(
+                proc.returncode, last_line(proc.stderr)))
+        with open(out_json, encoding="utf-8") as f:
+            gbench = json.load(f)
+        os.remove(out_json)
+        gbench["context"]["mha_isa"] = isa  # so the rows pair with ours
+        runner.runs.append({"binary": "torch_mha.py", "suite": "attention",
+                            "env": {k: env[k] for k in RECORDED_ENV if k in env},
+                            "args": args, "gbench": gbench})
+
+
 def threads_run(runs):
     """Thread counts that appear in the benchmark names of the runs."""
     seen = set()
@@ -1011,6 +1115,7 @@ def cmd_headline(args):
         two = "bert_b1_s128|tiny[^/]*|decode_kv2048"  # cheap enough to add 2 threads
         runner.run("attention", r"^attention/(({})/[^/]+/threads:1|({})/[^/]+/threads:2)(/|$)"
                    .format(one, two), [1, 2], repetitions=reps, min_time=min_time)
+        run_pytorch(runner, reps, min_time)
     # AVX2 next to AVX-512 for two shapes, when both run here, with the baselines
     # capped to AVX2 as well (BASELINE_ISA_ENV).
     available = []
@@ -1051,6 +1156,8 @@ def cmd_run(args):
             regex = r"^({})/.*/threads:({})(/|$)".format(prefixes, t_re)
             runner.run(suite, regex, threads, isa=isa, repetitions=args.repetitions,
                        min_time=args.min_time, extra=[args.filter])
+    if "attention" in suites and not args.no_pytorch:
+        run_pytorch(runner, args.repetitions, args.min_time)
     finish(runner, "run", threads, out)
 
 
@@ -1153,6 +1260,8 @@ def main(argv=None):
     p.add_argument("--min-time", type=float, default=0.5, help="seconds per repetition")
     p.add_argument("--filter", default="", help="extra (Python) regex the names must match")
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per binary run")
+    p.add_argument("--no-pytorch", action="store_true",
+                   help="leave out the PyTorch rows (timed where python3-torch is installed)")
     p.add_argument("--out", default="mha-bench-run", help="output directory")
     p.set_defaults(fn=cmd_run)
 

@@ -135,6 +135,57 @@ class ResultsTest(unittest.TestCase):
                          [("gemm/proj_m128_n768_k768_nt", "0.80x"),
                           ("gemm/proj_m128_n768_k768_nt prepacked", "1.25x")])
 
+    def test_bf16_rows_are_measured_against_bf16_baselines_too(self):
+        def row(config, impl, ms):
+            return {"suite": "attention", "config": config, "impl": impl, "threads": 1,
+                    "isa": "avx512", "ms": ms, "gflops": None, "peak_pct": None, "gbps": None,
+                    "error": None}
+        rows = [row("bert", "onednn", 2.0), row("bert", "onednn_bf16", 1.0),
+                row("bert", "pytorch", 1.5), row("bert", "pytorch_bf16", 1.2),
+                row("bert", "mha", 1.8), row("bert", "mha_bf16", 0.9)]
+        self.assertEqual(mha_bench.best_baseline(rows, rows[5])["impl"], "onednn_bf16")
+        # An fp32 row of ours is held to fp32 baselines only, PyTorch's among them.
+        self.assertEqual(mha_bench.best_baseline(rows, rows[4])["impl"], "pytorch")
+        body = mha_bench.pytorch_body(rows)
+        self.assertEqual(body, [["bert", 1, "1.800", "1.500", "0.83x", "0.900", "1.200",
+                                 "1.33x"]])
+
+    def test_pytorch_shapes_come_from_our_attention_rows_labels(self):
+        def bench(name, label):
+            return {"name": name, "run_name": name, "label": label}
+        runs = [{"suite": "attention", "env": {}, "gbench": {"benchmarks": [
+            bench("attention/bert/mha/threads:1/real_time", "E768 H12 B1 Sq128 Skv128"),
+            bench("attention/bert/onednn/threads:1/real_time", "E768 H12 B1 Sq128 Skv128"),
+            bench("attention/gpt2/mha/threads:2/real_time", "E768 H12 B1 Sq64 Skv64 causal"),
+            bench("attention/dec/mha/threads:1/real_time", "E768 H12 B1 Sq1 Skv64 decode"),
+            bench("attention/old/mha/threads:1/real_time", "")]}},
+            {"suite": "attention", "env": {"MHA_ISA": "avx2"}, "gbench": {"benchmarks": [
+                bench("attention/x/mha/threads:1/real_time", "E8 H2 B1 Sq4 Skv4")]}}]
+        self.assertEqual(mha_bench.attention_shapes(runs),
+                         {1: ["bert:768:12:1:128:128:0"], 2: ["gpt2:768:12:1:64:64:1"]})
+
+    def test_torch_mha_without_torch_exits_3(self):
+        # -S: no site-packages, so no torch, whatever is installed.
+        proc = subprocess.run([sys.executable, "-S", mha_bench.TORCH_SCRIPT, "--threads", "1",
+                               "--out", os.devnull, "t:8:2:1:4:4:0"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, mha_bench.TORCH_MISSING)
+        self.assertIn("PyTorch is not installed", proc.stderr)
+
+    @unittest.skipIf(mha_bench.torch_python() is None, "python3-torch is not installed")
+    def test_torch_mha_rows_read_as_bench_rows(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "torch.json")
+            subprocess.run([mha_bench.torch_python(), mha_bench.TORCH_SCRIPT, "--threads", "1",
+                            "--repetitions", "2", "--min-time", "0.001", "--out", out,
+                            "t:8:2:1:4:4:1"], check=True, capture_output=True, timeout=300)
+            with open(out, encoding="utf-8") as f:
+                gbench = json.load(f)
+        rows = mha_bench.results({"runs": [{"gbench": gbench}]})
+        self.assertEqual(sorted((r["config"], r["impl"], r["threads"]) for r in rows),
+                         [("t", "pytorch", 1), ("t", "pytorch_bf16", 1)])
+        self.assertTrue(all(r["ms"] > 0 and r["gflops"] > 0 for r in rows))
+
     def test_ere_escape(self):
         self.assertEqual(mha_bench.ere_escape("a.b(c)/threads:1"), r"a\.b\(c\)/threads:1")
 
