@@ -306,9 +306,10 @@ typedef struct {
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
  *    rounded to bf16 (nearest even) as the online softmax produces it;
  *    the softmax, its running sums and the output accumulate in fp32, and
- *    scores and P·V sum exact products as that kernel's GEMM does. An
- *    mha_paged_kv_cache and ragged forwards keep fp32 K/V and run the
- *    fp32 core below, with P not rounded;
+ *    scores and P·V sum exact products as that kernel's GEMM does (ragged
+ *    forwards too, each sequence's K and V packed in bf16). An
+ *    mha_paged_kv_cache keeps fp32 K/V and runs the fp32 core below, with
+ *    P not rounded;
  *  - elsewhere the core runs in fp32 on the rounded values (each score and
  *    each P·V term an exact product summed in fp32, P not rounded), and the
  *    caches hold the rounded K and V in fp32 storage;

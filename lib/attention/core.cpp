@@ -317,6 +317,22 @@ void merge_row(const Ctx& c, const Partials& parts, std::size_t b, std::size_t h
 
 }  // namespace
 
+namespace {
+
+// The bf16 core's scratch after a task's own: Q rows, then P rows of p_cols
+// keys (a key tile's, or all keys' with the weights), in the kernels' A
+// elements (a_bytes each).
+void add_bf16_rows(CorePlan& p, const AttentionShape& s, const GemmBf16Kernels& g16,
+                   std::size_t p_cols) {
+  p.ldq16 = round_up(s.head_dim, 2);
+  p.ldp16 = round_up(p_cols, 2);
+  p.bf16_offset = p.task_floats;
+  p.task_floats += round_up(p.q_block * p.ldq16 / 2 * g16.pair_words(), 16) +
+                   round_up(p.q_block * p.ldp16 / 2 * g16.pair_words(), 16);
+}
+
+}  // namespace
+
 KvPacking kv_packing(const GemmKernels& g, const AttentionShape& s, std::size_t batch,
                      std::size_t capacity, const GemmBf16Kernels* g16) {
   // Checked: a KV cache's capacity comes straight from the caller's max_len.
@@ -465,15 +481,7 @@ CorePlan plan_core(const GemmKernels& g, const AttentionShape& s, std::size_t ba
     p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
                     round_up(packed_a_floats(g, p.q_block, s.head_dim), 16);
   }
-  if (g16 != nullptr) {
-    // Q rows, then P rows (a key tile's, or all keys' with the weights), in
-    // the kernels' A elements (a_bytes each).
-    p.ldq16 = round_up(s.head_dim, 2);
-    p.ldp16 = round_up(weights ? kv_len : p.key_tile, 2);
-    p.bf16_offset = p.task_floats;
-    p.task_floats += round_up(p.q_block * p.ldq16 / 2 * g16->pair_words(), 16) +
-                     round_up(p.q_block * p.ldp16 / 2 * g16->pair_words(), 16);
-  }
+  if (g16 != nullptr) add_bf16_rows(p, s, *g16, weights ? kv_len : p.key_tile);
   return p;
 }
 
@@ -590,7 +598,8 @@ RaggedArrays RaggedArrays::take(std::size_t num) {
 }
 
 RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedSeqs& seqs,
-                       std::size_t block_tokens, const RaggedArrays& arr) {
+                       std::size_t block_tokens, const RaggedArrays& arr,
+                       const GemmBf16Kernels* g16) {
   RaggedPlan r;
   CorePlan& p = r.core;
   const std::size_t n = seqs.num, H = s.num_heads, d = s.head_dim;
@@ -602,7 +611,9 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
     pairs += static_cast<double>(seqs.q_len(b)) * static_cast<double>(seqs.kv_len(b));
   }
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
+  if (g16 != nullptr) p.key_tile = round_up(p.key_tile, g16->nr);
   if (block_tokens != 0) p.key_tile = paged_key_tile(g.nr, p.key_tile, block_tokens);
+  const std::size_t strip = g16 != nullptr ? g16->nr : g.nr;
   // plan_core's rule on the longest sequence: shorter ones are one block.
   p.q_block = max_q <= kQueryBlock + kQueryBlock / 2 ? std::max<std::size_t>(max_q, 1)
                                                      : std::max(g.mr, kQueryBlock / g.mr * g.mr);
@@ -626,7 +637,7 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
     const std::size_t q = seqs.q_len(b), kv = seqs.kv_len(b);
     chunks[b] = kv > p.chunk_len ? ceil_div(kv, p.chunk_len) : 1;
     p.chunks = std::max(p.chunks, chunks[b]);
-    key_col[b + 1] = key_col[b] + round_up(kv, g.nr);
+    key_col[b + 1] = key_col[b] + round_up(kv, strip);
     task_begin[b + 1] = task_begin[b] + H * ceil_div(q, p.q_block) * chunks[b];
     part_begin[b] = parts;
     if (chunks[b] > 1) parts += H * chunks[b] * q * (d + 2);
@@ -639,7 +650,8 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
   p.workspace_floats = parts;
   p.task_floats = round_up(p.q_block * p.key_tile, 16) + 2 * round_up(p.q_block, 16) +
                   round_up(packed_a_floats(g, p.q_block, d), 16);
-  r.packing = kv_packing(g, s, 1, r.key_col[n]);
+  if (g16 != nullptr) add_bf16_rows(p, s, *g16, p.key_tile);
+  r.packing = kv_packing(g, s, 1, r.key_col[n], g16);
   return r;
 }
 
@@ -648,24 +660,38 @@ void pack_kv_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedP
                     float* dst, KvCacheView* views) {
   const std::size_t kvh = s.num_kv_heads, d = s.head_dim;
   const KvPacking& p = plan.packing;
-  float* kdst = dst;
-  float* vdst = dst + kvh * p.k_stride;
+  // Sequence b alone: its keys start a strip, so they are a view of their
+  // own, offset from the whole block's by key_col[b] keys (bf16: that many
+  // keys' whole strips of K, and pairs of V).
+  const KvCacheView all = kv_view(g, s, p, 1, plan.key_col[seqs.num], dst);
+  for (std::size_t b = 0; b < seqs.num; ++b) {
+    const std::size_t col = plan.key_col[b];
+    views[b] = all;
+    views[b].len = seqs.kv_len(b);
+    if (p.g16 != nullptr) {
+      views[b].k += col * ceil_div(d, 2);  // col / nr strips of kp * nr pairs
+      views[b].v += col * p.g16->nr / 2;   // col / 2 pairs of nr columns
+    } else {
+      views[b].k += col * d;
+      views[b].v += col * p.ldv;
+    }
+  }
   const std::size_t rows = seqs.kv_start[seqs.num];
   const std::size_t threads = threads_for({0, 16.0 * static_cast<double>(rows * kvh * d)});
   parallel_for(seqs.num * kvh, threads, [&](std::size_t t) {
     const std::size_t b = t / kvh, gh = t % kvh, len = seqs.kv_len(b);
+    const std::size_t src = seqs.kv_start[b] * ld + gh * d;
+    if (p.g16 != nullptr) {
+      for (std::size_t j = 0; j < len; ++j) {
+        put_key_bf16(views[b], 0, gh, j, k + src + j * ld, v + src + j * ld);
+      }
+      return;
+    }
     if (len == 0) return;
-    const std::size_t src = seqs.kv_start[b] * ld + gh * d, col = plan.key_col[b];
-    pack_b(g, Trans::T, d, len, k + src, ld, kdst + gh * p.k_stride + col * d);
-    float* vt = vdst + gh * p.v_stride + col * p.ldv;
+    pack_b(g, Trans::T, d, len, k + src, ld, const_cast<float*>(views[b].keys(0, gh).data));
+    float* vt = const_cast<float*>(views[b].values(0, gh));
     for (std::size_t j = 0; j < len; ++j) std::copy_n(v + src + j * ld, d, vt + j * p.ldv);
   });
-  // Sequence b alone: its keys start a strip, so they are a view of their own.
-  for (std::size_t b = 0; b < seqs.num; ++b) {
-    const std::size_t col = plan.key_col[b];
-    views[b] = {kdst + col * d, vdst + col * p.ldv, seqs.kv_len(b), kvh,  d,
-                g.nr,           p.k_stride,         p.v_stride,     p.ldv};
-  }
 }
 
 void run_core_ragged(const GemmKernels& g, const SoftmaxKernels& sm, const AttentionShape& s,

@@ -182,8 +182,8 @@ struct RaggedArrays {
 struct RaggedPlan {
   CorePlan core;  // q_block, key_tile, chunk_len, threads, scratch sizes
   // [num + 1]: sequence b's keys are packed columns key_col[b].. of one block
-  // per kv head, each sequence starting a strip (nr-aligned) so that its keys
-  // are a PackedBView of their own.
+  // per kv head, each sequence starting a strip (nr-aligned, or the bf16
+  // kernels' nr) so that its keys are a view of their own.
   const std::size_t* key_col = nullptr;
   const std::size_t* task_begin = nullptr;  // [num + 1]: sequence b's first task
   const std::size_t* chunks = nullptr;      // [num]: its split-KV chunks
@@ -191,10 +191,12 @@ struct RaggedPlan {
   KvPacking packing;                        // one block per kv head, key_col[num] keys
 };
 // block_tokens: the keys live in a paged cache's blocks of that many keys
-// (the key tile then divides it), or 0.
+// (the key tile then divides it), or 0. g16: the keys are packed per call in
+// bf16 for these kernels (as plan_core's g16), or nullptr.
 // The plan's arrays are arr's.
 RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const RaggedSeqs& seqs,
-                       std::size_t block_tokens, const RaggedArrays& arr);
+                       std::size_t block_tokens, const RaggedArrays& arr,
+                       const GemmBf16Kernels* g16 = nullptr);
 
 // pack_kv for ragged rows ([kv_start[num], ld], kv head g at column
 // g*head_dim), laid out as plan.key_col says; each sequence's view to views.
