@@ -307,9 +307,7 @@ typedef struct {
  *    rounded to bf16 (nearest even) as the online softmax produces it;
  *    the softmax, its running sums and the output accumulate in fp32, and
  *    scores and P·V sum exact products as that kernel's GEMM does (ragged
- *    forwards too, each sequence's K and V packed in bf16). An
- *    mha_paged_kv_cache keeps fp32 K/V and runs the fp32 core below, with
- *    P not rounded;
+ *    forwards and mha_paged_kv_cache too, whose blocks then hold bf16);
  *  - elsewhere the core runs in fp32 on the rounded values (each score and
  *    each P·V term an exact product summed in fp32, P not rounded), and the
  *    caches hold the rounded K and V in fp32 storage;
@@ -526,7 +524,8 @@ MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cac
  * of `block_tokens` positions. A slot takes blocks from the pool as it grows
  * and gives them back when reset or truncated, so a short sequence uses only
  * the blocks its length needs (memory: about 2·num_blocks·block_tokens·
- * kv_heads·head_dim floats; a block's pages are touched when first used).
+ * kv_heads·head_dim floats, half that where a bf16 object's core runs on
+ * bf16 kernels; a block's pages are touched when first used).
  * Any block_tokens works; 256, or a multiple of it, keeps the kernels' key
  * tile (smaller blocks shorten it). Same ownership and threading rules as
  * mha_kv_cache. */

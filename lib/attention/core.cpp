@@ -378,6 +378,7 @@ void put_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::si
   const std::size_t nr = g16.nr, d = view.head_dim, kp = ceil_div(d, 2);
   auto* kb = const_cast<std::uint16_t*>(view.key_strips16(b, g, j));
   auto* vb = const_cast<std::uint16_t*>(view.value_pairs16(b, g, j));
+  j = view.local(j);
   if (j % nr == 0) std::fill_n(kb, kp * nr * 2, std::uint16_t{0});
   // Rounded in chunks on the stack: K's pairs go to column j of its strip
   // (32-bit stores), V's elements to the j-th half of their pairs.
@@ -407,6 +408,7 @@ void clear_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::
   const std::size_t nr = view.g16->nr;
   auto* kb = const_cast<std::uint16_t*>(view.key_strips16(b, g, j));
   auto* vb = const_cast<std::uint16_t*>(view.value_pairs16(b, g, j));
+  j = view.local(j);
   for (std::size_t p = 0; p < ceil_div(view.head_dim, 2); ++p) {
     kb[(p * nr + j % nr) * 2] = kb[(p * nr + j % nr) * 2 + 1] = 0;
   }
@@ -610,10 +612,10 @@ RaggedPlan plan_ragged(const GemmKernels& g, const AttentionShape& s, const Ragg
     max_kv = std::max(max_kv, seqs.kv_len(b));
     pairs += static_cast<double>(seqs.q_len(b)) * static_cast<double>(seqs.kv_len(b));
   }
+  const std::size_t strip = g16 != nullptr ? g16->nr : g.nr;
   p.key_tile = std::max(g.nr, kKeyTile / g.nr * g.nr);
   if (g16 != nullptr) p.key_tile = round_up(p.key_tile, g16->nr);
-  if (block_tokens != 0) p.key_tile = paged_key_tile(g.nr, p.key_tile, block_tokens);
-  const std::size_t strip = g16 != nullptr ? g16->nr : g.nr;
+  if (block_tokens != 0) p.key_tile = paged_key_tile(strip, p.key_tile, block_tokens);
   // plan_core's rule on the longest sequence: shorter ones are one block.
   p.q_block = max_q <= kQueryBlock + kQueryBlock / 2 ? std::max<std::size_t>(max_q, 1)
                                                      : std::max(g.mr, kQueryBlock / g.mr * g.mr);

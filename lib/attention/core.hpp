@@ -60,15 +60,22 @@ struct KvCacheView {
     const float* base = k + (blocks[k0 / block_tokens - block0] * kv_heads + g) * k_stride;
     return PackedBView::whole(base, head_dim, block_tokens, nr).cols(j0, j0 + (k1 - k0));
   }
-  // bf16: the K strips from key k0 on (k0 a multiple of g16->nr), and V's
-  // pairs from key k0 on (k0 even) of its first column strip.
+  // bf16: the K strip holding key k0 (from k0 on when k0 starts a strip),
+  // and V's pair row holding key k0 in its first column strip; paged, those
+  // of k0's block, where k0 stands at local(k0).
   const std::uint16_t* key_strips16(std::size_t b, std::size_t g, std::size_t k0) const {
-    return reinterpret_cast<const std::uint16_t*>(k + (b * kv_heads + g) * k_stride) +
-           k0 / g16->nr * ((head_dim + 1) / 2) * g16->nr * 2;
+    return reinterpret_cast<const std::uint16_t*>(k + block_of(b, g, k0) * k_stride) +
+           local(k0) / g16->nr * ((head_dim + 1) / 2) * g16->nr * 2;
   }
   const std::uint16_t* value_pairs16(std::size_t b, std::size_t g, std::size_t k0) const {
-    return reinterpret_cast<const std::uint16_t*>(v + (b * kv_heads + g) * v_stride) +
-           k0 / 2 * g16->nr * 2;
+    return reinterpret_cast<const std::uint16_t*>(v + block_of(b, g, k0) * v_stride) +
+           local(k0) / 2 * g16->nr * 2;
+  }
+  // Key j's index in its block (paged), or j.
+  std::size_t local(std::size_t j) const { return blocks == nullptr ? j : j % block_tokens; }
+  // The (b, g) block holding key j, in strides from k (or v).
+  std::size_t block_of(std::size_t b, std::size_t g, std::size_t j) const {
+    return (blocks == nullptr ? b : blocks[j / block_tokens - block0]) * kv_heads + g;
   }
   // V rows from key k0 on, within k0's key tile.
   const float* value_rows(std::size_t b, std::size_t g, std::size_t k0) const {
@@ -103,7 +110,8 @@ KvCacheView pack_kv(const GemmKernels& g, const AttentionShape& s, const KvPacki
 // A bf16 view's block (b, g) gets key j: its K and V (head_dim floats each,
 // rounded to bf16 here) written into their strips. An even j also zeroes
 // j + 1's half of the V pairs, and the first key of a K strip zeroes the
-// strip, so positions past the length read as zero.
+// strip, so positions past the length read as zero (paged: j's block, by
+// its index there).
 void put_key_bf16(const KvCacheView& view, std::size_t b, std::size_t g, std::size_t j,
                   const float* k, const float* v);
 // Zeroes key j of a bf16 view's block (b, g) (a truncated position).

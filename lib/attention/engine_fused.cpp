@@ -323,9 +323,8 @@ AttentionEngine::Layout AttentionEngine::layout(const Pass& a) const {
   f.merged = round_up(q_rows * shape_.embed_dim, 16);
   f.rope = round_up(rope_table_floats(a.mods, a.rope_positions()), 16);
   if (a.ragged != nullptr) {
-    // A paged cache keeps fp32 K/V (and the fp32 core) in a bf16 object.
     f.ragged = plan_ragged(g, shape_, *a.ragged, a.paged != nullptr ? a.paged->block_tokens() : 0,
-                           *a.arrays, a.paged != nullptr ? nullptr : core_bf16());
+                           *a.arrays, core_bf16());
     f.packing = f.ragged.packing;
     f.packed = a.paged != nullptr ? 0 : f.packing.floats;
     f.plan = f.ragged.core;

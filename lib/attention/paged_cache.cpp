@@ -11,7 +11,8 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
     : engine_(engine),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
-      packing_(kv_packing(engine.gemm(), engine.shape(), num_blocks, block_tokens)),
+      packing_(
+          kv_packing(engine.gemm(), engine.shape(), num_blocks, block_tokens, engine.core_bf16())),
       pool_(alloc_floats(packing_.floats)),
       tables_(num_slots),
       first_block_(num_slots, 0),
@@ -41,13 +42,33 @@ bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
   return true;
 }
 
+KvCacheView PagedKvCache::view(std::size_t slot, std::size_t len) const {
+  const AttentionShape& s = engine_.shape();
+  KvCacheView v{pool_.get(),       values(0, 0),      len,
+                s.num_kv_heads,    s.head_dim,        engine_.gemm().nr,
+                packing_.k_stride, packing_.v_stride, packing_.ldv};
+  v.blocks = tables_[slot].data();
+  v.block_tokens = block_tokens_;
+  v.block0 = first_block_[slot];
+  v.g16 = packing_.g16;
+  v.v_strip = packing_.v_strip;
+  return v;
+}
+
 void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) {
   const std::size_t kvh = engine_.shape().num_kv_heads, first = first_block_[slot];
   from = std::max(from, first * block_tokens_);
   to = std::min(to, (first + tables_[slot].size()) * block_tokens_);
+  const KvCacheView v = view(slot, to);
   for (std::size_t pos = from; pos < to; ++pos) {
     const std::size_t block = tables_[slot][pos / block_tokens_ - first];
-    for (std::size_t g = 0; g < kvh; ++g) keys(block, g).clear(pos % block_tokens_);
+    for (std::size_t g = 0; g < kvh; ++g) {
+      if (v.g16 != nullptr) {
+        clear_key_bf16(v, 0, g, pos);
+      } else {
+        keys(block, g).clear(pos % block_tokens_);
+      }
+    }
   }
 }
 
@@ -104,11 +125,16 @@ void PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs, cons
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::vector<std::size_t>& table = tables_[slots[i]];
     const std::size_t start = lengths_[slots[i]], first = first_block_[slots[i]];
+    views[i] = view(slots[i], seqs.kv_len(i));
     for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
       const std::size_t pos = start + t, block = table[pos / bt - first];
       const float* kr = k + (seqs.q_start[i] + t) * ld;
       const float* vr = v + (seqs.q_start[i] + t) * ld;
       for (std::size_t g = 0; g < kvh; ++g) {
+        if (packing_.g16 != nullptr) {
+          put_key_bf16(views[i], 0, g, pos, kr + g * d, vr + g * d);
+          continue;
+        }
         const PackedBColumns kb = keys(block, g);
         // A strip's columns past the length must read as zero (core.hpp);
         // zeroed as it is entered, so a block's pages are touched only as
@@ -118,12 +144,6 @@ void PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs, cons
         std::copy_n(vr + g * d, d, values(block, g) + (pos % bt) * packing_.ldv);
       }
     }
-    KvCacheView& view = views[i];
-    view = KvCacheView{pool_.get(),       values(0, 0),      seqs.kv_len(i),    kvh,         d,
-                       engine_.gemm().nr, packing_.k_stride, packing_.v_stride, packing_.ldv};
-    view.blocks = table.data();
-    view.block_tokens = bt;
-    view.block0 = first;
   }
 }
 

@@ -1,6 +1,7 @@
 // A paged KV cache for continuous batching: a pool of fixed-size blocks,
 // each holding block_tokens positions of K (packed columns, the layout the
-// core reads) and V for every kv head, and per slot (one request) a block
+// core reads) and V for every kv head (in bf16, in the bf16 core's layouts,
+// for a bf16 object with bf16 kernels), and per slot (one request) a block
 // table and a length. A slot takes blocks as it grows and gives them back on
 // truncate or reset, so a short sequence never reserves max_len.
 #pragma once
@@ -57,6 +58,8 @@ class PagedKvCache {
   void rollback(const std::size_t* slots, const RaggedSeqs& seqs);
 
  private:
+  // The slot's view of len keys (in blocks it holds).
+  KvCacheView view(std::size_t slot, std::size_t len) const;
   PackedBColumns keys(std::size_t block, std::size_t g) const;
   float* values(std::size_t block, std::size_t g) const;
   // Zeroes key columns [from, to) of the slot (inside blocks it holds).
