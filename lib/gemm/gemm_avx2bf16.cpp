@@ -85,7 +85,12 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::ui
     }
   }
   const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  // Unrolled, or GCC 12 keeps acc in memory and stores all 10 accumulators
+  // on every pair of k (a BERT s128 bf16 forward: 117.7 M instructions
+  // then, 97.3 M unrolled, callgrind).
+#pragma GCC unroll 8
   for (std::size_t i = 0; i < ROWS; ++i) {
+#pragma GCC unroll 4
     for (std::size_t v = 0; v < NV; ++v) {
       const std::size_t j = v * kW;
       store<kBeta>(c + i * ldc + j, acc[i][v], n - j < kW ? n - j : kW, va, vb);
