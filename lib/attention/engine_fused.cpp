@@ -44,12 +44,13 @@ struct AttentionEngine::Impl {
   PackedBView wo;
   AlignedFloats out_bias;  // [E], or null
   // A bf16 object: the four weights rounded to bf16 and packed for the bf16
-  // GEMM, in one allocation (the fp32 packs above stay empty, and Q, K and V
-  // are projected by three products).
+  // GEMM, in one allocation (the fp32 packs above stay empty); with bf16
+  // kernels and whole strips, Wq, Wk and Wv packed back to back are one B
+  // (wqkv16, `fused`), as in fp32.
   bool bf16 = false;
   const GemmBf16Kernels* core16 = nullptr;  // AttentionEngine::core_bf16
   AlignedFloats bf16_weights;
-  PackedBf16B wq16, wk16, wv16, wo16;
+  PackedBf16B wq16, wk16, wv16, wo16, wqkv16;
 };
 
 namespace {
@@ -121,6 +122,14 @@ void pack_bf16_weights(const GemmKernels& g, const AttentionShape& s, const mha_
     *x.dst = pack_bf16_b(g16, g, Trans::T, x.in, x.out, rounded.data(), x.in, dst);
     dst += round_up(ceil_div(packed_bf16_b_bytes(g16, g, x.in, x.out), sizeof(float)), 16);
   }
+  // Wk's strips right after Wq's, and Wv's after Wk's: then they are the
+  // strips of one [E x (E + 2 kv)] B.
+  const auto follows = [&](const PackedBf16B& a, const PackedBf16B& b) {
+    return static_cast<const char*>(a.data) + packed_bf16_b_bytes(g16, g, a.k, a.n) == b.data;
+  };
+  m.fused = g16 != nullptr && s.kdim == E && s.vdim == E && E % g16->nr == 0 && kv % g16->nr == 0 &&
+            follows(m.wq16, m.wk16) && follows(m.wk16, m.wv16);
+  if (m.fused) m.wqkv16 = {g16, &g, E, E + 2 * kv, m.wq16.data};
 }
 
 }  // namespace
@@ -206,16 +215,19 @@ Projected project(const GemmKernels& g, const AttentionEngine::Impl& m, const At
   const std::size_t E = s.embed_dim, kvd = s.kv_dim();
   const float* bias = m.in_bias.get();
   if (m.bf16) {
-    float* pq = dst;
-    float* pk = pq + q_rows * E;
-    float* pv = pk + kv_rows * kvd;
-    gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, m.wq16, 0.0f, pq, E);
-    gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, key, s.kdim, m.wk16, 0.0f, pk, kvd);
-    gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, value, s.vdim, m.wv16, 0.0f, pv, kvd);
-    finish_rows(q_rows, E, bias, pq, E, !rope);
-    finish_rows(kv_rows, kvd, bias + m.q_cols, pk, kvd, !rope);
-    finish_rows(kv_rows, kvd, bias + m.q_cols + m.k_cols, pv, kvd, true);
-    return {pq, pk, pv, E, kvd};
+    Projected p{dst, dst + q_rows * E, dst + q_rows * E + kv_rows * kvd, E, kvd};
+    if (fused) {
+      p = {dst, dst + E, dst + E + kvd, E + 2 * kvd, E + 2 * kvd};
+      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, m.wqkv16, 0.0f, dst, p.ldq);
+    } else {
+      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, m.wq16, 0.0f, p.q, E);
+      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, key, s.kdim, m.wk16, 0.0f, p.k, kvd);
+      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, value, s.vdim, m.wv16, 0.0f, p.v, kvd);
+    }
+    finish_rows(q_rows, E, bias, p.q, p.ldq, !rope);
+    finish_rows(kv_rows, kvd, bias + m.q_cols, p.k, p.ldkv, !rope);
+    finish_rows(kv_rows, kvd, bias + m.q_cols + m.k_cols, p.v, p.ldkv, true);
+    return p;
   }
   if (fused) {
     const std::size_t ld = in_cols(m);

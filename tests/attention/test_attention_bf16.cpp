@@ -174,6 +174,25 @@ TEST_CASE("bf16 attention is bit-identical at 1, 2 and 3 threads", "[bf16][atten
   mha_set_num_threads(0);
 }
 
+TEST_CASE("a bf16 self-attention's fused QKV product gives the separate products' bits",
+          "[bf16][attention]") {
+  const bool emulated = GENERATE(false, true);
+  INFO("emulated bf16 kernels: " << emulated);
+  const Bf16Kernels kernels(emulated);
+  // GQA, so that K's and V's sections are narrower than Q's.
+  const AttentionCase c = make_case(64, 4, 2, 0, 2, 9, 9, 31);
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view(), bf16_options());
+  const std::size_t n = c.batch * c.q_len * c.config.embed_dim;
+  std::vector<float> fused(n), separate(n);
+  const std::vector<float> key(d.query), value(d.query);
+  attn.forward(c.batch, c.q_len, c.kv_len, d.query.data(), d.query.data(), d.query.data(), nullptr,
+               fused.data());
+  attn.forward(c.batch, c.q_len, c.kv_len, d.query.data(), key.data(), value.data(), nullptr,
+               separate.data());
+  CHECK(std::memcmp(fused.data(), separate.data(), n * sizeof(float)) == 0);
+}
+
 TEST_CASE("bf16 KV-cache steps, ragged batches and the paged cache equal the bf16 forward",
           "[bf16][attention]") {
   const bool emulated = GENERATE(false, true);
