@@ -23,6 +23,9 @@ set(MHA_ISA_FLAGS_neon "")  # NEON is part of the armv8-a baseline
 # (they are not ISAs of their own: MHA_ISA never names them).
 set(MHA_ISA_FLAGS_avx512bf16 ${MHA_ISA_FLAGS_avx512} -mavx512bf16)
 set(MHA_EXTENSION_BASE_avx512bf16 avx512)
+# FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.
+set(MHA_ISA_FLAGS_neonbf16 -march=armv8.2-a+bf16)
+set(MHA_EXTENSION_BASE_neonbf16 neon)
 
 # mha_isa_sources(<target> <isa> <file>...): add the files to <target>, compiled
 # with that ISA's flags, with MHA_ISA_<isa>=1 defined. Files for ISAs this build

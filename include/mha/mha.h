@@ -147,7 +147,8 @@ typedef enum {
 
 /* The kernels that serve `dtype` on this CPU now: for MHA_BF16,
  * "avx512_bf16" (the AVX512_BF16 dot-product instructions), "avx2_widen"
- * (AVX2 kernels that keep B in bf16 and widen it to fp32 in registers), or
+ * (AVX2 kernels that keep B in bf16 and widen it to fp32 in registers),
+ * "neon_bf16" (Arm FEAT_BF16's BFDOT, where the CPU has it), or
  * the ISA name ("avx512", "neon", "scalar") where bf16 operands are
  * converted to fp32 whole; for MHA_FP32, the ISA name. "invalid" for an
  * unknown dtype or an unusable MHA_ISA (see mha_isa_name). */
@@ -171,10 +172,20 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *  - "avx2_widen": the same, in the same order, except that denormal
  *    inputs and sums are kept (IEEE): each step is one fused multiply-add of
  *    an exact product.
+ *  - "neon_bf16": per block of 1024 k and with alpha and beta as for
+ *    "avx512_bf16", but each step adds a whole pair, as the BFDOT
+ *    instruction does (FEAT_EBF16's FPCR.EBF = 0): acc += (a[k0]*b[k0] +
+ *    a[k0+1]*b[k0+1]), where both products, their sum and the addition to
+ *    acc are each rounded to odd (toward zero, then the last bit set if
+ *    inexact: within one ulp, not half), a magnitude of 2^128 or more
+ *    becomes infinity, bf16 denormal inputs count as zero, a result below
+ *    2^-126 is flushed to zero and every NaN result is the default NaN
+ *    (0x7fc00000).
  *  - an ISA name: A and B are converted to fp32 exactly (denormals kept)
- *    and multiplied as mha_sgemm does on that ISA (its summation order). Both
- *    agree with the exact product within (k + 4) * FLT_EPSILON * (|alpha| *
- *    sum |a||b| + |beta * c|) per element, apart from denormal effects. */
+ *    and multiplied as mha_sgemm does on that ISA (its summation order).
+ * All of them agree with the exact product within (k + 4) * FLT_EPSILON *
+ * (|alpha| * sum |a||b| + |beta * c|) per element, apart from denormal
+ * effects. */
 MHA_API mha_status mha_gemm_bf16(char transa, char transb, size_t m, size_t n, size_t k,
                                  float alpha, const uint16_t* a, size_t lda, const uint16_t* b,
                                  size_t ldb, float beta, float* c, size_t ldc);
@@ -302,7 +313,7 @@ typedef struct {
  *    attention core, and the merged heads where they enter the output
  *    projection;
  *  - where mha_kernel_name(MHA_BF16) names bf16 kernels ("avx512_bf16",
- *    "avx2_widen"), the core computes Q·Kᵀ and P·V on them, with K and V
+ *    "avx2_widen", "neon_bf16"), the core computes Q·Kᵀ and P·V on them, with K and V
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
  *    rounded to bf16 (nearest even) as the online softmax produces it;
  *    the softmax, its running sums and the output accumulate in fp32, and

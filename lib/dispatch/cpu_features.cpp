@@ -4,6 +4,9 @@
 #include <cpuid.h>
 #endif
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #include <unistd.h>
 
 #include <cstdint>
@@ -63,10 +66,18 @@ CpuFeatures detect() {
   return f;
 }
 #else
+#if defined(__aarch64__) && defined(__linux__) && !defined(HWCAP2_BF16)
+// Linux's arch/arm64/include/uapi/asm/hwcap.h, for older headers.
+#define HWCAP2_BF16 (1 << 14)
+#endif
+
 CpuFeatures detect() {
   CpuFeatures f;
 #if defined(__aarch64__)
   f.neon = true;  // Advanced SIMD is mandatory in AArch64
+#if defined(__linux__)
+  f.neon_bf16 = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+#endif
 #endif
   return f;
 }

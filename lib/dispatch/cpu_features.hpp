@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F/DQ/BW/VL, with the OS saving ZMM/opmask state
   bool avx512_bf16 = false;  // avx512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
   bool neon = false;         // Advanced SIMD (always true on aarch64)
+  bool neon_bf16 = false;    // neon plus FEAT_BF16 (BFDOT, BFCVTN)
 };
 
 // Detected once; cheap afterwards.

@@ -199,6 +199,9 @@ const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
 #if MHA_BUILD_AVX2
   if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2;
 #endif
+#if MHA_BUILD_NEONBF16
+  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neonbf16;
+#endif
   (void)isa;
   return nullptr;
 }

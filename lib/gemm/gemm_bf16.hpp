@@ -135,10 +135,16 @@ extern const GemmBf16Kernels gemm_bf16_kernels_avx2;
 // on the AVX512_BF16 table's blocks: the reference the tests hold the
 // hardware kernel to. Not dispatched to (it runs at scalar speed).
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
+// Arm's BFDOT emulated bit for bit (gemm_bf16_emulated.cpp: products and
+// sums rounded to odd, denormals flushed), on the same blocks: the
+// reference of the NEON BF16 kernels.
+extern const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot;
+// The NEON kernels on FEAT_BF16's BFDOT (gemm_neonbf16.cpp; aarch64 builds).
+extern const GemmBf16Kernels gemm_bf16_kernels_neonbf16;
 
 // The bf16 kernels that serve `isa` on this CPU (avx512 on a CPU with
-// AVX512_BF16; avx2, widening in registers), or nullptr where bf16 operands
-// are converted to fp32 whole for sgemm.
+// AVX512_BF16; avx2, widening in registers; neon on a CPU with FEAT_BF16),
+// or nullptr where bf16 operands are converted to fp32 whole for sgemm.
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept;
 // Tests: every ISA gets g (e.g. the emulation, so the dot path and the bf16
 // attention core run on CPUs without bf16), until reset with nullptr.

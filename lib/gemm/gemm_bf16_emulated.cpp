@@ -1,13 +1,23 @@
-// The portable reference of the bf16 dot-product kernels: vdpbf16ps
-// emulated bit for bit, element by element. Checked against the hardware
-// over random pairs mixing normal, tiny and denormal values (no mismatch in
-// 3.2M lanes on Zen 4): per pair, the odd element's product is added first;
-// bf16 denormal inputs (and a denormal accumulator) are read as zero; each
-// product is exact and each sum rounded once to nearest even (one fma),
-// even where the product alone would be denormal; a denormal sum is flushed
-// to zero with its sign. Adding the even product first, flushing only at
-// the end, or flushing denormal products all mismatched.
+// The portable references of the bf16 dot-product kernels, element by
+// element, bit for bit: vdpbf16ps and Arm's BFDOT (FEAT_BF16 without
+// FEAT_EBF16).
+//
+// vdpbf16ps, checked against the hardware over random pairs mixing normal,
+// tiny and denormal values (no mismatch in 3.2M lanes on Zen 4): per pair,
+// the odd element's product is added first; bf16 denormal inputs (and a
+// denormal accumulator) are read as zero; each product is exact and each
+// sum rounded once to nearest even (one fma), even where the product alone
+// would be denormal; a denormal sum is flushed to zero with its sign.
+// Adding the even product first, flushing only at the end, or flushing
+// denormal products all mismatched.
+//
+// BFDOT, as the Arm ARM's BFDotAdd with FPCR.EBF = 0 and qemu's bfdotadd:
+// the pair's two products, their sum, and the accumulator plus that sum,
+// each rounded to odd with denormals flushed (bfdot_pair); checked against
+// qemu 7.2 through the NEON kernels (tests/gemm/test_gemm_bf16.cpp).
+#include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "gemm/bf16_pack.hpp"
@@ -35,11 +45,72 @@ float dot_step(float acc, std::uint16_t x, std::uint16_t y) {
       std::fma(flush_denormal(from_bf16(x)), flush_denormal(from_bf16(y)), flush_denormal(acc)));
 }
 
-// 4 x 8: a tile unlike the hardware kernel's, so that the tests comparing
-// the two also show that an element's bits do not depend on the tile.
+// One pair of vdpbf16ps: the odd elements' product first (a and b hold
+// the even element in their low 16 bits).
+float vdpbf16ps_pair(float acc, std::uint32_t a, std::uint32_t b) {
+  acc = dot_step(acc, static_cast<std::uint16_t>(a >> 16), static_cast<std::uint16_t>(b >> 16));
+  return dot_step(acc, static_cast<std::uint16_t>(a & 0xffffu),
+                  static_cast<std::uint16_t>(b & 0xffffu));
+}
+
+// The exact x = s + e (s: x rounded to nearest double, e: the exact rest)
+// rounded as BFDOT rounds (Arm ARM BFAdd/BFMul with FPCR.EBF = 0: FPCR
+// ignored): to odd (toward zero, then the last bit set if inexact), a
+// magnitude of 2^128 or more to infinity, a result below 2^-126 before
+// rounding flushed to a zero of its sign, and any NaN the default NaN.
+float round_to_odd(double s, double e) {
+  if (std::isnan(s)) {
+    const std::uint32_t default_nan = 0x7fc00000u;
+    float x;
+    std::memcpy(&x, &default_nan, sizeof x);
+    return x;
+  }
+  const double mag = std::fabs(s);
+  if (mag > 0x1p128 || (mag == 0x1p128 && !(e * s < 0)))
+    return std::signbit(s) ? -INFINITY : INFINITY;
+  float f = static_cast<float>(s);  // nearest (infinity just below 2^128)
+  // Toward zero: one float back where nearest rounded away from zero, or
+  // where s is a float and the rest takes x below it.
+  if (std::fabs(f) > mag || (f == s && e != 0 && (e < 0) != (s < 0))) f = std::nextafter(f, 0.f);
+  if (std::fabs(f) < FLT_MIN) return std::signbit(s) ? -0.f : 0.f;
+  if (f != s || e != 0) {
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u |= 1u;
+    std::memcpy(&f, &u, sizeof f);
+  }
+  return f;
+}
+
+// x + y (floats) rounded as BFDOT: its exact sum as s + e (Knuth's TwoSum in
+// double, exact for any two floats).
+float add_odd(float x, float y) {
+  const double s = static_cast<double>(x) + y, yv = s - x;
+  return round_to_odd(s, (x - (s - yv)) + (y - yv));
+}
+
+// One pair of BFDOT (BFDotAdd, FPCR.EBF = 0): both products and their sum
+// rounded to odd, then acc + that sum rounded to odd; denormal inputs
+// (acc included) read as zero. The products of two bf16 are exact in
+// double, so only their range can round.
+float bfdot_pair(float acc, std::uint32_t a, std::uint32_t b) {
+  const auto product = [](std::uint32_t x, std::uint32_t y) {
+    const double p = static_cast<double>(flush_denormal(from_bf16(static_cast<std::uint16_t>(x)))) *
+                     flush_denormal(from_bf16(static_cast<std::uint16_t>(y)));
+    return round_to_odd(p, 0.0);
+  };
+  const float sum = add_odd(product(a & 0xffffu, b & 0xffffu), product(a >> 16, b >> 16));
+  return add_odd(flush_denormal(acc), sum);
+}
+
+using PairStep = float (*)(float acc, std::uint32_t a, std::uint32_t b);
+
+// 4 x 8: a tile unlike the hardware kernels', so that the tests comparing
+// them also show that an element's bits do not depend on the tile.
 constexpr std::size_t kMR = 4, kNR = 8;
 
 // The pair (i, p) of A at a[i * rs + p * ps]: a packed strip or rows.
+template <PairStep kStep>
 void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps,
           const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
           float alpha, float beta) {
@@ -47,10 +118,8 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps
     for (std::size_t j = 0; j < n; ++j) {
       float acc = 0.f;
       for (std::size_t p = 0; p < kp; ++p) {
-        const std::uint32_t pair = a[i * rs + p * ps];
         const std::uint16_t* bp = b + (p * kNR + j) * 2;
-        acc = dot_step(acc, static_cast<std::uint16_t>(pair >> 16), bp[1]);
-        acc = dot_step(acc, static_cast<std::uint16_t>(pair & 0xffffu), bp[0]);
+        acc = kStep(acc, a[i * rs + p * ps], bp[0] | static_cast<std::uint32_t>(bp[1]) << 16);
       }
       float& cij = c[i * ldc + j];
       const float r = alpha * acc;
@@ -59,18 +128,21 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps
   }
 }
 
+template <PairStep kStep>
 void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
              std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-  tile(kp, a, 1, kMR, b, c, ldc, m, n, alpha, beta);
+  tile<kStep>(kp, a, 1, kMR, b, c, ldc, m, n, alpha, beta);
 }
 
+template <PairStep kStep>
 void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
                   float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
                   float beta) {
-  tile(kp, a, lda, 1, b, c, ldc, m, n, alpha, beta);
+  tile<kStep>(kp, a, lda, 1, b, c, ldc, m, n, alpha, beta);
 }
 
-// As vcvtneps2bf16: a denormal input becomes a zero of its sign.
+// As vcvtneps2bf16: a denormal input becomes a zero of its sign (BFDOT
+// reads it so too).
 void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
                 std::size_t ldy) {
   auto* const y = static_cast<std::uint16_t*>(out);
@@ -91,10 +163,22 @@ const GemmBf16Kernels gemm_bf16_kernels_emulated{"emulated",
                                                  kBf16MC,
                                                  kBf16KC,
                                                  kBf16NC,
-                                                 &ukernel,
-                                                 &ukernel_rows,
+                                                 &ukernel<vdpbf16ps_pair>,
+                                                 &ukernel_rows<vdpbf16ps_pair>,
                                                  &round_rows,
                                                  &bf16_pack::pack_a<emulated_tag, kMR>,
                                                  &bf16_pack::pack_b<emulated_tag, kNR>};
+
+const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot{"emulated_bfdot",
+                                                       kMR,
+                                                       kNR,
+                                                       kBf16MC,
+                                                       kBf16KC,
+                                                       kBf16NC,
+                                                       &ukernel<bfdot_pair>,
+                                                       &ukernel_rows<bfdot_pair>,
+                                                       &round_rows,
+                                                       &bf16_pack::pack_a<emulated_tag, kMR>,
+                                                       &bf16_pack::pack_b<emulated_tag, kNR>};
 
 }  // namespace mha::detail

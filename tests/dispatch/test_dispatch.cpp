@@ -39,6 +39,25 @@ TEST_CASE("AVX512_BF16 is detected as the kernel reports it, and only with AVX-5
   CHECK(f.avx512_bf16 == (listed && f.avx512));
 }
 
+TEST_CASE("FEAT_BF16 is detected as the kernel reports it, and only with NEON", "[dispatch]") {
+  const mha::detail::CpuFeatures& f = mha::detail::cpu_features();
+  CHECK((!f.neon_bf16 || f.neon));
+  // Linux lists HWCAP2_BF16 as "bf16" on /proc/cpuinfo's "Features" line
+  // (qemu-user 7.2 shows the host's file instead, which has none).
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line) && line.rfind("Features", 0) != 0) {
+  }
+  if (line.rfind("Features", 0) != 0) {
+    WARN("skipped: no aarch64 Features line in /proc/cpuinfo");
+    return;
+  }
+  std::istringstream features(line.substr(line.find(':') + 1));
+  bool listed = false;
+  for (std::string feature; features >> feature;) listed = listed || feature == "bf16";
+  CHECK(f.neon_bf16 == listed);
+}
+
 TEST_CASE("scalar is always supported and every supported ISA has full tables", "[dispatch]") {
   CHECK(mha::isa_supported(mha::Isa::scalar));
   for (mha::Isa isa : mha::supported_isas()) {

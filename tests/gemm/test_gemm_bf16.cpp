@@ -1,6 +1,6 @@
 // bf16 GEMM tests, run once per ISA (MHA_ISA picks the kernels: avx512 on a
-// CPU with AVX512_BF16 and avx2 take the dot path on their bf16 kernels,
-// the other ISAs the fp32 path),
+// CPU with AVX512_BF16, avx2, and neon on a CPU with FEAT_BF16 take the dot
+// path on their bf16 kernels, the other ISAs the fp32 path),
 // against a double-precision reference computed from the same bf16 values.
 //
 // Error bound, per element:
@@ -10,7 +10,11 @@
 // of at most u = 2^-24, plus 2 per K block after the first (alpha*acc and
 // the sum through C), so fewer than 2(k + 4) for any k; the fp32 path's
 // products are exact too, and it has the sgemm bound of k + 4 roundings.
-// FLT_EPSILON = 2u covers both with Higham's gamma_{2(k+4)}. bf16 denormals
+// FLT_EPSILON = 2u covers both with Higham's gamma_{2(k+4)}. BFDOT (neon_bf16)
+// rounds to odd, an error below 2u, twice per pair (the pair's sum, then
+// the accumulation): 2 * ceil(k/2) roundings of 2u, at most 2(k + 1)u, plus
+// the 3 of alpha and beta and 2 per later K block, again below 2(k + 4)u.
+// bf16 denormals
 // (read as zero, sums flushed) move a result by at most about 2^-126 per
 // operation, far below the bound for these operands (|x| >= 2^-20 or 0).
 #include <mha/mha.h>
@@ -243,6 +247,11 @@ const mha::detail::GemmBf16Kernels* hardware_bf16() {
   return mha::detail::gemm_bf16_kernels(mha::Isa::avx512);
 }
 
+// The NEON BF16 kernels, where this build has them and the CPU has FEAT_BF16.
+const mha::detail::GemmBf16Kernels* neon_bf16() {
+  return mha_isa_supported("neon") ? mha::detail::gemm_bf16_kernels(mha::Isa::neon) : nullptr;
+}
+
 // The AVX2 widening kernels, where this build has them and the CPU runs them.
 const mha::detail::GemmBf16Kernels* avx2_bf16() {
   return mha_isa_supported("avx2") ? mha::detail::gemm_bf16_kernels(mha::Isa::avx2) : nullptr;
@@ -263,13 +272,13 @@ TEST_CASE("gemm_bf16's fp32 path, forced, matches the reference", "[gemm][bf16][
 
 namespace {
 
-// g against the emulation, bit for bit, on the first reference shapes plus
+// g against its emulation emu, bit for bit, on the first reference shapes plus
 // three K blocks with an odd k (Problem seeds from seed0). `denormals`:
 // operands of every scale, with denormals, tiny products and sums cancelling
 // to the denormal range, where the flushing shows.
-void check_emulation_bits(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed,
+void check_emulation_bits(const mha::detail::GemmBf16Kernels& g,
+                          const mha::detail::GemmBf16Kernels& emu, std::uint64_t seed,
                           std::uint64_t seed0, bool denormals) {
-  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
   REQUIRE(g.kc == emu.kc);
   std::vector<Shape> shapes = reference_shapes();
   shapes.resize(scaled(300, 120));
@@ -303,7 +312,95 @@ TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[
     WARN("skipped: this build or CPU has no AVX512_BF16");
     return;
   }
-  check_emulation_bits(*hw, 5, 7000, true);
+  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated, 5, 7000, true);
+}
+
+namespace {
+
+// The first kp pairs of A (row 0, a pair's even element first) and B
+// (column 0) through g's ukernel, alpha = 1: the bits of one C element.
+std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<std::uint16_t>& a,
+                       const std::vector<std::uint16_t>& b) {
+  const std::size_t k = a.size(), kp = (k + 1) / 2;
+  std::vector<std::uint32_t> ap(kp * g.mr);
+  std::vector<std::uint16_t> bp(kp * g.nr * 2);
+  g.pack_a(false, 1, k, a.data(), k, ap.data());
+  g.pack_b(false, k, 1, b.data(), 1, bp.data(), bp.size());
+  float c = 0.f;
+  g.ukernel(kp, ap.data(), bp.data(), &c, 1, 1, 1, 1.f, 0.f);
+  std::uint32_t u;
+  std::memcpy(&u, &c, sizeof u);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("the BFDOT emulation rounds to odd, flushes denormals, gives the default NaN",
+          "[gemm][bf16]") {
+  // (A, B, the result's bits): bf16 1 = 3f80, 2^-15 = 3800, 2^-30 = 3080,
+  // 2^-70 = 1c80, 2^127 = 7f00, 2 = 4000.
+  struct Case {
+    std::vector<std::uint16_t> a, b;
+    std::uint32_t want;
+  };
+  const Case cases[] = {
+      {{0x3f80, 0x3f80}, {0x3f80, 0x3f80}, 0x40000000u},  // exact: 2
+      // 1 + 2^-30 (the pair's sum): toward zero, then the last bit set.
+      {{0x3f80, 0x3800}, {0x3f80, 0x3800}, 0x3f800001u},
+      // The accumulation: 1, then + 2^-30 (vdpbf16ps: 1 exactly).
+      {{0x3f80, 0, 0x3800, 0}, {0x3f80, 0, 0x3800, 0}, 0x3f800001u},
+      // -1 + 2^-30: toward zero is 1 - 2^-24, odd already.
+      {{0xbf80, 0x3800}, {0x3f80, 0x3800}, 0xbf7fffffu},
+      // 1 + 2^-60 and -1 + 2^-60, beyond a double's 53 bits.
+      {{0x3f80, 0x3080}, {0x3f80, 0x3080}, 0x3f800001u},
+      {{0xbf80, 0x3080}, {0x3f80, 0x3080}, 0xbf7fffffu},
+      {{0x1c80}, {0x1c80}, 0u},                           // 2^-140: flushed
+      {{0x9c80}, {0x1c80}, 0u},                           // -2^-140: to -0, and +0 + -0 is +0
+      {{0x0001, 0x3f80}, {0x3f80, 0x0040}, 0u},           // denormal inputs read as 0
+      {{0x7f00}, {0x4000}, 0x7f800000u},                  // 2^128: infinity
+      {{0xff00, 0x7f00}, {0x4000, 0x4000}, 0x7fc00000u},  // -inf + inf
+      {{0x7fa1}, {0x3f80}, 0x7fc00000u},                  // NaN: the default NaN
+      {{0xffa1, 0x3f80}, {0x3f80, 0x3f80}, 0x7fc00000u},
+      {{0x7f80}, {0}, 0x7fc00000u},  // inf * 0
+  };
+  const mha::detail::GemmBf16Kernels* neon = neon_bf16();
+  for (const Case& t : cases) {
+    INFO("A[0] " << std::hex << t.a[0] << " B[0] " << t.b[0] << " k " << std::dec << t.a.size());
+    CHECK(dot_bits(mha::detail::gemm_bf16_kernels_emulated_bfdot, t.a, t.b) == t.want);
+    if (neon != nullptr) CHECK(dot_bits(*neon, t.a, t.b) == t.want);
+  }
+}
+
+TEST_CASE("the NEON BF16 kernels give the bits of the BFDOT emulation", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* neon = neon_bf16();
+  if (neon == nullptr) {
+    WARN("skipped: this build or CPU has no FEAT_BF16");
+    return;
+  }
+  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated_bfdot;
+  check_emulation_bits(*neon, emu, 7, 11000, true);
+  // Every bit pattern, NaN, infinity and the largest exponents included
+  // (products and sums overflowing), one tile per k: the bits of both.
+  std::mt19937_64 rng(8);
+  for (std::size_t k : {1, 2, 3, 8, 33}) {
+    const std::size_t m = neon->mr, n = neon->nr;
+    std::vector<std::uint16_t> a(m * k), b(k * n);
+    for (auto* x : {&a, &b}) {
+      for (std::uint16_t& v : *x) {
+        v = static_cast<std::uint16_t>(rng());
+        if (rng() % 2 == 0)
+          v = static_cast<std::uint16_t>((v & 0x807fu) | (0xf0u + rng() % 16) << 7);
+      }
+    }
+    INFO("k " << k);
+    std::vector<float> got(m * n), want(m * n);
+    for (auto [g, c] : {std::pair{neon, &got}, std::pair{&emu, &want}}) {
+      const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
+      mha::detail::gemm_bf16(g, f, mha::detail::Trans::N, mha::detail::Trans::N, m, n, k, 1.f,
+                             a.data(), k, b.data(), n, 0.f, c->data(), n);
+    }
+    CHECK(bitwise_equal(got, want));
+  }
 }
 
 namespace {
@@ -394,6 +491,17 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   SECTION("emulated") {
     check_core_entries(mha::detail::gemm_bf16_kernels_emulated, 91);
   }
+  SECTION("emulated BFDOT") {
+    check_core_entries(mha::detail::gemm_bf16_kernels_emulated_bfdot, 94);
+  }
+  SECTION("NEON BF16") {
+    const mha::detail::GemmBf16Kernels* neon = neon_bf16();
+    if (neon == nullptr) {
+      WARN("skipped: this build or CPU has no FEAT_BF16");
+      return;
+    }
+    check_core_entries(*neon, 95);
+  }
   SECTION("AVX2") {
     const mha::detail::GemmBf16Kernels* avx2 = avx2_bf16();
     if (avx2 == nullptr) {
@@ -421,7 +529,7 @@ TEST_CASE("the AVX2 bf16 kernels give the emulation's bits on normal operands", 
     WARN("skipped: this build or CPU has no AVX2");
     return;
   }
-  check_emulation_bits(*avx2, 6, 9000, false);
+  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated, 6, 9000, false);
 }
 
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
@@ -634,8 +742,11 @@ TEST_CASE("fp32 <-> bf16 conversions round to nearest even", "[gemm][bf16]") {
 TEST_CASE("mha_kernel_name names the kernels that serve each dtype", "[gemm][bf16]") {
   const std::string isa = mha_isa_name();
   CHECK(mha_kernel_name(MHA_FP32) == isa);
-  const bool bf16 = isa == "avx512" && mha::detail::cpu_features().avx512_bf16;
-  const std::string want = bf16 ? "avx512_bf16" : isa == "avx2" ? "avx2_widen" : isa;
+  const mha::detail::CpuFeatures& cpu = mha::detail::cpu_features();
+  const std::string want = isa == "avx512" && cpu.avx512_bf16 ? "avx512_bf16"
+                           : isa == "avx2"                    ? "avx2_widen"
+                           : isa == "neon" && cpu.neon_bf16   ? "neon_bf16"
+                                                              : isa;
   CHECK(mha_kernel_name(MHA_BF16) == want);
   CHECK((mha::detail::gemm_bf16_kernels(mha::detail::active_isa()) != nullptr) == (want != isa));
   CHECK(std::string(mha::kernel_name(MHA_BF16)) == mha_kernel_name(MHA_BF16));
