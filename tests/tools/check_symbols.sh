@@ -7,8 +7,8 @@
 #    function mha_* or a C++ entity in namespace mha (including its vtables
 #    and typeinfo), but nothing in mha::detail (internal by contract).
 # 2. Linker merging (xsimd#633, numpy#25274): a weak (COMDAT) function defined in a
-#    per-ISA object (file name *_avx2.*, *_avx512.*, *_avx512bf16.*, *_neon.*,
-#    *_neonbf16.*) must not also be defined in an object built for another ISA
+#    per-ISA object (file name *_avx2.*, *_avx2bf16.*, *_avx512.*, *_avx512bf16.*,
+#    *_neon.*, *_neonbf16.*) must not also be defined in an object built for another ISA
 #    or for the baseline. The linker keeps one copy of such a function for the
 #    whole library, so an inline helper compiled with -mavx512f could end up
 #    being what baseline code calls before the CPU check. Per-ISA code must
@@ -61,6 +61,7 @@ isa_of() {
     *_avx512.*) echo avx512 ;;
     *_avx512bf16.*) echo avx512bf16 ;;
     *_avx2.*) echo avx2 ;;
+    *_avx2bf16.*) echo avx2 ;;
     *_neon.*) echo neon ;;
     *_neonbf16.*) echo neonbf16 ;;
     *) echo baseline ;;
