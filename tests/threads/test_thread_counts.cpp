@@ -11,10 +11,12 @@
 // 7 with the library's limit at 0 (the library runs in the caller's arena).
 // Every ISA this CPU has is swept with mha_set_isa.
 //
-// The attention core uses at most 1 + flops / 6e6 threads (plan_core in
-// lib/attention/core.cpp), so the shapes below are sized for roughly 8 to 16
-// core tasks in flight; higher counts still change which thread runs which
-// task, which is what a thread-dependent result would show up under.
+// The attention core uses at most max(1, flops / 2e6) threads, and no more
+// than its tasks (threads_for in lib/common/parallel.cpp, called by
+// plan_core in lib/attention/core.cpp), so the shapes below allow about 10
+// to 33 threads over 16 to 64 core tasks; higher counts still change which
+// thread runs which task, which is what a thread-dependent result would show
+// up under.
 #include <mha/mha.h>
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
