@@ -386,7 +386,8 @@ void forward_cases(const Dump& d, mha_dtype dt) {
   forward(d, "splitkv/e128h2/q2_kv2500", e128, 1, 2, 2500);
   forward(d, "splitkv/e64h4/all_q3_kv2500", e64, 1, 3, 2500, {}, Weights::none, &all_long);
   forward(d, "splitkv/e64h4/lse_q1_kv2500", e64, 1, 1, 2500, {}, Weights::none, &lse);
-  forward(d, "splitkv/e64h4/weights_q2_kv2500", e64, 1, 2, 2500, {}, Weights::per_head);
+  // The same shape with weights: one pass per row, never split.
+  forward(d, "fwd/e64h4/weights_q2_kv2500", e64, 1, 2, 2500, {}, Weights::per_head);
 }
 
 // ---- ragged forward ------------------------------------------------------
