@@ -1,5 +1,5 @@
 // Internal contract between the public attention API (api.cpp: validation,
-// C/C++ wrappers) and the implementation behind it (the fused engine).
+// C/C++ wrappers) and the implementation behind it (engine.cpp).
 // Arguments reaching the engine are already validated.
 #pragma once
 
@@ -59,20 +59,42 @@ struct ForwardArgs {
 };
 
 class AttentionEngine;
-struct GemmBf16Kernels;
-struct KvCacheView;
-struct RaggedSeqs;
+class KvType;
+struct KvView;
+struct SeqSpans;
+struct ProjectionWeights;
 class PagedKvCache;
 
+// Where a call's new K and V go: packed for the call alone, or appended to a
+// cache. Sequence i of `seqs` gets new(i) = key_start[i+1] - key_start[i]
+// keys (rows key_start[i].. of k and v, [rows, ld], kv head g at column
+// g*head_dim) after its kv_len(i) - new(i) earlier ones.
+class KvStore {
+ public:
+  virtual ~KvStore() = default;
+  // Floats of the calling thread's scratch that append() writes into (a
+  // per-call store), else 0.
+  virtual std::size_t scratch_floats(const SeqSpans& seqs) const = 0;
+  // Keys per block of a paged store (the core's key tile divides it), or 0.
+  virtual std::size_t block_tokens() const { return 0; }
+  // Writes the new keys and gives views[i] sequence i's kv_len(i) keys.
+  virtual void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k,
+                      const float* v, std::size_t ld, float* scratch, KvView* views) = 0;
+  // The call succeeded: the new keys are kept. Failed: the store is as
+  // before the call (nothing kept, nothing lost).
+  virtual void commit(const SeqSpans& seqs) = 0;
+  virtual void rollback(const SeqSpans& seqs) noexcept = 0;
+};
+
 // Projected K/V of every position decoded so far, for `batch` sequences of up
-// to `max_len` positions, stored in the packed layout the attention core
-// reads (so a decode step never repacks the cache). All batch rows have the
-// same length. One cache serves one sequence stream: steps on one cache must
-// not run concurrently; different caches may.
-class KvCache {
+// to `max_len` positions, stored in the layout of the engine's KV type (so a
+// decode step never repacks the cache). All batch rows have the same length.
+// One cache serves one sequence stream: steps on one cache must not run
+// concurrently; different caches may.
+class KvCache final : public KvStore {
  public:
   KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len);
-  ~KvCache();
+  ~KvCache() override;
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
@@ -84,20 +106,19 @@ class KvCache {
   // speculative tokens; truncate(0) empties the cache.
   void truncate(std::size_t len);
 
+  std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
+  void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k, const float* v,
+              std::size_t ld, float* scratch, KvView* views) override;
+  void commit(const SeqSpans& seqs) override;
+  void rollback(const SeqSpans& seqs) noexcept override;
+
  private:
-  friend class AttentionEngine;
-  struct Storage;
-  // K of block (b * kv_heads + kv head) as packed columns, its V rows.
-  PackedBColumns keys(std::size_t block) const;
-  float* values(std::size_t block) const;
-  KvCacheView view(std::size_t len) const;
-  // Writes n_new positions per batch row from length() on (rows [batch *
-  // n_new, ld] of projected K and V, kv head g at column g*head_dim) and
-  // returns the view of length() + n_new keys; length() is unchanged.
-  KvCacheView append(const float* k, const float* v, std::size_t ld, std::size_t n_new);
-  void clear(std::size_t from, std::size_t to);
+  // Zeroes positions [from, to) of every row.
+  void clear(std::size_t from, std::size_t to) noexcept;
+  KvView view(std::size_t row, std::size_t len) const;
   const AttentionEngine& engine_;
   std::size_t batch_, max_len_, length_ = 0;
+  struct Storage;
   std::unique_ptr<Storage> storage_;
 };
 
@@ -121,7 +142,7 @@ class AttentionEngine {
   // E], key [kv_start[num], kdim], value [kv_start[num], vdim]), each
   // sequence on its own at positions from 0, its last query aligned with its
   // last key (mods.lse: [q_start[num], H]). Needs q_start[num] > 0.
-  void forward_ragged(const RaggedSeqs& seqs, const float* query, const float* key,
+  void forward_ragged(const SeqSpans& seqs, const float* query, const float* key,
                       const float* value, const AttentionMods& mods, float* out) const;
 
   // Incremental decoding: projects n_new tokens per batch row (query [batch,
@@ -149,22 +170,22 @@ class AttentionEngine {
   // on that ISA's kernels, whatever mha_set_isa chooses later.
   const GemmKernels& gemm() const { return gemm_kernels(isa_); }
   const SoftmaxKernels& softmax() const { return softmax_kernels(isa_); }
-  // A bf16 object's attention core kernels where the CPU has bf16 dot
-  // products (its K/V then bf16 in the cache and per call), else nullptr.
-  const GemmBf16Kernels* core_bf16() const;
-
-  struct Impl;  // packed weights (engine_fused.cpp)
+  // The K/V element type of the core (and of every cache of this object),
+  // picked at create: bf16 for a bf16 object where the CPU has bf16 dot
+  // products, else fp32.
+  const KvType& kv_type() const { return *kv_; }
 
  private:
-  struct Pass;
+  struct Call;
   struct Layout;
-  static Pass forward_pass(const ForwardArgs& a);
-  Layout layout(const Pass& a) const;
-  void run(const Pass& a) const;
+  Layout layout(const Call& c) const;
+  void run(const Call& c) const;
+  Call forward_call(const ForwardArgs& a, KvStore& store) const;
 
   Isa isa_;
   AttentionShape shape_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ProjectionWeights> weights_;
+  std::unique_ptr<KvType> kv_;
 };
 
 }  // namespace mha::detail

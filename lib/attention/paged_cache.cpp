@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/checked.hpp"
 #include "common/error.hpp"
 
 namespace mha::detail {
@@ -11,29 +12,21 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
     : engine_(engine),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
-      packing_(
-          kv_packing(engine.gemm(), engine.shape(), num_blocks, block_tokens, engine.core_bf16())),
-      pool_(alloc_floats(packing_.floats)),
+      layout_(engine.kv_type().layout(engine.shape().head_dim, block_tokens)),
       tables_(num_slots),
       first_block_(num_slots, 0),
       lengths_(num_slots, 0),
       marks_(num_slots, 0) {
+  const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
+  const std::size_t blocks = checked_mul(num_blocks, engine.shape().num_kv_heads, what);
+  k_region_ = checked_mul(blocks, layout_.k_bytes, what);
+  const std::size_t bytes =
+      checked_add(k_region_, checked_mul(blocks, layout_.v_bytes, what), what);
+  pool_ = alloc_floats(float_bytes(bytes / sizeof(float), what) / sizeof(float));
   // Highest id on top, so blocks are handed out from the start of the pool;
   // the pool's pages are only touched when a block is first taken.
   free_.resize(num_blocks);
   for (std::size_t i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
-}
-
-PackedBColumns PagedKvCache::keys(std::size_t block, std::size_t g) const {
-  const AttentionShape& s = engine_.shape();
-  return {pool_.get() + (block * s.num_kv_heads + g) * packing_.k_stride, s.head_dim, block_tokens_,
-          engine_.gemm().nr};
-}
-
-float* PagedKvCache::values(std::size_t block, std::size_t g) const {
-  const std::size_t kvh = engine_.shape().num_kv_heads;
-  return pool_.get() + num_blocks_ * kvh * packing_.k_stride +
-         (block * kvh + g) * packing_.v_stride;
 }
 
 bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
@@ -42,37 +35,34 @@ bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
   return true;
 }
 
-KvCacheView PagedKvCache::view(std::size_t slot, std::size_t len) const {
-  const AttentionShape& s = engine_.shape();
-  KvCacheView v{pool_.get(),       values(0, 0),      len,
-                s.num_kv_heads,    s.head_dim,        engine_.gemm().nr,
-                packing_.k_stride, packing_.v_stride, packing_.ldv};
+KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
+  KvView v;
+  v.k = pool_.get();
+  v.v = reinterpret_cast<char*>(pool_.get()) + k_region_;
+  v.len = len;
+  v.kv_heads = engine_.shape().num_kv_heads;
+  v.layout = layout_;
   v.blocks = tables_[slot].data();
   v.block_tokens = block_tokens_;
   v.block0 = first_block_[slot];
-  v.g16 = packing_.g16;
-  v.v_strip = packing_.v_strip;
   return v;
 }
 
-void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) {
-  const std::size_t kvh = engine_.shape().num_kv_heads, first = first_block_[slot];
+void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) noexcept {
+  const AttentionShape& s = engine_.shape();
+  const KvType& type = engine_.kv_type();
+  const std::size_t first = first_block_[slot];
   from = std::max(from, first * block_tokens_);
   to = std::min(to, (first + tables_[slot].size()) * block_tokens_);
-  const KvCacheView v = view(slot, to);
+  const KvView v = view(slot, to);
   for (std::size_t pos = from; pos < to; ++pos) {
-    const std::size_t block = tables_[slot][pos / block_tokens_ - first];
-    for (std::size_t g = 0; g < kvh; ++g) {
-      if (v.g16 != nullptr) {
-        clear_key_bf16(v, 0, g, pos);
-      } else {
-        keys(block, g).clear(pos % block_tokens_);
-      }
+    for (std::size_t g = 0; g < s.num_kv_heads; ++g) {
+      type.clear(layout_, v.k_block(g, pos), v.v_block(g, pos), v.local(pos), s.head_dim);
     }
   }
 }
 
-void PagedKvCache::release(std::size_t slot, std::size_t len) {
+void PagedKvCache::release(std::size_t slot, std::size_t len) noexcept {
   std::vector<std::size_t>& table = tables_[slot];
   const std::size_t end = ceil_div(len, block_tokens_), first = first_block_[slot];
   const std::size_t keep = end > first ? end - first : 0;
@@ -92,7 +82,7 @@ void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
   lengths_[slot] = std::min(lengths_[slot], len);
 }
 
-void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
+void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
   // Blocks slot i must hold: from its first kept one to kv_len(i).
   const auto blocks = [&](std::size_t i) {
     return ceil_div(seqs.kv_len(i), block_tokens_) - first_block_[slots[i]];
@@ -118,36 +108,31 @@ void PagedKvCache::reserve(const std::size_t* slots, const RaggedSeqs& seqs) {
   }
 }
 
-void PagedKvCache::append(const std::size_t* slots, const RaggedSeqs& seqs, const float* k,
-                          const float* v, std::size_t ld, KvCacheView* views) const {
+void PagedKvCache::append(const std::size_t* slots, const SeqSpans& seqs, const float* k,
+                          const float* v, std::size_t ld, KvView* views) const {
   const AttentionShape& s = engine_.shape();
-  const std::size_t d = s.head_dim, kvh = s.num_kv_heads, bt = block_tokens_;
+  const KvType& type = engine_.kv_type();
+  const std::size_t d = s.head_dim;
   for (std::size_t i = 0; i < seqs.num; ++i) {
-    const std::vector<std::size_t>& table = tables_[slots[i]];
-    const std::size_t start = lengths_[slots[i]], first = first_block_[slots[i]];
+    const std::size_t start = lengths_[slots[i]];
     views[i] = view(slots[i], seqs.kv_len(i));
+    const KvView& w = views[i];
     for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
-      const std::size_t pos = start + t, block = table[pos / bt - first];
+      const std::size_t pos = start + t;
       const float* kr = k + (seqs.q_start[i] + t) * ld;
       const float* vr = v + (seqs.q_start[i] + t) * ld;
-      for (std::size_t g = 0; g < kvh; ++g) {
-        if (packing_.g16 != nullptr) {
-          put_key_bf16(views[i], 0, g, pos, kr + g * d, vr + g * d);
-          continue;
-        }
-        const PackedBColumns kb = keys(block, g);
-        // A strip's columns past the length must read as zero (core.hpp);
-        // zeroed as it is entered, so a block's pages are touched only as
-        // the slot reaches them, and stale keys of a reused block vanish.
-        if (pos % bt % kb.nr == 0) kb.clear_strip(pos % bt);
-        kb.write(pos % bt, kr + g * d);
-        std::copy_n(vr + g * d, d, values(block, g) + (pos % bt) * packing_.ldv);
+      // put() zeroes a strip as it is entered, so a block's pages are
+      // touched only as the slot reaches them, and stale keys of a reused
+      // block vanish.
+      for (std::size_t g = 0; g < s.num_kv_heads; ++g) {
+        type.put(layout_, w.k_block(g, pos), w.v_block(g, pos), w.local(pos), d, kr + g * d,
+                 vr + g * d);
       }
     }
   }
 }
 
-void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs, std::size_t window) {
+void PagedKvCache::commit(const std::size_t* slots, const SeqSpans& seqs, std::size_t window) {
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t slot = slots[i], len = seqs.kv_len(i);
     lengths_[slot] = len;
@@ -164,7 +149,7 @@ void PagedKvCache::commit(const std::size_t* slots, const RaggedSeqs& seqs, std:
   }
 }
 
-void PagedKvCache::rollback(const std::size_t* slots, const RaggedSeqs& seqs) {
+void PagedKvCache::rollback(const std::size_t* slots, const SeqSpans& seqs) noexcept {
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t slot = slots[i];
     release(slot, lengths_[slot]);

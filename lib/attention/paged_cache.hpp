@@ -1,8 +1,7 @@
 // A paged KV cache for continuous batching: a pool of fixed-size blocks,
-// each holding block_tokens positions of K (packed columns, the layout the
-// core reads) and V for every kv head (in bf16, in the bf16 core's layouts,
-// for a bf16 object with bf16 kernels), and per slot (one request) a block
-// table and a length. A slot takes blocks as it grows and gives them back on
+// each holding block_tokens positions of K and V for every kv head (one
+// head-block each, in the layout of the engine's KV type), and per slot
+// (one request) a block table and a length. A slot takes blocks as it grows and gives them back on
 // truncate or reset, so a short sequence never reserves max_len.
 #pragma once
 
@@ -12,6 +11,7 @@
 
 #include "attention/core.hpp"
 #include "attention/engine.hpp"
+#include "attention/kv_type.hpp"
 #include "common/aligned.hpp"
 
 namespace mha::detail {
@@ -44,32 +44,31 @@ class PagedKvCache {
   // For a step (AttentionEngine::step_ragged): sequence i of `seqs` grows
   // slot slots[i] to kv_len(i) positions by q_len(i) new ones.
   // Takes the blocks every slot needs, or throws MHA_OUT_OF_MEMORY taking none.
-  void reserve(const std::size_t* slots, const RaggedSeqs& seqs);
+  void reserve(const std::size_t* slots, const SeqSpans& seqs);
   // Writes the new rows' K and V ([q_start[num], ld], kv head g at column
   // g*head_dim) after each slot's history; views[i] gets slot i's view of
   // kv_len(i) keys. Lengths are unchanged until commit.
-  void append(const std::size_t* slots, const RaggedSeqs& seqs, const float* k, const float* v,
-              std::size_t ld, KvCacheView* views) const;
+  void append(const std::size_t* slots, const SeqSpans& seqs, const float* k, const float* v,
+              std::size_t ld, KvView* views) const;
   // Sets the lengths; with a window (0: none), each slot then returns the
   // blocks wholly before what its next query (at its new length) can see.
-  void commit(const std::size_t* slots, const RaggedSeqs& seqs, std::size_t window);
+  void commit(const std::size_t* slots, const SeqSpans& seqs, std::size_t window);
   // Undoes reserve and append: clears what was written past each length and
   // returns the blocks beyond it. Idempotent.
-  void rollback(const std::size_t* slots, const RaggedSeqs& seqs);
+  void rollback(const std::size_t* slots, const SeqSpans& seqs) noexcept;
 
  private:
   // The slot's view of len keys (in blocks it holds).
-  KvCacheView view(std::size_t slot, std::size_t len) const;
-  PackedBColumns keys(std::size_t block, std::size_t g) const;
-  float* values(std::size_t block, std::size_t g) const;
-  // Zeroes key columns [from, to) of the slot (inside blocks it holds).
-  void clear(std::size_t slot, std::size_t from, std::size_t to);
+  KvView view(std::size_t slot, std::size_t len) const;
+  // Zeroes positions [from, to) of the slot (inside blocks it holds).
+  void clear(std::size_t slot, std::size_t from, std::size_t to) noexcept;
   // Returns the slot's blocks past those holding `len` positions.
-  void release(std::size_t slot, std::size_t len);
+  void release(std::size_t slot, std::size_t len) noexcept;
 
   const AttentionEngine& engine_;
   std::size_t block_tokens_, num_blocks_;
-  KvPacking packing_;  // per block and kv head, as kv_packing(num_blocks, block_tokens)
+  KvLayout layout_;           // of a head-block of block_tokens keys
+  std::size_t k_region_ = 0;  // bytes of the pool's K head-blocks, before the V ones
   AlignedFloats pool_;
   std::vector<std::size_t> free_;  // free block ids (a stack)
   // Per slot: its blocks in order, table[i] holding positions from
@@ -80,6 +79,26 @@ class PagedKvCache {
   std::vector<std::size_t> lengths_;
   mutable std::vector<std::size_t> marks_;  // per slot: the last step that named it
   mutable std::size_t steps_ = 0;
+};
+
+// One step's view of a paged cache as a KvStore: sequence i is slot slots[i].
+class PagedStep final : public KvStore {
+ public:
+  PagedStep(PagedKvCache& cache, const std::size_t* slots, std::size_t window)
+      : cache_(cache), slots_(slots), window_(window) {}
+  std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
+  std::size_t block_tokens() const override { return cache_.block_tokens(); }
+  void append(const SeqSpans& seqs, const std::size_t*, const float* k, const float* v,
+              std::size_t ld, float*, KvView* views) override {
+    cache_.append(slots_, seqs, k, v, ld, views);
+  }
+  void commit(const SeqSpans& seqs) override { cache_.commit(slots_, seqs, window_); }
+  void rollback(const SeqSpans& seqs) noexcept override { cache_.rollback(slots_, seqs); }
+
+ private:
+  PagedKvCache& cache_;
+  const std::size_t* slots_;
+  std::size_t window_;
 };
 
 }  // namespace mha::detail

@@ -109,41 +109,56 @@ struct OnlinePart {
   const float* acc;
 };
 
-// out[0..n) = the row's result from `count` partial results over disjoint
-// ranges of its keys (split-KV), part(c) giving part c:
-//   sum_c exp(max_c - M)·acc_c / sum_c exp(max_c - M)·sum_c,
-// M the largest max_c, summed in part order. As online_finalize: NaN if any part is poisoned, zeros
-// if no part saw a score above -inf. A part that saw none is not read.
-// Returns the merged row's state (M and its sum; for online_lse).
+// Folds a partial result (part, pacc) over later keys into the row's state
+// and accumulator (st, acc), as if both had been accumulated together:
+//   M = max(st.max, part.max), acc = e^(st.max - M)·acc + e^(part.max - M)·pacc.
+// A part that saw no score above -inf changes nothing (pacc is not read);
+// into a state that saw none it is copied exactly; a poisoned side poisons st.
+// Every row's keys are folded in fixed chunks of the key grid (the attention
+// core's chunk_keys), whoever computes them, so that a row's bits do not
+// depend on how a call's work is split.
+inline void online_fold(const SoftmaxKernels& k, OnlineRow& st, float* acc, const OnlineRow& part,
+                        const float* pacc, std::size_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (online_poisoned(st)) return;
+  if (online_poisoned(part)) {
+    st = part;
+    return;
+  }
+  if (part.max == kNegInf) return;
+  if (st.max == kNegInf) {
+    st = part;
+    std::copy(pacc, pacc + n, acc);
+    return;
+  }
+  const float m = st.max < part.max ? part.max : st.max;
+  float f[2] = {st.max - m, part.max - m};
+  k.exp(f, f, 2);
+  st.sum = st.sum * f[0] + part.sum * f[1];
+  st.max = m;
+  online_rescale(k, acc, n, f[0]);
+  k.scale_add(pacc, acc, acc, n, f[1]);
+}
+
+// out[0..n) = the row's result from `count` partial results over consecutive
+// ranges of its keys (split-KV), part(c) giving part c: folded in part order
+// (online_fold, from no keys), then the sink joined (if non-null) and the
+// row finalized as online_finalize does. Returns the final state (for
+// online_lse).
 template <class Part>
 OnlineRow online_merge(const SoftmaxKernels& k, std::size_t count, const Part& part, float* out,
-                       std::size_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::size_t c = 0; c < count; ++c) {
-    const OnlineRow st = part(c).st;
-    if (online_poisoned(st)) {
-      std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
-      return st;
-    }
-    if (m < st.max) m = st.max;
-  }
-  if (m == -std::numeric_limits<float>::infinity()) {
-    std::fill(out, out + n, 0.f);
-    return {};
-  }
-  float sum = 0.f;
-  bool first = true;
+                       std::size_t n, const float* sink = nullptr) {
+  OnlineRow st;
   for (std::size_t c = 0; c < count; ++c) {
     const OnlinePart p = part(c);
-    if (p.st.max == -std::numeric_limits<float>::infinity()) continue;
-    float f = p.st.max - m;
-    k.exp(&f, &f, 1);
-    sum += f * p.st.sum;
-    k.scale_add(p.acc, first ? nullptr : out, out, n, f);
-    first = false;
+    online_fold(k, st, out, p.st, p.acc, n);
   }
-  k.scale(out, n, 1.f / sum);
-  return {m, sum};
+  if (st.max == -std::numeric_limits<float>::infinity() && !online_poisoned(st)) {
+    std::fill(out, out + n, 0.f);
+  }
+  if (sink != nullptr) online_rescale(k, out, n, online_sink(k, st, *sink));
+  online_finalize(k, st, out, n);
+  return st;
 }
 
 }  // namespace mha::detail

@@ -204,8 +204,13 @@ TEST_CASE("window and sinks across split-KV chunks match the oracle", "[attentio
     AttentionCase c = base_case(16, 2, 0, 3, kv_len, false, 77 + window);
     c.batch = 1;
     const mha::detail::AttentionShape shape{16, 2, 16, 16, 2, 8};
+    const mha::detail::CoreArrays arr = mha::detail::CoreArrays::take(1);
+    arr.q_start[0] = arr.kv_start[0] = 0;
+    arr.q_start[1] = 3;
+    arr.kv_start[1] = kv_len;
     const mha::detail::CorePlan plan =
-        mha::detail::plan_core(g, shape, 1, 3, kv_len, false, false, window);
+        mha::detail::plan_core(*mha::detail::make_kv_fp32(g), g, shape,
+                               {1, arr.q_start, arr.kv_start}, 0, false, false, window, arr);
     INFO("window " << window << ": key_begin " << plan.key_begin << ", chunks " << plan.chunks);
     if (window == 1500) CHECK((plan.key_begin > 0 && plan.chunks > 1));
     if (window == 5000) CHECK((plan.key_begin == 0 && plan.chunks > 1));

@@ -1,0 +1,336 @@
+// The attention pipeline, one for every call mode (a padded forward, a
+// ragged forward, a KV-cache step, a paged step): project, rotate, store K
+// and V (packed for the call, or appended to a cache), attend, project.
+//
+//   Q, K, V = X·Wqᵀ + bq, X·Wkᵀ + bk, X·Wvᵀ + bv      (projection.cpp)
+//   per (sequence, head, query block): O = softmax(scale·Q·Kᵀ + mask)·V,
+//       over key tiles with an online softmax (core.cpp, tile_math.cpp)
+//   out = O·Woᵀ + bo
+//
+// A mode is only its sequences and its KvStore. Everything here is
+// composition; there are no intrinsics in this folder.
+#include "attention/engine.hpp"
+
+#include <algorithm>
+
+#include "attention/core.hpp"
+#include "attention/kv_type.hpp"
+#include "attention/paged_cache.hpp"
+#include "attention/projection.hpp"
+#include "attention/rope.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+
+namespace mha::detail {
+namespace {
+
+// K and V packed for one call, in the calling thread's scratch: each
+// sequence's head-blocks back to back, sized for its keys.
+class PerCallKv final : public KvStore {
+ public:
+  PerCallKv(const KvType& type, const AttentionShape& s) : type_(type), s_(s) {}
+  std::size_t scratch_floats(const SeqSpans& seqs) const override {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < seqs.num; ++i) {
+      bytes = checked_add(bytes, seq_bytes(type_.layout(s_.head_dim, seqs.kv_len(i))),
+                          "packed K and V");
+    }
+    return float_bytes(bytes / sizeof(float), "packed K and V") / sizeof(float);
+  }
+  void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k, const float* v,
+              std::size_t ld, float* scratch, KvView* views) override {
+    const std::size_t kvh = s_.num_kv_heads, d = s_.head_dim;
+    char* at = reinterpret_cast<char*>(scratch);
+    for (std::size_t i = 0; i < seqs.num; ++i) {
+      KvView& view = views[i];
+      view = KvView{};
+      view.layout = type_.layout(d, seqs.kv_len(i));
+      view.k = at;
+      view.v = at + kvh * view.layout.k_bytes;
+      view.len = seqs.kv_len(i);
+      view.kv_heads = kvh;
+      at += seq_bytes(view.layout);
+    }
+    // K and V read once and written once packed (4 bytes each per element).
+    const std::size_t rows = key_start[seqs.num];
+    const std::size_t threads = threads_for({0, 16.0 * static_cast<double>(rows * kvh * d)});
+    parallel_for(seqs.num * kvh, threads, [&](std::size_t t) {
+      const std::size_t i = t / kvh, g = t % kvh;
+      const KvView& view = views[i];
+      const std::size_t src = key_start[i] * ld + g * d;
+      type_.put_rows(view.layout, view.k_block(g, 0), view.v_block(g, 0), view.len, d, k + src,
+                     v + src, ld);
+    });
+  }
+  void commit(const SeqSpans&) override {}
+  void rollback(const SeqSpans&) noexcept override {}
+
+ private:
+  std::size_t seq_bytes(const KvLayout& l) const {
+    return checked_mul(s_.num_kv_heads, l.k_bytes + l.v_bytes, "packed K and V");
+  }
+  const KvType& type_;
+  const AttentionShape& s_;
+};
+
+std::unique_ptr<KvType> pick_kv_type(const GemmKernels& g, const GemmBf16Kernels* g16) {
+  return g16 != nullptr ? make_kv_bf16(g, *g16) : make_kv_fp32(g);
+}
+
+}  // namespace
+
+AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
+                                 bool bf16)
+    : isa_(isa), shape_(shape) {
+  const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
+  weights_ = std::make_unique<ProjectionWeights>(gemm(), g16, shape, w, bf16);
+  // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
+  // products; elsewhere on fp32 ones (its weights stay bf16).
+  kv_ = pick_kv_type(gemm(), g16);
+}
+
+AttentionEngine::~AttentionEngine() = default;
+
+// One call: its sequences, the rows it projects, and where K and V go.
+struct AttentionEngine::Call {
+  SeqSpans seqs;                           // query rows; keys, history included
+  const std::size_t* key_start = nullptr;  // [num + 1]: the key/value rows this call projects
+  const float *query = nullptr, *key = nullptr, *value = nullptr;
+  float* out = nullptr;
+  // A padded forward's mask (sequence b is batch row b), weights and mods.
+  const mha_mask* mask = nullptr;
+  float* attn_weights = nullptr;
+  bool average_weights = false;
+  bool causal = false;
+  AttentionMods mods;
+  KvStore* store = nullptr;
+  CoreArrays arrays{};
+
+  std::size_t q_rows() const { return seqs.q_start[seqs.num]; }
+  std::size_t kv_rows() const { return key_start[seqs.num]; }
+  std::size_t new_keys(std::size_t i) const { return key_start[i + 1] - key_start[i]; }
+  // Positions (mha_mods) of sequence i's first query and first new key;
+  // both end at its kv_len.
+  std::ptrdiff_t q_pos0(std::size_t i) const {
+    return static_cast<std::ptrdiff_t>(seqs.kv_len(i)) - static_cast<std::ptrdiff_t>(seqs.q_len(i));
+  }
+  std::ptrdiff_t k_pos0(std::size_t i) const {
+    return static_cast<std::ptrdiff_t>(seqs.kv_len(i) - new_keys(i));
+  }
+  // RoPE's positions for sequence i: [rope_first(i), rope_first(i) + rope_positions(i)).
+  std::ptrdiff_t rope_first(std::size_t i) const { return std::min(q_pos0(i), k_pos0(i)); }
+  std::size_t rope_positions(std::size_t i) const {
+    return static_cast<std::size_t>(static_cast<std::ptrdiff_t>(seqs.kv_len(i)) - rope_first(i));
+  }
+};
+
+// Scratch, from the calling thread: projections | per-call K and V |
+// merged heads | RoPE table | the core's workspace.
+struct AttentionEngine::Layout {
+  bool fused;
+  std::size_t proj, packed, merged, rope;
+  CorePlan plan;
+  std::size_t total() const { return proj + packed + merged + rope + plan.workspace_floats; }
+};
+
+AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
+  const ProjectionWeights& m = *weights_;
+  Layout f;
+  f.fused = m.fused && c.query == c.key && c.key == c.value && c.q_rows() == c.kv_rows();
+  f.proj = projection_floats(m, shape_, f.fused, c.q_rows(), c.kv_rows());
+  f.packed = round_up(c.store->scratch_floats(c.seqs), 16);
+  f.merged = round_up(c.q_rows() * shape_.embed_dim, 16);
+  std::size_t positions = 0;
+  if (c.mods.rope_dim != 0) {
+    for (std::size_t i = 0; i < c.seqs.num; ++i) {
+      positions = std::max(positions, c.rope_positions(i));
+    }
+  }
+  f.rope = round_up(rope_table_floats(c.mods, positions), 16);
+  f.plan = plan_core(*kv_, gemm(), shape_, c.seqs, c.store->block_tokens(),
+                     c.attn_weights != nullptr, c.average_weights, c.mods.window, c.arrays);
+  return f;
+}
+
+void AttentionEngine::run(const Call& c) const {
+  const GemmKernels& g = gemm();
+  const ProjectionWeights& m = *weights_;
+  const AttentionShape& s = shape_;
+  const SeqSpans& seqs = c.seqs;
+  const std::size_t E = s.embed_dim, H = s.num_heads, q_rows = c.q_rows();
+  const Layout f = layout(c);
+  float* ws = thread_scratch(ScratchSlot::kAttention, f.total());
+  float* packed = ws + f.proj;
+  float* merged = packed + f.packed;
+  float* rope = merged + f.merged;
+  float* core_ws = rope + f.rope;
+  const bool rotate = c.mods.rope_dim != 0;
+  const Projected p =
+      project(g, m, s, f.fused, rotate, q_rows, c.kv_rows(), c.query, c.key, c.value, ws);
+  // Rotated once here, before K is stored: caches hold rotated keys, as the
+  // models' caches do. Sequences at the same positions share one table.
+  if (rotate) {
+    std::ptrdiff_t table_first = 0;
+    std::size_t table_positions = 0;
+    for (std::size_t i = 0; i < seqs.num; ++i) {
+      const std::ptrdiff_t first = c.rope_first(i);
+      if (i == 0 || first != table_first || c.rope_positions(i) != table_positions) {
+        table_first = first;
+        table_positions = c.rope_positions(i);
+        rope_table(c.mods, table_first, table_positions, rope);
+      }
+      rope_apply(c.mods, rope, first, c.q_pos0(i), 1, seqs.q_len(i), H, s.head_dim,
+                 p.q + seqs.q_start[i] * p.ldq, p.ldq);
+      rope_apply(c.mods, rope, first, c.k_pos0(i), 1, c.new_keys(i), s.num_kv_heads, s.head_dim,
+                 p.k + c.key_start[i] * p.ldkv, p.ldkv);
+    }
+    // A bf16 object's Q and K enter Q·Kᵀ rounded, after their rotation.
+    if (m.bf16) round_rotated(s, p, q_rows, c.kv_rows());
+  }
+  const mha_mask* mask = c.mask;
+  try {
+    // K and V stored once per (sequence, kv head) and shared by every query
+    // head of the group (GQA without copies).
+    c.store->append(seqs, c.key_start, p.k, p.v, p.ldkv, packed, c.arrays.views);
+    for (std::size_t i = 0; i < seqs.num; ++i) {
+      const std::size_t q_len = seqs.q_len(i), kv_len = seqs.kv_len(i);
+      CoreSeq& seq = c.arrays.seqs[i];
+      seq = CoreSeq{};
+      seq.q = p.q + seqs.q_start[i] * p.ldq;
+      seq.out = merged + seqs.q_start[i] * E;
+      seq.q_len = q_len;
+      seq.kv = c.arrays.views[i];
+      if (mask != nullptr && mask->key_padding != nullptr) {
+        seq.padding = mask->key_padding + i * kv_len;
+      }
+      if (mask != nullptr && mask->additive != nullptr) {
+        const std::size_t plane = q_len * kv_len;
+        seq.additive = mask->additive + (mask->additive_per_head ? i * H * plane : 0);
+        seq.additive_head_stride = mask->additive_per_head ? plane : 0;
+      }
+      if (c.mods.lse != nullptr) seq.lse = c.mods.lse + seqs.q_start[i] * H;
+      if (c.attn_weights != nullptr) {
+        seq.weights = c.attn_weights + i * (c.average_weights ? 1 : H) * q_len * kv_len;
+      }
+    }
+    CoreCall call;
+    call.seqs = c.arrays.seqs;
+    call.num = seqs.num;
+    call.ldq = p.ldq;
+    call.ldo = E;
+    call.causal = c.causal;
+    call.weights = c.attn_weights != nullptr;
+    call.average = c.average_weights;
+    call.mods = c.mods;
+    // run_core writes the weights; the output projection must not then fail
+    // for want of this thread's scratch (a call changes nothing or succeeds).
+    if (call.weights) reserve_project_out(g, m, q_rows);
+    run_core(*kv_, softmax(), s, f.plan, call, core_ws);
+    project_out(g, m, s, q_rows, merged, c.out);
+  } catch (...) {
+    c.store->rollback(seqs);
+    throw;
+  }
+  c.store->commit(seqs);
+}
+
+AttentionEngine::Call AttentionEngine::forward_call(const ForwardArgs& a, KvStore& store) const {
+  Call c;
+  c.arrays = CoreArrays::take(a.batch);
+  for (std::size_t b = 0; b <= a.batch; ++b) {
+    c.arrays.q_start[b] = b * a.q_len;
+    c.arrays.kv_start[b] = b * a.kv_len;
+  }
+  c.seqs = {a.batch, c.arrays.q_start, c.arrays.kv_start};
+  c.key_start = c.arrays.kv_start;
+  c.query = a.query;
+  c.key = a.key;
+  c.value = a.value;
+  c.out = a.out;
+  c.mask = a.mask;
+  c.attn_weights = a.attn_weights;
+  c.average_weights = a.average_weights;
+  c.causal = (a.mask != nullptr && a.mask->causal) || a.mods.causal;
+  c.mods = a.mods;
+  c.store = &store;
+  return c;
+}
+
+std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
+  PerCallKv store(*kv_, shape_);
+  return layout(forward_call(a, store)).total();
+}
+
+void AttentionEngine::forward(const ForwardArgs& a) const {
+  PerCallKv store(*kv_, shape_);
+  run(forward_call(a, store));
+}
+
+void AttentionEngine::forward_ragged(const SeqSpans& seqs, const float* query, const float* key,
+                                     const float* value, const AttentionMods& mods,
+                                     float* out) const {
+  PerCallKv store(*kv_, shape_);
+  Call c;
+  c.arrays = CoreArrays::take(seqs.num);
+  c.seqs = seqs;
+  c.key_start = seqs.kv_start;
+  c.query = query;
+  c.key = key;
+  c.value = value;
+  c.out = out;
+  c.causal = mods.causal;
+  c.mods = mods;
+  c.store = &store;
+  run(c);
+}
+
+void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
+                           const float* value, float* out, const AttentionMods& mods) const {
+  Call c;
+  const std::size_t batch = cache.batch(), len = cache.length() + n_new;
+  c.arrays = CoreArrays::take(batch);
+  for (std::size_t b = 0; b <= batch; ++b) {
+    c.arrays.q_start[b] = b * n_new;
+    c.arrays.kv_start[b] = b * len;
+  }
+  c.seqs = {batch, c.arrays.q_start, c.arrays.kv_start};
+  c.key_start = c.arrays.q_start;
+  c.query = query;
+  c.key = key;
+  c.value = value;
+  c.out = out;
+  c.causal = true;
+  c.mods = mods;
+  c.store = &cache;
+  run(c);
+}
+
+void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
+                                  const std::size_t* q_start, const float* query, const float* key,
+                                  const float* value, const AttentionMods& mods, float* out) const {
+  Call c;
+  c.arrays = CoreArrays::take(num);
+  // Each sequence's keys: the slot's history, then its new tokens.
+  std::size_t* kv_start = c.arrays.kv_start;
+  kv_start[0] = 0;
+  for (std::size_t i = 0; i < num; ++i) {
+    kv_start[i + 1] = kv_start[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
+  }
+  c.seqs = {num, q_start, kv_start};
+  c.key_start = q_start;
+  cache.reserve(slots, c.seqs);
+  PagedStep store(cache, slots, mods.window);
+  c.query = query;
+  c.key = key;
+  c.value = value;
+  c.out = out;
+  c.causal = true;
+  c.mods = mods;
+  c.mods.causal = true;
+  c.store = &store;
+  run(c);
+}
+
+}  // namespace mha::detail

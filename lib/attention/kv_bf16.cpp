@@ -1,0 +1,130 @@
+// The bf16 K/V entry, in the bf16 kernels' packed-B layout (gemm_bf16.hpp):
+// K as op(B) = Kᵀ (pairs along head_dim, strips of nr keys), V as op(B) = V
+// (pairs of consecutive keys, strips of nr columns v_strip elements apart),
+// so both products run the dot kernels on the stored K and V. The high half
+// of an odd length's last V pair is zero.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "attention/kv_type.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+
+namespace mha::detail {
+namespace {
+
+class KvBf16 final : public KvType {
+ public:
+  KvBf16(const GemmKernels& g, const GemmBf16Kernels& g16) : g_(g), g16_(g16) {}
+  const char* name() const override { return "bf16"; }
+  std::size_t strip() const override { return g16_.nr; }
+  std::size_t key_tile() const override { return round_up(key_tile_for(g_.nr), g16_.nr); }
+
+  // Each head-block rounded up to whole cache lines (32 elements).
+  KvLayout layout(std::size_t d, std::size_t capacity) const override {
+    const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
+    const std::size_t nr = g16_.nr;
+    KvLayout l;
+    l.capacity = capacity;
+    const std::size_t k_elems =
+        checked_mul(checked_mul(ceil_div(capacity, nr), ceil_div(d, 2), what), 2 * nr, what);
+    l.v_strip = checked_mul(checked_round_up(capacity, 2, what), nr, what);
+    const std::size_t v_elems = checked_mul(ceil_div(d, nr), l.v_strip, what);
+    l.k_bytes = float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
+    l.v_bytes = float_bytes(checked_round_up(v_elems, 32, what) / 2, what);
+    return l;
+  }
+
+  // Rounded in chunks on the stack: K's pairs go to column j of its strip
+  // (32-bit stores), V's elements to the j-th half of their pairs. An even j
+  // also zeroes j + 1's half of the V pairs.
+  void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
+           const float* value) const override {
+    const std::size_t nr = g16_.nr, kp = ceil_div(d, 2);
+    std::uint16_t* kb = key_strip(k, j, d);
+    std::uint16_t* vb = value_pairs(v, j);
+    if (j % nr == 0) std::fill_n(kb, kp * nr * 2, std::uint16_t{0});
+    constexpr std::size_t kChunk = 256;
+    alignas(64) std::uint16_t row[kChunk + 2];
+    std::uint32_t* const k32 = reinterpret_cast<std::uint32_t*>(kb) + j % nr;
+    for (std::size_t c0 = 0; c0 < d; c0 += kChunk) {
+      const std::size_t n = std::min(kChunk, d - c0);
+      fp32_to_bf16(n, key + c0, row);
+      row[n] = 0;
+      for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+        std::uint32_t pair;
+        std::memcpy(&pair, row + 2 * p, sizeof pair);
+        k32[(c0 / 2 + p) * nr] = pair;
+      }
+      fp32_to_bf16(n, value + c0, row);
+      for (std::size_t c = 0; c < n; ++c) {
+        const std::size_t col = c0 + c;
+        std::uint16_t* pair = vb + col / nr * l.v_strip + col % nr * 2;
+        pair[j % 2] = row[c];
+        if (j % 2 == 0) pair[1] = 0;
+      }
+    }
+  }
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
+                const float* value, std::size_t ld) const override {
+    for (std::size_t j = 0; j < n; ++j) put(l, k, v, j, d, key + j * ld, value + j * ld);
+  }
+  // V too: its pairs are read, times a zero P, so they must not keep a
+  // stale infinity or NaN.
+  void clear(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d) const override {
+    const std::size_t nr = g16_.nr;
+    std::uint16_t* kb = key_strip(k, j, d);
+    std::uint16_t* vb = value_pairs(v, j);
+    for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
+      kb[(p * nr + j % nr) * 2] = kb[(p * nr + j % nr) * 2 + 1] = 0;
+    }
+    for (std::size_t c = 0; c < d; ++c) vb[c / nr * l.v_strip + c % nr * 2 + j % 2] = 0;
+  }
+
+  // Q and P rows in the kernels' A elements (a_bytes each), pairs complete.
+  std::size_t query_floats(std::size_t rows, std::size_t d) const override {
+    return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);
+  }
+  std::size_t p_floats(std::size_t rows, std::size_t keys) const override {
+    return query_floats(rows, keys);
+  }
+  void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                       float* qbuf) const override {
+    g16_.round_rows(rows, d, q, ldq, qbuf, round_up(d, 2));
+  }
+  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
+              float* s, std::size_t lds) const override {
+    const std::size_t kp = ceil_div(d, 2);
+    bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
+              key_strip(const_cast<void*>(t.k), t.j0, d), kp * g16_.nr * 2, s, lds, t.n, alpha,
+              0.0f);
+  }
+  void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
+              float beta, float* o, std::size_t ldo, float* pbuf) const override {
+    const std::size_t ldp16 = round_up(t.n, 2);
+    g16_.round_rows(rows, t.n, p, ldp, pbuf, ldp16);
+    bf16_rows(g16_, rows, ceil_div(t.n, 2), reinterpret_cast<const std::uint32_t*>(pbuf), ldp16 / 2,
+              value_pairs(const_cast<void*>(t.v), t.j0), t.layout->v_strip, o, ldo, d, 1.0f, beta);
+  }
+
+ private:
+  // The K strip holding key j, and V's pair row holding key j in its first
+  // column strip.
+  std::uint16_t* key_strip(void* k, std::size_t j, std::size_t d) const {
+    return static_cast<std::uint16_t*>(k) + j / g16_.nr * ceil_div(d, 2) * g16_.nr * 2;
+  }
+  std::uint16_t* value_pairs(void* v, std::size_t j) const {
+    return static_cast<std::uint16_t*>(v) + j / 2 * g16_.nr * 2;
+  }
+  const GemmKernels& g_;
+  const GemmBf16Kernels& g16_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16) {
+  return std::make_unique<KvBf16>(g, g16);
+}
+
+}  // namespace mha::detail

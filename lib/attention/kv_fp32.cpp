@@ -1,0 +1,88 @@
+// The fp32 K/V entry: K packed as the GEMM's op(B) = Kᵀ ([head_dim x keys],
+// strips of nr keys), so Q·Kᵀ runs the packed micro-kernel on it in place,
+// and V row-major at ldv = head_dim rounded up to whole cache lines (the
+// columns past head_dim are never read), so P·V reads V and the S tile in
+// place (gemm_serial_inplace) and P is never packed.
+#include <algorithm>
+
+#include "attention/kv_type.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+
+namespace mha::detail {
+namespace {
+
+class KvFp32 final : public KvType {
+ public:
+  explicit KvFp32(const GemmKernels& g) : g_(g) {}
+  const char* name() const override { return "fp32"; }
+  std::size_t strip() const override { return g_.nr; }
+  std::size_t key_tile() const override { return key_tile_for(g_.nr); }
+
+  KvLayout layout(std::size_t d, std::size_t capacity) const override {
+    const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
+    KvLayout l;
+    l.capacity = capacity;
+    l.k_bytes = float_bytes(
+        checked_round_up(checked_mul(checked_round_up(capacity, g_.nr, what), d, what), 16, what),
+        what);
+    l.ldv = round_up(d, 16);
+    l.v_bytes = float_bytes(checked_round_up(checked_mul(capacity, l.ldv, what), 16, what), what);
+    return l;
+  }
+
+  void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
+           const float* value) const override {
+    const PackedBColumns kb = keys(l, k, d);
+    if (j % kb.nr == 0) kb.clear_strip(j);
+    kb.write(j, key);
+    std::copy_n(value, d, static_cast<float*>(v) + j * l.ldv);
+  }
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
+                const float* value, std::size_t ld) const override {
+    if (n == 0) return;
+    pack_b(g_, Trans::T, d, n, key, ld, static_cast<float*>(k));
+    for (std::size_t j = 0; j < n; ++j) {
+      std::copy_n(value + j * ld, d, static_cast<float*>(v) + j * l.ldv);
+    }
+  }
+  // V rows past the length are never read (P·V stops at the length).
+  void clear(const KvLayout& l, void* k, void*, std::size_t j, std::size_t d) const override {
+    keys(l, k, d).clear(j);
+  }
+
+  std::size_t query_floats(std::size_t rows, std::size_t d) const override {
+    return packed_a_floats(g_, rows, d);
+  }
+  std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
+  void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                       float* qbuf) const override {
+    pack_a(g_, Trans::N, rows, d, q, ldq, qbuf);
+  }
+  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
+              float* s, std::size_t lds) const override {
+    const PackedBView keys =
+        PackedBView::whole(static_cast<const float*>(t.k), d, t.layout->capacity, g_.nr);
+    gemm_serial_packed_a(g_, rows, qbuf, keys.cols(t.j0, t.j0 + t.n), alpha, 0.0f, s, lds);
+  }
+  void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
+              float beta, float* o, std::size_t ldo, float*) const override {
+    const std::size_t ldv = t.layout->ldv;
+    gemm_serial_inplace(g_, Trans::N, rows, d, t.n, 1.0f, p, ldp,
+                        static_cast<const float*>(t.v) + t.j0 * ldv, ldv, beta, o, ldo);
+  }
+
+ private:
+  PackedBColumns keys(const KvLayout& l, void* k, std::size_t d) const {
+    return {static_cast<float*>(k), d, l.capacity, g_.nr};
+  }
+  const GemmKernels& g_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvType> make_kv_fp32(const GemmKernels& g) {
+  return std::make_unique<KvFp32>(g);
+}
+
+}  // namespace mha::detail

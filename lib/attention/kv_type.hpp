@@ -1,0 +1,134 @@
+// K/V element types as traits (ggml's type traits, per KV type): each entry
+// says how K and V are stored, written and cleared, and multiplies a query
+// block by a tile of them. An attention object picks its entry once, when it
+// is created; the pipeline, the caches and the tile math then call the entry
+// and never name a type. Adding a type is one more entry (docs/design.md,
+// "Adding a KV element type").
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "gemm/gemm.hpp"
+#include "gemm/gemm_bf16.hpp"
+
+namespace mha::detail {
+
+// The layout of one head-block: the K and V of one kv head for `capacity`
+// keys, as the entry lays them out (its layout()). Sizes in bytes, whole
+// cache lines.
+struct KvLayout {
+  std::size_t capacity = 0;
+  std::size_t k_bytes = 0, v_bytes = 0;
+  std::size_t ldv = 0;      // entry-defined: fp32 floats between V rows
+  std::size_t v_strip = 0;  // entry-defined: bf16 elements between V column strips
+};
+
+// One head-block's keys [j0, j0 + n) as a tile of the products: the block's
+// K and V and the layout they have (j0 on a strip of the entry).
+struct KvTile {
+  const KvLayout* layout;
+  const void* k;
+  const void* v;
+  std::size_t j0, n;
+};
+
+// The keys of one sequence, every kv head: key j of kv head g lives in
+// head-block (block(j) * kv_heads + g) of the K and V regions, at index
+// local(j) there. Contiguous (a per-call pack, a KV cache row): one block
+// `row` holds every key. Paged: key j in pool block blocks[j / block_tokens
+// - block0]; keys before block0 * block_tokens were dropped (a sliding
+// window) and are never read.
+struct KvView {
+  void* k = nullptr;
+  void* v = nullptr;
+  std::size_t len = 0;
+  std::size_t kv_heads = 0;
+  KvLayout layout;  // of every head-block (capacity: keys per block)
+  std::size_t row = 0;
+  const std::size_t* blocks = nullptr;
+  std::size_t block_tokens = 0, block0 = 0;
+
+  std::size_t block(std::size_t j) const {
+    return blocks == nullptr ? row : blocks[j / block_tokens - block0];
+  }
+  std::size_t local(std::size_t j) const { return blocks == nullptr ? j : j % block_tokens; }
+  void* k_block(std::size_t g, std::size_t j) const {
+    return static_cast<char*>(k) + (block(j) * kv_heads + g) * layout.k_bytes;
+  }
+  void* v_block(std::size_t g, std::size_t j) const {
+    return static_cast<char*>(v) + (block(j) * kv_heads + g) * layout.v_bytes;
+  }
+  // Keys [k0, k1) of kv head g, which never straddle a block (a paged
+  // plan's key tile divides block_tokens).
+  KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
+    return {&layout, k_block(g, k0), v_block(g, k0), local(k0), k1 - k0};
+  }
+};
+
+// Keys per online-softmax step, before rounding to the kernels' strips. The
+// S tile (q_block x key_tile floats) and the K and V tiles (2 x key_tile x
+// head_dim) stay in L2 (64 + 128 KiB at head_dim 64), and the P·V product
+// gets k = key_tile, long enough to amortize its C-tile loads and stores.
+constexpr std::size_t kKeyTile = 256;
+// The key tile of g's strips of nr keys.
+inline std::size_t key_tile_for(std::size_t nr) {
+  return nr > kKeyTile ? nr : kKeyTile / nr * nr;
+}
+
+// One K/V element type. Every member is thread-safe and allocates nothing.
+class KvType {
+ public:
+  virtual ~KvType() = default;
+  // For mha_kernel_name-like messages and tests.
+  virtual const char* name() const = 0;
+
+  // Keys per strip: sequences, blocks and key tiles start on strips.
+  virtual std::size_t strip() const = 0;
+  // Keys per online-softmax step on contiguous keys (a multiple of strip()).
+  virtual std::size_t key_tile() const = 0;
+  // The layout of a head-block for `capacity` keys; throws if it overflows.
+  virtual KvLayout layout(std::size_t head_dim, std::size_t capacity) const = 0;
+
+  // Key j (its index in the head-block): head_dim floats of K and of V. The
+  // first key of a strip zeroes the strip, and anything else a position
+  // past the length shares with j, so such positions read as zero.
+  virtual void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t head_dim,
+                   const float* key, const float* value) const = 0;
+  // Keys [0, n) of an empty head-block from rows ld floats apart: put() for
+  // each, or faster with the same result.
+  virtual void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t head_dim,
+                        const float* key, const float* value, std::size_t ld) const = 0;
+  // Key j reads as zero again (a truncated position).
+  virtual void clear(const KvLayout& l, void* k, void* v, std::size_t j,
+                     std::size_t head_dim) const = 0;
+
+  // The products. A task first prepares its query rows once (packed or
+  // rounded into `qbuf`, query_floats of them), then per tile:
+  //   s = alpha·Q·Kᵀ            scores()
+  //   o = P·V + beta·o          values(), P rounded as the type needs into
+  //                             `pbuf` (p_floats(rows, tile keys))
+  // Both give, per element, bits that depend on neither the tile's rows nor
+  // its place in the block (the kernels' contract).
+  virtual std::size_t query_floats(std::size_t rows, std::size_t head_dim) const = 0;
+  virtual std::size_t p_floats(std::size_t rows, std::size_t keys) const = 0;
+  virtual void prepare_queries(std::size_t rows, std::size_t head_dim, const float* q,
+                               std::size_t ldq, float* qbuf) const = 0;
+  virtual void scores(std::size_t rows, std::size_t head_dim, const float* qbuf, const KvTile& t,
+                      float alpha, float* s, std::size_t lds) const = 0;
+  virtual void values(std::size_t rows, std::size_t head_dim, const float* p, std::size_t ldp,
+                      const KvTile& t, float beta, float* o, std::size_t ldo,
+                      float* pbuf) const = 0;
+  // Per-thread kernel state (an AMX tile configuration), set up by every
+  // task before its first product; a no-op for kernels that have none.
+  virtual void prepare_thread() const {}
+};
+
+// fp32 K and V (kv_fp32.cpp): K as packed Kᵀ strips of g's nr keys, V
+// row-major, on g's kernels.
+std::unique_ptr<KvType> make_kv_fp32(const GemmKernels& g);
+// bf16 K and V (kv_bf16.cpp): both in g16's K-pair layout, on g16's dot
+// kernels; key tiles as fp32's on g, rounded to g16's strips.
+std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16);
+
+}  // namespace mha::detail

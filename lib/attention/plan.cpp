@@ -1,0 +1,134 @@
+// The core's plan: query blocks, the key grid, which sequences split their
+// keys into chunks across tasks, and the scratch each task and the call
+// take. Only the thread cap depends on the machine.
+#include <algorithm>
+
+#include "attention/core.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+
+namespace mha::detail {
+namespace {
+
+// Query rows per task: the K/V tiles are reused across these rows.
+constexpr std::size_t kQueryBlock = 64;
+// Split-KV: when (sequences x heads x query blocks) gives fewer tasks than
+// this, a sequence of at least 2·kMinChunk keys runs one task per chunk of
+// the key grid. A fixed constant, not the thread count, and the grid is the
+// object's, so the result depends on neither.
+constexpr std::size_t kSplitTargetTasks = 64;
+constexpr std::size_t kMinChunk = 512;
+
+// A key tile that never straddles blocks of block_tokens keys: a whole block
+// if it is no longer than the usual tile, else the longest whole number of
+// strips dividing it, so tiles start on strips; failing both, a whole block
+// (its first key starts a strip).
+std::size_t paged_key_tile(std::size_t strip, std::size_t tile, std::size_t block_tokens) {
+  if (block_tokens <= tile) return block_tokens;
+  for (std::size_t t = tile / strip * strip; t >= strip; t -= strip) {
+    if (block_tokens % t == 0) return t;
+  }
+  return block_tokens;
+}
+
+// The first key any query of a sequence may see with a sliding window (its
+// first query is at position kv_len - q_len), on the tile grid.
+std::size_t first_key(std::size_t q_len, std::size_t kv_len, std::size_t window, std::size_t tile) {
+  if (window == 0 || kv_len < q_len || kv_len - q_len < window) return 0;
+  return (kv_len - q_len - window + 1) / tile * tile;
+}
+
+}  // namespace
+
+CoreArrays CoreArrays::take(std::size_t num) {
+  // One block, size_t arrays first: 3 of [num + 1] and 3 of [num], then the
+  // views and the sequences.
+  const char* what = "sequences";
+  const std::size_t n1 = checked_add(num, 1, what);
+  const std::size_t words = checked_add(checked_mul(3, n1, what), checked_mul(3, num, what), what);
+  const std::size_t view_words = ceil_div(sizeof(KvView), sizeof(std::size_t));
+  const std::size_t seq_words = ceil_div(sizeof(CoreSeq), sizeof(std::size_t));
+  auto* w = thread_scratch_array<std::size_t>(
+      ScratchSlot::kRagged,
+      checked_add(words, checked_mul(num, view_words + seq_words, what), what));
+  static_assert(alignof(CoreSeq) <= alignof(std::size_t) &&
+                alignof(KvView) <= alignof(std::size_t));
+  CoreArrays a;
+  a.q_start = w;
+  a.kv_start = w + n1;
+  a.task_begin = w + 2 * n1;
+  a.chunk0 = w + 3 * n1;
+  a.chunks = a.chunk0 + num;
+  a.part_begin = a.chunks + num;
+  a.views = reinterpret_cast<KvView*>(w + words);
+  a.seqs = reinterpret_cast<CoreSeq*>(w + words + num * view_words);
+  return a;
+}
+
+CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape& s,
+                   const SeqSpans& seqs, std::size_t block_tokens, bool weights, bool average,
+                   std::size_t window, const CoreArrays& arr) {
+  CorePlan p;
+  const std::size_t n = seqs.num, H = s.num_heads, d = s.head_dim;
+  p.materialize = weights;
+  p.average = weights && average;
+  p.key_tile = kv.key_tile();
+  if (block_tokens != 0) p.key_tile = paged_key_tile(kv.strip(), p.key_tile, block_tokens);
+  p.chunk_keys = round_up(kMinChunk, p.key_tile);
+  std::size_t max_q = 0, max_kv = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    max_q = std::max(max_q, seqs.q_len(i));
+    max_kv = std::max(max_kv, seqs.kv_len(i));
+  }
+  // Short query sets stay one block: splitting 80 rows as 64 + 16 would run
+  // the second block's products at a quarter of the micro-kernel's rows.
+  // Longer ones use blocks of whole micro-tiles (56 rows for AVX-512's 14-row
+  // tile rather than 64 = 4 x 14 + 8, whose last pass runs at 8/14).
+  p.q_block = max_q <= kQueryBlock + kQueryBlock / 2 ? std::max<std::size_t>(max_q, 1)
+                                                     : std::max(g.mr, kQueryBlock / g.mr * g.mr);
+  const std::size_t heads = p.average ? 1 : H;
+  std::size_t unsplit = 0;
+  for (std::size_t i = 0; i < n; ++i) unsplit += heads * ceil_div(seqs.q_len(i), p.q_block);
+  const bool split = !weights && unsplit < kSplitTargetTasks;
+  double flops = 0.0;
+  std::size_t parts = 0;
+  arr.task_begin[0] = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t q = seqs.q_len(i), len = seqs.kv_len(i);
+    const std::size_t begin = first_key(q, len, window, p.key_tile);
+    if (i == 0) p.key_begin = begin;
+    arr.chunk0[i] = begin / p.chunk_keys;
+    arr.chunks[i] = 1;
+    if (split && len - begin >= 2 * kMinChunk) {
+      arr.chunks[i] = ceil_div(len, p.chunk_keys) - arr.chunk0[i];
+    }
+    p.chunks = std::max(p.chunks, arr.chunks[i]);
+    arr.task_begin[i + 1] = arr.task_begin[i] + heads * ceil_div(q, p.q_block) * arr.chunks[i];
+    arr.part_begin[i] = parts;
+    if (arr.chunks[i] > 1) parts += H * arr.chunks[i] * q * (d + 2);
+    // Keys each row reads: a window bounds them.
+    const std::size_t seen = window != 0 ? std::min(len - begin, window) : len - begin;
+    flops += 4.0 * static_cast<double>(H * q) * static_cast<double>(seen * d);
+  }
+  p.tasks = arr.task_begin[n];
+  p.task_begin = arr.task_begin;
+  p.chunk0 = arr.chunk0;
+  p.chunks_of = arr.chunks;
+  p.part_begin = arr.part_begin;
+  p.max_threads = std::min(std::max<std::size_t>(p.tasks, 1), threads_for({flops}));
+  p.workspace_floats = parts;
+  // A task's scratch: the S tile (a P row per key, every key with the
+  // weights), the running and the chunk's (max, sum) per row, the chunk's
+  // accumulator, the prepared queries and the rounded P rows.
+  // (With per-head weights, P is the caller's array.)
+  const std::size_t bq = p.q_block;
+  p.p_cols = weights ? max_kv : p.key_tile;
+  p.s_cols = weights && !average ? 0 : p.p_cols;
+  p.task_floats = round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
+                  round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16);
+  return p;
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,240 @@
+#include "attention/tile_math.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+
+namespace mha::detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// 0, 1, 2, ...: ALiBi's ramp read from memory. This file is built for the
+// baseline ISA, which has no packed size_t -> float conversion, so a ramp of
+// static_cast<float>(j) ran scalar and ALiBi cost 7 % of GPT-2 s1024.
+constexpr auto kRamp = [] {
+  std::array<float, 256> r{};
+  for (std::size_t j = 0; j < r.size(); ++j) r[j] = static_cast<float>(j);
+  return r;
+}();
+
+}  // namespace
+
+TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
+                               float* base) {
+  const std::size_t bq = plan.q_block;
+  TaskScratch t;
+  t.s = base;
+  t.m = t.s + round_up(bq * plan.s_cols, 16);
+  t.l = t.m + round_up(bq, 16);
+  t.cm = t.l + round_up(bq, 16);
+  t.cl = t.cm + round_up(bq, 16);
+  t.co = t.cl + round_up(bq, 16);
+  t.qbuf = t.co + round_up(bq * head_dim, 16);
+  t.pbuf = t.qbuf + round_up(kv.query_floats(bq, head_dim), 16);
+  return t;
+}
+
+SeqAttention::SeqAttention(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,
+                           const CorePlan& plan, const CoreCall& call, const CoreSeq& seq)
+    : kv_(kv),
+      sm_(sm),
+      s_(s),
+      plan_(plan),
+      call_(call),
+      seq_(seq),
+      mods_(call.mods),
+      kv_len_(seq.kv.len),
+      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))),
+      causal_offset_(static_cast<std::ptrdiff_t>(seq.kv.len) -
+                     static_cast<std::ptrdiff_t>(seq.q_len)) {}
+
+// One past the last key that query row i may see (causal), clamped to kv_len.
+std::size_t SeqAttention::visible_end(std::size_t i) const {
+  if (!call_.causal) return kv_len_;
+  const std::ptrdiff_t last = static_cast<std::ptrdiff_t>(i) + causal_offset_;
+  if (last < 0) return 0;
+  return std::min(kv_len_, static_cast<std::size_t>(last) + 1);
+}
+
+// The first key that query row i may see (sliding window), 0 without one.
+// Any window size is valid, so it is compared, never converted to signed.
+std::size_t SeqAttention::visible_begin(std::size_t i) const {
+  if (mods_.window == 0) return 0;
+  const std::ptrdiff_t next = static_cast<std::ptrdiff_t>(i) + causal_offset_ + 1;  // i' + 1
+  if (next <= 0 || static_cast<std::size_t>(next) <= mods_.window) return 0;
+  return std::min(kv_len_, static_cast<std::size_t>(next) - mods_.window);
+}
+
+bool SeqAttention::tile_all_padded(std::size_t k0, std::size_t k1) const {
+  if (seq_.padding == nullptr) return false;
+  return std::all_of(seq_.padding + k0, seq_.padding + k1, [](unsigned char x) { return x != 0; });
+}
+
+// S rows (scores of rows q0.. for keys k0..k0+n, ld ldsc) get, in the order
+// of mha_mods: scale, soft-capping, ALiBi and the additive mask, then -inf
+// for causal-, window- and padding-masked keys (after the cap, so a masked
+// key stays -inf). Each modifier costs one test per row when off.
+void SeqAttention::mask_scores(std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0,
+                               std::size_t n, float* sc, std::size_t ldsc) const {
+  const unsigned char* pad = seq_.padding ? seq_.padding + k0 : nullptr;
+  const float* additive =
+      seq_.additive ? seq_.additive + h * seq_.additive_head_stride + q0 * kv_len_ + k0 : nullptr;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float* row = sc + r * ldsc;
+    const float* add = additive ? additive + r * kv_len_ : nullptr;
+    if (mods_.softcap != 0.f) {
+      sm_.soft_cap(row, n, mods_.softcap);
+      if (add) sm_.scale_add(row, add, row, n, 1.0f);
+    } else if (add) {
+      sm_.scale_add(row, add, row, n, scale_);
+    }
+    if (mods_.alibi != nullptr) add_alibi(h, q0 + r, k0, row, n);
+    if (pad) {
+      for (std::size_t j = 0; j < n; ++j) {
+        if (pad[j]) row[j] = kNegInf;
+      }
+    }
+    const std::size_t end = visible_end(q0 + r), begin = visible_begin(q0 + r);
+    if (end < k0 + n) std::fill(row + (end > k0 ? end - k0 : 0), row + n, kNegInf);
+    if (begin > k0) std::fill(row, row + std::min(n, begin - k0), kNegInf);
+  }
+}
+
+// z += -slope·(i' - j) for keys k0..k0+n: an affine ramp, base + j, with j
+// read from kRamp (integers, so every sum is exact below 2^24).
+void SeqAttention::add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row,
+                             std::size_t n) const {
+  const float slope = mods_.alibi[h];
+  const float base = static_cast<float>(static_cast<std::ptrdiff_t>(k0) -
+                                        static_cast<std::ptrdiff_t>(i) - causal_offset_);
+  for (std::size_t j0 = 0; j0 < n; j0 += kRamp.size()) {
+    const float b0 = base + static_cast<float>(j0);
+    float* r = row + j0;
+    const std::size_t len = std::min(kRamp.size(), n - j0);
+    for (std::size_t j = 0; j < len; ++j) r[j] += slope * (b0 + kRamp[j]);
+  }
+}
+
+// Scores are produced with the scale folded into the product unless an
+// additive mask needs them unscaled first (scale·qk + mask, as PyTorch);
+// soft-capping needs them scaled, and then adds the mask unscaled.
+float SeqAttention::gemm_alpha() const {
+  return seq_.additive && mods_.softcap == 0.f ? 1.0f : scale_;
+}
+
+void SeqAttention::attend_chunk(std::size_t h, std::size_t q0, std::size_t rows, std::size_t c0,
+                                std::size_t c1, float* o, std::size_t ldo, float* m, float* l,
+                                const TaskScratch& t) const {
+  const std::size_t d = s_.head_dim, bk = plan_.key_tile, gh = h / group();
+  for (std::size_t r = 0; r < rows; ++r) {
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+    std::fill_n(o + r * ldo, d, 0.0f);
+  }
+  for (std::size_t k0 = c0; k0 < c1; k0 += bk) {
+    const std::size_t k1 = std::min(k0 + bk, c1), n = k1 - k0;
+    if (tile_all_padded(k0, k1)) continue;
+    const KvTile tile = seq_.kv.tile(gh, k0, k1);
+    kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+    mask_scores(h, q0, rows, k0, n, t.s, bk);
+    for (std::size_t r = 0; r < rows; ++r) {
+      OnlineRow st{m[r], l[r]};
+      online_rescale(sm_, o + r * ldo, d, online_update(sm_, st, t.s + r * bk, n));
+      m[r] = st.max;
+      l[r] = st.sum;
+    }
+    kv_.values(rows, d, t.s, bk, tile, 1.0f, o, ldo, t.pbuf);
+  }
+}
+
+void SeqAttention::attend_online(std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
+                                 std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
+                                 const TaskScratch& t) const {
+  const std::size_t rows = q1 - q0, d = s_.head_dim, bk = plan_.key_tile;
+  const std::size_t grid = plan_.chunk_keys;
+  // Keys past the last row's causal limit are masked for every row: stop.
+  kend = std::min(kend, visible_end(q1 - 1));
+  // Keys before the first row's window are masked for every row: start at
+  // the tile holding its first key (on the key grid's tiles).
+  kbeg = std::max(kbeg, visible_begin(q0) / bk * bk);
+  if (kbeg >= kend) {
+    attend_chunk(h, q0, rows, kbeg, kbeg, o, ldo, m, l, t);
+    return;
+  }
+  // The query block is prepared once and multiplies every key tile.
+  kv_.prepare_queries(rows, d, q_rows(h, q0), call_.ldq, t.qbuf);
+  // The first chunk straight into (o, m, l); each later one from a fresh
+  // state, then folded in.
+  for (std::size_t c0 = kbeg; c0 < kend;) {
+    const std::size_t c1 = std::min(kend, (c0 / grid + 1) * grid);
+    if (c0 == kbeg) {
+      attend_chunk(h, q0, rows, c0, c1, o, ldo, m, l, t);
+    } else {
+      attend_chunk(h, q0, rows, c0, c1, t.co, d, t.cm, t.cl, t);
+      for (std::size_t r = 0; r < rows; ++r) {
+        OnlineRow st{m[r], l[r]};
+        online_fold(sm_, st, o + r * ldo, {t.cm[r], t.cl[r]}, t.co + r * d, d);
+        m[r] = st.max;
+        l[r] = st.sum;
+      }
+    }
+    c0 = c1;
+  }
+}
+
+void SeqAttention::normalize(std::size_t h, std::size_t q0, std::size_t rows, float* o,
+                             std::size_t ldo, const float* m, const float* l) const {
+  for (std::size_t r = 0; r < rows; ++r) {
+    OnlineRow st{m[r], l[r]};
+    join_sink(h, st, o + r * ldo, s_.head_dim);
+    online_finalize(sm_, st, o + r * ldo, s_.head_dim);
+    store_lse(h, q0 + r, st);
+  }
+}
+
+void SeqAttention::join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const {
+  if (mods_.sinks != nullptr) online_rescale(sm_, acc, n, online_sink(sm_, st, mods_.sinks[h]));
+}
+
+void SeqAttention::store_lse(std::size_t h, std::size_t i, const OnlineRow& st) const {
+  if (seq_.lse != nullptr) seq_.lse[i * s_.num_heads + h] = online_lse(st);
+}
+
+// Zeroes row i's causal- and padding-masked keys in a weights row: a NaN
+// row's weights are NaN only where it keeps keys, as in mha_softmax.
+void SeqAttention::zero_masked_keys(std::size_t i, float* row) const {
+  if (seq_.padding != nullptr) {
+    for (std::size_t j = 0; j < kv_len_; ++j) {
+      if (seq_.padding[j]) row[j] = 0.0f;
+    }
+  }
+  std::fill(row + visible_end(i), row + kv_len_, 0.0f);
+  std::fill(row, row + visible_begin(i), 0.0f);
+}
+
+void SeqAttention::attend_materialized(std::size_t h, std::size_t q0, std::size_t q1, float* p,
+                                       std::size_t ldp, float* o, std::size_t ldo,
+                                       const TaskScratch& t) const {
+  const std::size_t rows = q1 - q0, d = s_.head_dim;
+  const KvTile all = seq_.kv.tile(h / group(), 0, kv_len_);
+  kv_.prepare_queries(rows, d, q_rows(h, q0), call_.ldq, t.qbuf);
+  kv_.scores(rows, d, t.qbuf, all, gemm_alpha(), p, ldp);
+  mask_scores(h, q0, rows, 0, kv_len_, p, ldp);
+  for (std::size_t r = 0; r < rows; ++r) {
+    float* row = p + r * ldp;
+    OnlineRow st;
+    online_update(sm_, st, row, kv_len_);
+    join_sink(h, st, row, kv_len_);
+    online_finalize(sm_, st, row, kv_len_);
+    store_lse(h, q0 + r, st);
+    if (online_poisoned(st)) zero_masked_keys(q0 + r, row);
+  }
+  kv_.values(rows, d, p, ldp, all, 0.0f, o, ldo, t.pbuf);
+}
+
+}  // namespace mha::detail

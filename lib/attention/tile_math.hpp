@@ -1,0 +1,93 @@
+// The tile math of one sequence: masking and modifying a tile of scores, the
+// online softmax over key tiles and the key grid's chunks, and the two
+// products through the KV type. No intrinsics: the products are the KV
+// type's, the row passes the softmax kernels'.
+#pragma once
+
+#include <cstddef>
+
+#include "attention/core.hpp"
+#include "softmax/kernels.hpp"
+#include "softmax/online.hpp"
+
+namespace mha::detail {
+
+// A task's scratch (plan.task_floats), carved in plan_core's order.
+struct TaskScratch {
+  float* s;     // the S tile (q_block x key_tile), or a block of weight rows
+  float* m;     // running max per row
+  float* l;     // running sum per row
+  float* cm;    // the chunk's max per row
+  float* cl;    // the chunk's sum per row
+  float* co;    // the chunk's accumulator (q_block x head_dim)
+  float* qbuf;  // the prepared query block
+  float* pbuf;  // P rows as the KV type rounds them
+  static TaskScratch carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
+                           float* base);
+};
+
+// Everything a task of one sequence needs, resolved once per task.
+class SeqAttention {
+ public:
+  SeqAttention(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,
+               const CorePlan& plan, const CoreCall& call, const CoreSeq& seq);
+
+  // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head
+  // h: o (ld ldo) gets the unnormalized sum of exp(s - m)·v, and (m, l) the
+  // rows' online-softmax state, folded chunk by chunk of the key grid. Rows
+  // that see no key keep m = -inf, l = 0, o = 0.
+  void attend_online(std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
+                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
+                     const TaskScratch& t) const;
+  // o rows /= l (with head h's sink joined): zero for rows that saw no key,
+  // NaN for poisoned ones; their log-sum-exp to lse if asked.
+  void normalize(std::size_t h, std::size_t q0, std::size_t rows, float* o, std::size_t ldo,
+                 const float* m, const float* l) const;
+  // Weights requested: the rows of P (p, ld ldp) are computed whole (scores,
+  // mask, softmax) and then multiplied by V into o. No second pass over K.
+  void attend_materialized(std::size_t h, std::size_t q0, std::size_t q1, float* p, std::size_t ldp,
+                           float* o, std::size_t ldo, const TaskScratch& t) const;
+  // Row i of head h from its split partials, folded in chunk order.
+  template <class Part>
+  void merge_row(std::size_t h, std::size_t i, std::size_t count, const Part& part) const {
+    const float* sink = mods_.sinks != nullptr ? &mods_.sinks[h] : nullptr;
+    store_lse(h, i, online_merge(sm_, count, part, out_rows(h, i), s_.head_dim, sink));
+  }
+
+  float* out_rows(std::size_t h, std::size_t q0) const {
+    return seq_.out + q0 * call_.ldo + h * s_.head_dim;
+  }
+  const CoreSeq& seq() const { return seq_; }
+
+ private:
+  std::size_t group() const { return s_.num_heads / s_.num_kv_heads; }
+  const float* q_rows(std::size_t h, std::size_t q0) const {
+    return seq_.q + q0 * call_.ldq + h * s_.head_dim;
+  }
+  std::size_t visible_end(std::size_t i) const;
+  std::size_t visible_begin(std::size_t i) const;
+  bool tile_all_padded(std::size_t k0, std::size_t k1) const;
+  void mask_scores(std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0, std::size_t n,
+                   float* sc, std::size_t ldsc) const;
+  void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
+  float gemm_alpha() const;
+  // One chunk of the key grid, keys [c0, c1), from a fresh state into (o, m, l).
+  void attend_chunk(std::size_t h, std::size_t q0, std::size_t rows, std::size_t c0, std::size_t c1,
+                    float* o, std::size_t ldo, float* m, float* l, const TaskScratch& t) const;
+  void join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const;
+  void store_lse(std::size_t h, std::size_t i, const OnlineRow& st) const;
+  void zero_masked_keys(std::size_t i, float* row) const;
+
+  const KvType& kv_;
+  const SoftmaxKernels& sm_;
+  const AttentionShape& s_;
+  const CorePlan& plan_;
+  const CoreCall& call_;
+  const CoreSeq& seq_;
+  const AttentionMods& mods_;
+  std::size_t kv_len_;
+  float scale_;
+  std::ptrdiff_t causal_offset_;  // query i sees key j iff j <= i + offset
+};
+
+}  // namespace mha::detail
