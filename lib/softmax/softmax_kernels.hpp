@@ -154,11 +154,15 @@ struct SoftmaxImpl {
       const std::size_t m = n - i;
       const V e = exp_v(arg(load_tail(x + i, m, 0.f)));
       store_tail(y + i, m, e);
-      // The padded lanes' exp(-shift) must not enter the sum.
+      // The padded lanes' exp(-shift) must not enter the sum. Vector v goes
+      // to s0 or s1 by its parity, as in the loops above, so trailing zeros
+      // (masked keys past a row's last) change no bit of the sum: a row's
+      // sum does not depend on how far its key tile reaches.
       alignas(64) float buf[W];
       L::store(buf, e);
       for (std::size_t j = m; j < W; ++j) buf[j] = 0.f;
-      s1 = s1 + L::load(buf);
+      V& acc = i / W % 2 == 0 ? s0 : s1;
+      acc = acc + L::load(buf);
     }
     return L::hsum(s0 + s1);
   }
