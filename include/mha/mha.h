@@ -29,6 +29,21 @@
  * MHA_OUT_OF_MEMORY; KV caches are allocated without being touched, so
  * only the positions reached take memory.
  *
+ * Results: an attention object's output rows (and their lse) are a fixed
+ * function of the object (its weights, its ISA and compute type), the
+ * row's own sequence (its tokens, positions and masks) and, for a paged
+ * cache, its block_tokens. They do not depend on the thread count, on the
+ * other sequences of a batched, ragged or paged call, on how the keys are
+ * split across tasks, or on how a prefill is cut into steps: a sequence
+ * decoded through mha_attention_step or mha_attention_step_ragged in steps
+ * of any sizes gives, bit for bit, the rows of one step over all its tokens,
+ * and those of mha_attention_forward_ragged / a causal mha_attention_forward
+ * over the same tokens (contiguous storage). A paged cache's rows equal a
+ * contiguous cache's where block_tokens is a multiple of the key tile (256
+ * keys rounded down to the kernels' strips); otherwise they agree within
+ * rounding. Attention weights (a forward's attn_weights) are computed over
+ * whole rows, so a forward that returns them gives its own bits.
+ *
  * Overlaps: an output must not share a byte with an input or with another
  * output (the bytes an argument spans follow from its sizes and strides),
  * except where a function allows it below: in-place softmax (x == y with

@@ -16,6 +16,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <optional>
 
 #include "attention/engine.hpp"
 #include "attention/kv_type.hpp"
@@ -100,6 +101,15 @@ struct CorePlan {
 CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape& s,
                    const SeqSpans& seqs, std::size_t block_tokens, bool weights, bool average,
                    std::size_t window, const CoreArrays& arr);
+
+// The core's variants: a row block over all its keys (unsplit), one chunk
+// of the key grid per task folded afterwards (split-KV), the weights
+// materialized (forward with weights), averaged over heads or not. For
+// tests: every later plan on every thread splits each sequence at every
+// chunk of the key grid it reads (split), or none (unsplit), whatever its
+// size; nullopt restores the plan's rule. Weights are never split.
+enum class CoreSplit : unsigned char { split, unsplit };
+void set_core_split_override(std::optional<CoreSplit> forced) noexcept;
 
 // Runs the core; `workspace` holds plan.workspace_floats floats.
 void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,

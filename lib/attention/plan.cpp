@@ -2,6 +2,7 @@
 // keys into chunks across tasks, and the scratch each task and the call
 // take. Only the thread cap depends on the machine.
 #include <algorithm>
+#include <atomic>
 
 #include "attention/core.hpp"
 #include "common/aligned.hpp"
@@ -40,7 +41,14 @@ std::size_t first_key(std::size_t q_len, std::size_t kv_len, std::size_t window,
   return (kv_len - q_len - window + 1) / tile * tile;
 }
 
+// The split tests force (set_core_split_override), plus one; 0: none.
+std::atomic<unsigned> forced_split{0};
+
 }  // namespace
+
+void set_core_split_override(std::optional<CoreSplit> forced) noexcept {
+  forced_split.store(forced ? static_cast<unsigned>(*forced) + 1 : 0, std::memory_order_relaxed);
+}
 
 CoreArrays CoreArrays::take(std::size_t num) {
   // One block, size_t arrays first: 3 of [num + 1] and 3 of [num], then the
@@ -91,7 +99,10 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   const std::size_t heads = p.average ? 1 : H;
   std::size_t unsplit = 0;
   for (std::size_t i = 0; i < n; ++i) unsplit += heads * ceil_div(seqs.q_len(i), p.q_block);
-  const bool split = !weights && unsplit < kSplitTargetTasks;
+  const unsigned forced = forced_split.load(std::memory_order_relaxed);
+  const bool split = !weights && forced != static_cast<unsigned>(CoreSplit::unsplit) + 1 &&
+                     (unsplit < kSplitTargetTasks || forced != 0);
+  const std::size_t min_span = forced != 0 ? 1 : 2 * kMinChunk;
   double flops = 0.0;
   std::size_t parts = 0;
   arr.task_begin[0] = 0;
@@ -101,7 +112,7 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
     if (i == 0) p.key_begin = begin;
     arr.chunk0[i] = begin / p.chunk_keys;
     arr.chunks[i] = 1;
-    if (split && len - begin >= 2 * kMinChunk) {
+    if (split && len - begin >= min_span && ceil_div(len, p.chunk_keys) - arr.chunk0[i] > 1) {
       arr.chunks[i] = ceil_div(len, p.chunk_keys) - arr.chunk0[i];
     }
     p.chunks = std::max(p.chunks, arr.chunks[i]);
