@@ -8,6 +8,7 @@
 // fp32 and bf16 objects.
 #include <mha/mha.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <optional>
@@ -107,7 +108,7 @@ std::vector<float> paged_steps(const Object& o, const std::vector<float>& x,
 // batch-mates (or alone), causal.
 std::vector<float> ragged(const Object& o, const std::vector<float>& x, const std::vector<float>& y,
                           std::size_t len, bool mates) {
-  const std::size_t before = mates ? 700 : 0, after = mates ? 3 : 0;
+  const std::size_t before = mates ? std::min<std::size_t>(700, len) : 0, after = mates ? 3 : 0;
   std::vector<float> in(y.begin(), y.begin() + before * E);
   in.insert(in.end(), x.begin(), x.begin() + len * E);
   in.insert(in.end(), y.begin(), y.begin() + after * E);
