@@ -95,18 +95,31 @@ AttentionEngine::~AttentionEngine() = default;
 
 // One call: its sequences, the rows it projects, and where K and V go.
 struct AttentionEngine::Call {
-  SeqSpans seqs;                           // query rows; keys, history included
-  const std::size_t* key_start = nullptr;  // [num + 1]: the key/value rows this call projects
-  const float *query = nullptr, *key = nullptr, *value = nullptr;
-  float* out = nullptr;
-  // A padded forward's mask (sequence b is batch row b), weights and mods.
+  Call(const CoreArrays& arr, const SeqSpans& s, const std::size_t* keys, const float* q,
+       const float* k, const float* v, float* o, const AttentionMods& m, bool is_causal,
+       KvStore& kv)
+      : seqs(s),
+        key_start(keys),
+        query(q),
+        key(k),
+        value(v),
+        out(o),
+        causal(is_causal),
+        mods(m),
+        store(&kv),
+        arrays(arr) {}
+  SeqSpans seqs;                 // query rows; keys, history included
+  const std::size_t* key_start;  // [num + 1]: the key/value rows this call projects
+  const float *query, *key, *value;
+  float* out;
+  // A padded forward's mask (sequence b is batch row b) and weights.
   const mha_mask* mask = nullptr;
   float* attn_weights = nullptr;
   bool average_weights = false;
-  bool causal = false;
+  bool causal;
   AttentionMods mods;
-  KvStore* store = nullptr;
-  CoreArrays arrays{};
+  KvStore* store;
+  CoreArrays arrays;
 
   std::size_t q_rows() const { return seqs.q_start[seqs.num]; }
   std::size_t kv_rows() const { return key_start[seqs.num]; }
@@ -236,25 +249,27 @@ void AttentionEngine::run(const Call& c) const {
   c.store->commit(seqs);
 }
 
-AttentionEngine::Call AttentionEngine::forward_call(const ForwardArgs& a, KvStore& store) const {
-  Call c;
-  c.arrays = CoreArrays::take(a.batch);
-  for (std::size_t b = 0; b <= a.batch; ++b) {
-    c.arrays.q_start[b] = b * a.q_len;
-    c.arrays.kv_start[b] = b * a.kv_len;
+namespace {
+
+// Sequences of equal lengths in arr: batch rows of q_len queries and kv_len keys.
+SeqSpans uniform(const CoreArrays& arr, std::size_t batch, std::size_t q_len, std::size_t kv_len) {
+  for (std::size_t b = 0; b <= batch; ++b) {
+    arr.q_start[b] = b * q_len;
+    arr.kv_start[b] = b * kv_len;
   }
-  c.seqs = {a.batch, c.arrays.q_start, c.arrays.kv_start};
-  c.key_start = c.arrays.kv_start;
-  c.query = a.query;
-  c.key = a.key;
-  c.value = a.value;
-  c.out = a.out;
+  return {batch, arr.q_start, arr.kv_start};
+}
+
+}  // namespace
+
+AttentionEngine::Call AttentionEngine::forward_call(const ForwardArgs& a, KvStore& store) const {
+  const CoreArrays arr = CoreArrays::take(a.batch);
+  const SeqSpans seqs = uniform(arr, a.batch, a.q_len, a.kv_len);
+  Call c(arr, seqs, seqs.kv_start, a.query, a.key, a.value, a.out, a.mods,
+         (a.mask != nullptr && a.mask->causal) || a.mods.causal, store);
   c.mask = a.mask;
   c.attn_weights = a.attn_weights;
   c.average_weights = a.average_weights;
-  c.causal = (a.mask != nullptr && a.mask->causal) || a.mods.causal;
-  c.mods = a.mods;
-  c.store = &store;
   return c;
 }
 
@@ -272,65 +287,33 @@ void AttentionEngine::forward_ragged(const SeqSpans& seqs, const float* query, c
                                      const float* value, const AttentionMods& mods,
                                      float* out) const {
   PerCallKv store(*kv_, shape_);
-  Call c;
-  c.arrays = CoreArrays::take(seqs.num);
-  c.seqs = seqs;
-  c.key_start = seqs.kv_start;
-  c.query = query;
-  c.key = key;
-  c.value = value;
-  c.out = out;
-  c.causal = mods.causal;
-  c.mods = mods;
-  c.store = &store;
-  run(c);
+  run(Call(CoreArrays::take(seqs.num), seqs, seqs.kv_start, query, key, value, out, mods,
+           mods.causal, store));
 }
 
 void AttentionEngine::step(KvCache& cache, std::size_t n_new, const float* query, const float* key,
                            const float* value, float* out, const AttentionMods& mods) const {
-  Call c;
-  const std::size_t batch = cache.batch(), len = cache.length() + n_new;
-  c.arrays = CoreArrays::take(batch);
-  for (std::size_t b = 0; b <= batch; ++b) {
-    c.arrays.q_start[b] = b * n_new;
-    c.arrays.kv_start[b] = b * len;
-  }
-  c.seqs = {batch, c.arrays.q_start, c.arrays.kv_start};
-  c.key_start = c.arrays.q_start;
-  c.query = query;
-  c.key = key;
-  c.value = value;
-  c.out = out;
-  c.causal = true;
-  c.mods = mods;
-  c.store = &cache;
-  run(c);
+  const std::size_t batch = cache.batch();
+  const CoreArrays arr = CoreArrays::take(batch);
+  const SeqSpans seqs = uniform(arr, batch, n_new, cache.length() + n_new);
+  run(Call(arr, seqs, seqs.q_start, query, key, value, out, mods, true, cache));
 }
 
 void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
                                   const std::size_t* q_start, const float* query, const float* key,
                                   const float* value, const AttentionMods& mods, float* out) const {
-  Call c;
-  c.arrays = CoreArrays::take(num);
+  const CoreArrays arr = CoreArrays::take(num);
   // Each sequence's keys: the slot's history, then its new tokens.
-  std::size_t* kv_start = c.arrays.kv_start;
-  kv_start[0] = 0;
+  arr.kv_start[0] = 0;
   for (std::size_t i = 0; i < num; ++i) {
-    kv_start[i + 1] = kv_start[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
+    arr.kv_start[i + 1] = arr.kv_start[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
   }
-  c.seqs = {num, q_start, kv_start};
-  c.key_start = q_start;
-  cache.reserve(slots, c.seqs);
+  const SeqSpans seqs{num, q_start, arr.kv_start};
+  cache.reserve(slots, seqs);
   PagedStep store(cache, slots, mods.window);
-  c.query = query;
-  c.key = key;
-  c.value = value;
-  c.out = out;
-  c.causal = true;
-  c.mods = mods;
-  c.mods.causal = true;
-  c.store = &store;
-  run(c);
+  AttentionMods causal = mods;
+  causal.causal = true;
+  run(Call(arr, seqs, q_start, query, key, value, out, causal, true, store));
 }
 
 }  // namespace mha::detail
