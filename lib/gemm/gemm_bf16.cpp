@@ -193,14 +193,14 @@ void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, 
 
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
   if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
-#if MHA_BUILD_AVX512BF16
-  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;
+#if MHA_BUILD_AVX512_BF16
+  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512_bf16;
 #endif
-#if MHA_BUILD_AVX2
-  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2;
+#if MHA_BUILD_AVX2_WIDEN
+  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2_widen;
 #endif
-#if MHA_BUILD_NEONBF16
-  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neonbf16;
+#if MHA_BUILD_NEON_BF16
+  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neon_bf16;
 #endif
   (void)isa;
   return nullptr;

@@ -126,21 +126,26 @@ inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp
 // take half the bytes. One set, so every table gives the same bits.
 constexpr std::size_t kBf16MC = 336, kBf16KC = 1024, kBf16NC = 768;
 
-// The AVX512_BF16 kernels (gemm_avx512bf16.cpp; only in builds with AVX-512).
-extern const GemmBf16Kernels gemm_bf16_kernels_avx512bf16;
-// AVX2 + FMA kernels that widen bf16 to fp32 in registers, in vdpbf16ps's
-// order but with IEEE denormals (gemm_avx2bf16.cpp; builds with AVX2).
-extern const GemmBf16Kernels gemm_bf16_kernels_avx2;
-// The portable emulation of vdpbf16ps, bit for bit (gemm_bf16_emulated.cpp),
-// on the AVX512_BF16 table's blocks: the reference the tests hold the
-// hardware kernel to. Not dispatched to (it runs at scalar speed).
-extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
-// Arm's BFDOT emulated bit for bit (gemm_bf16_emulated.cpp: products and
-// sums rounded to odd, denormals flushed), on the same blocks: the
-// reference of the NEON BF16 kernels.
+// The bf16 kernel sets, each named alike in its file (gemm_bf16_<name>.cpp),
+// namespace (gemm_bf16_<name>), table (gemm_bf16_kernels_<name>), CMake
+// extension and GemmBf16Kernels::name (mha_kernel_name):
+// avx512_bf16: AVX512_BF16's vdpbf16ps (only in builds with AVX-512).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16;
+// avx2_widen: AVX2 + FMA, widening bf16 to fp32 in registers, in
+// vdpbf16ps's order but with IEEE denormals (builds with AVX2).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx2_widen;
+// neon_bf16: FEAT_BF16's BFDOT (aarch64 builds).
+extern const GemmBf16Kernels gemm_bf16_kernels_neon_bf16;
+// The portable emulations, bit for bit, both in gemm_bf16_emulated.cpp
+// (namespace gemm_bf16_emulated), on the hardware tables' blocks: the
+// references the tests hold the hardware kernels to. Not dispatched to
+// (they run at scalar speed).
+// emulated_vdpbf16ps: vdpbf16ps, the reference of avx512_bf16 (and of
+// avx2_widen on operands without denormals).
+extern const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps;
+// emulated_bfdot: Arm's BFDOT (products and sums rounded to odd, denormals
+// flushed), the reference of neon_bf16.
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot;
-// The NEON kernels on FEAT_BF16's BFDOT (gemm_neonbf16.cpp; aarch64 builds).
-extern const GemmBf16Kernels gemm_bf16_kernels_neonbf16;
 
 // The bf16 kernels that serve `isa` on this CPU (avx512 on a CPU with
 // AVX512_BF16; avx2, widening in registers; neon on a CPU with FEAT_BF16),

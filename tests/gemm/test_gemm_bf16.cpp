@@ -243,17 +243,19 @@ struct ForcedBf16Path {
   ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
 };
 
-const mha::detail::GemmBf16Kernels* hardware_bf16() {
+// The avx512_bf16 kernels, where this build has them and the CPU has
+// AVX512_BF16.
+const mha::detail::GemmBf16Kernels* avx512_bf16() {
   return mha::detail::gemm_bf16_kernels(mha::Isa::avx512);
 }
 
-// The NEON BF16 kernels, where this build has them and the CPU has FEAT_BF16.
+// The neon_bf16 kernels, where this build has them and the CPU has FEAT_BF16.
 const mha::detail::GemmBf16Kernels* neon_bf16() {
   return mha_isa_supported("neon") ? mha::detail::gemm_bf16_kernels(mha::Isa::neon) : nullptr;
 }
 
-// The AVX2 widening kernels, where this build has them and the CPU runs them.
-const mha::detail::GemmBf16Kernels* avx2_bf16() {
+// The avx2_widen kernels, where this build has them and the CPU runs them.
+const mha::detail::GemmBf16Kernels* avx2_widen() {
   return mha_isa_supported("avx2") ? mha::detail::gemm_bf16_kernels(mha::Isa::avx2) : nullptr;
 }
 
@@ -306,13 +308,13 @@ void check_emulation_bits(const mha::detail::GemmBf16Kernels& g,
 
 }  // namespace
 
-TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[gemm][bf16]") {
-  const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+TEST_CASE("the avx512_bf16 kernels give the bits of emulated_vdpbf16ps", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
   if (hw == nullptr) {
     WARN("skipped: this build or CPU has no AVX512_BF16");
     return;
   }
-  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated, 5, 7000, true);
+  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 5, 7000, true);
 }
 
 namespace {
@@ -335,7 +337,7 @@ std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<
 
 }  // namespace
 
-TEST_CASE("the BFDOT emulation rounds to odd, flushes denormals, gives the default NaN",
+TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the default NaN",
           "[gemm][bf16]") {
   // (A, B, the result's bits): bf16 1 = 3f80, 2^-15 = 3800, 2^-30 = 3080,
   // 2^-70 = 1c80, 2^127 = 7f00, 2 = 4000.
@@ -371,7 +373,7 @@ TEST_CASE("the BFDOT emulation rounds to odd, flushes denormals, gives the defau
   }
 }
 
-TEST_CASE("the NEON BF16 kernels give the bits of the BFDOT emulation", "[gemm][bf16]") {
+TEST_CASE("the neon_bf16 kernels give the bits of emulated_bfdot", "[gemm][bf16]") {
   const mha::detail::GemmBf16Kernels* neon = neon_bf16();
   if (neon == nullptr) {
     WARN("skipped: this build or CPU has no FEAT_BF16");
@@ -422,7 +424,7 @@ std::uint16_t row_elem(const mha::detail::GemmBf16Kernels& g, const std::vector<
 // zero, NaN quiet) or, for tables with IEEE denormals, as fp32_to_bf16, and
 // completes an odd row with a zero.
 void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed) {
-  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
+  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps;
   const std::size_t w = g.pair_words();
   std::mt19937_64 rng(seed);
   for (std::size_t k : {1, 2, 7, 64, 131}) {
@@ -488,13 +490,13 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
 }  // namespace
 
 TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][bf16]") {
-  SECTION("emulated") {
-    check_core_entries(mha::detail::gemm_bf16_kernels_emulated, 91);
+  SECTION("emulated_vdpbf16ps") {
+    check_core_entries(mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 91);
   }
-  SECTION("emulated BFDOT") {
+  SECTION("emulated_bfdot") {
     check_core_entries(mha::detail::gemm_bf16_kernels_emulated_bfdot, 94);
   }
-  SECTION("NEON BF16") {
+  SECTION("neon_bf16") {
     const mha::detail::GemmBf16Kernels* neon = neon_bf16();
     if (neon == nullptr) {
       WARN("skipped: this build or CPU has no FEAT_BF16");
@@ -502,16 +504,16 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
     }
     check_core_entries(*neon, 95);
   }
-  SECTION("AVX2") {
-    const mha::detail::GemmBf16Kernels* avx2 = avx2_bf16();
+  SECTION("avx2_widen") {
+    const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
     if (avx2 == nullptr) {
       WARN("skipped: this build or CPU has no AVX2");
       return;
     }
     check_core_entries(*avx2, 93);
   }
-  SECTION("AVX512_BF16") {
-    const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+  SECTION("avx512_bf16") {
+    const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
     if (hw == nullptr) {
       WARN("skipped: this build or CPU has no AVX512_BF16");
       return;
@@ -520,16 +522,17 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   }
 }
 
-TEST_CASE("the AVX2 bf16 kernels give the emulation's bits on normal operands", "[gemm][bf16]") {
+TEST_CASE("the avx2_widen bf16 kernels give emulated_vdpbf16ps's bits on normal operands",
+          "[gemm][bf16]") {
   // Same order and single rounding per step as vdpbf16ps; only denormals
   // differ (kept here, flushed there), and these operands (|x| >= 2^-20 or
   // 0, O(1) sums) produce none.
-  const mha::detail::GemmBf16Kernels* avx2 = avx2_bf16();
+  const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
   if (avx2 == nullptr) {
     WARN("skipped: this build or CPU has no AVX2");
     return;
   }
-  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated, 6, 9000, false);
+  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 6, 9000, false);
 }
 
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
