@@ -118,6 +118,7 @@ std::size_t packed_bf16_b_bytes(const GemmBf16Kernels* g, const GemmKernels& f, 
 PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb, std::size_t k,
                         std::size_t n, const std::uint16_t* b, std::size_t ldb, void* dst) {
   if (g != nullptr) {
+    prepare_thread(*g);
     g->pack_b(tb == Trans::T, k, n, b, ldb, static_cast<std::uint16_t*>(dst),
               round_up(k, 2) * g->nr);
   } else {
@@ -154,6 +155,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
   const std::size_t strip = round_up(k, 2) * g.nr;
   run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
                   [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
+                    prepare_thread(g);
                     run_packed_b(g, ta, bm, bn, k, alpha, at(ta, a16, lda, i0, 0), lda,
                                  data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
                   });
@@ -245,6 +247,7 @@ void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans t
   }
   run_gemm_blocks(g->mr, g->nr, m, n, plan.threads,
                   [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                    prepare_thread(*g);
                     gemm_bf16_block(*g, ta, tb, rows, cols, k, alpha, at(ta, a, lda, i0, 0), lda,
                                     at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
                   });

@@ -79,9 +79,25 @@ struct GemmBf16Kernels {
                        float alpha, float beta) = nullptr;
   // Bytes per A element in packed strips and rows (above): 2 or 4.
   std::size_t a_bytes = 2;
+  // The kernels' per-thread state, or null where they keep none. Called on
+  // a thread before that thread's first call of any other member within a
+  // driver call (gemm_bf16, gemm_bf16_packed, pack_bf16_b) or an attention
+  // task, through prepare_thread; it may be called many times on one
+  // thread and must be cheap when that thread is already set up, so the
+  // kernel set keeps its own thread_local state and reconfigures only on a
+  // change. An AMX set loads its tile configuration (ldtilecfg) here: no
+  // function call preserves it and each worker must load its own (oneDNN's
+  // brgemm set_hw_context).
+  void (*thread_setup)() = nullptr;
   // 32-bit words per pair of A.
   std::size_t pair_words() const { return a_bytes / 2; }
 };
+
+// Runs g's per-thread setup, if it has one, on the calling thread: before
+// the first kernel call of each block or task that may run on a new thread.
+inline void prepare_thread(const GemmBf16Kernels& g) {
+  if (g.thread_setup != nullptr) g.thread_setup();
+}
 
 // One row of C (n columns) against consecutive strips of B: ukernel_row1
 // where g has it, else a kernel call per strip; `a` a packed A strip

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/aligned.hpp"
 #include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -533,6 +535,110 @@ TEST_CASE("the avx2_widen bf16 kernels give emulated_vdpbf16ps's bits on normal 
     return;
   }
   check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 6, 9000, false);
+}
+
+namespace {
+
+using mha::detail::GemmBf16Kernels;
+
+const GemmBf16Kernels& emulated() {
+  return mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps;
+}
+
+// A kernel set with per-thread state (GemmBf16Kernels::thread_setup): the
+// emulation's kernels, each counting a call on a thread whose setup has not
+// run since the current generation began (each driver call under test
+// begins one, so state left by an earlier call does not count).
+std::atomic<unsigned> setup_generation{1};
+std::atomic<unsigned> setup_calls{0};
+std::atomic<unsigned> unprepared_calls{0};
+thread_local unsigned prepared_generation = 0;
+
+void record_setup() {
+  prepared_generation = setup_generation.load();
+  ++setup_calls;
+}
+
+void check_prepared() {
+  if (prepared_generation != setup_generation.load()) ++unprepared_calls;
+}
+
+const GemmBf16Kernels& stateful_kernels() {
+  static const GemmBf16Kernels g = [] {
+    GemmBf16Kernels k = emulated();
+    k.name = "test_stateful";
+    k.ukernel = [](std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+      check_prepared();
+      emulated().ukernel(kp, a, b, c, ldc, m, n, alpha, beta);
+    };
+    k.ukernel_rows = [](std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
+                        std::size_t n, float alpha, float beta) {
+      check_prepared();
+      emulated().ukernel_rows(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+    };
+    k.pack_a = [](bool trans, std::size_t m, std::size_t kk, const std::uint16_t* a,
+                  std::size_t lda, std::uint32_t* dst) {
+      check_prepared();
+      emulated().pack_a(trans, m, kk, a, lda, dst);
+    };
+    k.pack_b = [](bool trans, std::size_t kk, std::size_t n, const std::uint16_t* b,
+                  std::size_t ldb, std::uint16_t* dst, std::size_t strip_stride) {
+      check_prepared();
+      emulated().pack_b(trans, kk, n, b, ldb, dst, strip_stride);
+    };
+    k.thread_setup = &record_setup;
+    return k;
+  }();
+  return g;
+}
+
+// C of the packed-B product (pack_bf16_b, then gemm_bf16_packed with A in
+// bf16) on g.
+std::vector<float> run_packed(const GemmBf16Kernels& g, const Problem& p) {
+  using mha::detail::Trans;
+  const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
+  const Trans tb = p.s.tb == 'N' ? Trans::N : Trans::T;
+  const mha::detail::AlignedFloats buf = mha::detail::alloc_floats(
+      mha::detail::ceil_div(mha::detail::packed_bf16_b_bytes(&g, f, p.s.k, p.s.n), sizeof(float)));
+  ++setup_generation;
+  const mha::detail::PackedBf16B b =
+      mha::detail::pack_bf16_b(&g, f, tb, p.s.k, p.s.n, p.B(), p.ldb, buf.get());
+  std::vector<float> c = p.c0;
+  ++setup_generation;
+  mha::detail::gemm_bf16_packed(p.s.ta == 'N' ? Trans::N : Trans::T, p.s.m, p.s.alpha, p.A(),
+                                nullptr, p.lda, b, p.s.beta, c.data() + p.s.offset, p.ldc);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the bf16 drivers run a kernel set's thread_setup before its kernels on every thread",
+          "[gemm][bf16][threads]") {
+  const GemmBf16Kernels& g = stateful_kernels();
+  std::mt19937_64 rng(41);
+  const bool threads = mha::test::threads_allowed();
+  if (!threads) WARN("1 thread only: this run must not start threads (qemu-user)");
+  const unsigned calls0 = setup_calls.load();
+  for (std::size_t t : {1, 2, 3}) {
+    if (t > 1 && !threads) break;
+    mha::set_num_threads(t);
+    for (const auto& [m, n, k] :
+         std::vector<std::array<std::size_t, 3>>{{150, 200, 130}, {1, 70, 33}, {350, 40, 70}}) {
+      const Shape s = random_shape(rng, m, n, k);
+      const Problem p(s, m + n + k + t);
+      INFO(describe(s) << ", threads " << t);
+      const std::vector<float> want = run_dot(emulated(), p);
+      ++setup_generation;
+      CHECK(bitwise_equal(run_dot(g, p), want));
+      CHECK(unprepared_calls.load() == 0);
+      CHECK(bitwise_equal(run_packed(g, p), run_packed(emulated(), p)));
+      CHECK(unprepared_calls.load() == 0);
+    }
+  }
+  mha::set_num_threads(0);
+  CHECK(setup_calls.load() > calls0);
 }
 
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
