@@ -40,7 +40,7 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
   const std::size_t kc = std::min(round_up(k, 2), g.kc), kcp = kc / 2;
   const std::size_t mc = std::min(round_up(m, g.mr), round_up(g.mc, g.mr));
   auto* apack = reinterpret_cast<std::uint32_t*>(
-      thread_scratch(ScratchSlot::kGemmA, kcp * mc * g.pair_words()));
+      thread_scratch(ScratchSlot::kGemmA, mc / g.mr * packed_a_strip_words(g, kcp)));
   for (std::size_t p0 = 0; p0 < k; p0 += kc) {
     const std::size_t kb = std::min(kc, k - p0), kp = (kb + 1) / 2;
     const float beta_p = p0 == 0 ? beta : 1.f;
@@ -52,12 +52,13 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
         bf16_row(g, true, kp, apack, bk, b_strip, c + i0 * ldc, n, alpha, beta_p);
         continue;
       }
+      const std::size_t a_strip = packed_a_strip_words(g, kp);
       for (std::size_t is = 0; is * g.mr < mb; ++is) {
         const std::size_t mm = std::min(g.mr, mb - is * g.mr);
         float* ci = c + (i0 + is * g.mr) * ldc;
         for (std::size_t js = 0; js * g.nr < n; ++js) {
-          g.ukernel(kp, apack + is * kp * g.mr * g.pair_words(), bk + js * b_strip, ci + js * g.nr,
-                    ldc, mm, std::min(g.nr, n - js * g.nr), alpha, beta_p);
+          g.ukernel(kp, apack + is * a_strip, bk + js * b_strip, ci + js * g.nr, ldc, mm,
+                    std::min(g.nr, n - js * g.nr), alpha, beta_p);
         }
       }
     }
@@ -173,9 +174,9 @@ void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
   }
   // run_packed_b's packed A block.
   const GemmBf16Kernels& g = *b.g;
-  thread_scratch(ScratchSlot::kGemmA, std::min(round_up(k, 2), g.kc) / 2 *
-                                          std::min(round_up(m, g.mr), round_up(g.mc, g.mr)) *
-                                          g.pair_words());
+  thread_scratch(ScratchSlot::kGemmA,
+                 std::min(round_up(m, g.mr), round_up(g.mc, g.mr)) / g.mr *
+                     packed_a_strip_words(g, std::min(round_up(k, 2), g.kc) / 2));
 }
 
 void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, float* x,

@@ -18,15 +18,24 @@
 
 namespace mha::detail {
 
-// The packed layouts, which every bf16 kernel table shares (its mr and nr
-// set the strip sizes), with kp = ceil(k / 2) pairs:
-// Packed A strip: op(A) rows [r, r+mr), stored [kp][mr] as pairs, the pair
-//   of row i at p holding op(A)(i, 2p) and op(A)(i, 2p+1): one 32-bit word
-//   with them in its low and high 16 bits (a_bytes = 2), or two fp32 words
-//   (a_bytes = 4: kernels without bf16 arithmetic, which then broadcast A
-//   without widening it); rows past m and the second half of an odd k's
-//   last pair are zero. Strip s of a packed block lives at dst +
-//   s*kp*mr*(a_bytes/2) words.
+// How A and B reach the kernels, kp = ceil(k / 2) pairs:
+// A comes either packed, in strips of mr rows (ukernel, ukernel_row1 on a
+// one-row strip; written by pack_a), or as rows with a stride
+// (ukernel_rows, ukernel_row1; written by round_rows, as the attention
+// core's Q and P rows). A pair of A, the elements 2p and 2p+1 of a row, is
+// one 32-bit word with them in its low and high 16 bits (a_bytes = 2), or
+// two fp32 words (a_bytes = 4: kernels without bf16 arithmetic, which then
+// broadcast A without widening it); the second half of an odd k's last
+// pair is zero.
+// Packed A strip, the kernel set's own layout (a_row_pairs):
+//   null a_row_pairs: [kp][mr], the pair of row i at p holding op(A)(i, 2p)
+//     and op(A)(i, 2p+1), rows past m zero (the broadcast layout);
+//   else [mr][a_row_pairs(kp)], row i's pairs from pair i * a_row_pairs(kp)
+//     on, exactly what ukernel_rows reads with lda = a_row_pairs(kp): a set
+//     that reads A in row tiles uses it (an AMX A tile is 16 rows of 32
+//     bf16), and may pad kp to whole tiles.
+//   Drivers know no more of it than packed_a_strip_words and
+//   packed_a_pair_step below.
 // Packed B strip: op(B) columns [c, c+nr), stored [kp][nr][2] in bf16, the
 //   two halves of element (p, j) being op(B)(2p, j), op(B)(2p+1, j) (the
 //   lanes of vdpbf16ps and of oneDNN's, XNNPACK's and KleidiAI's layouts);
@@ -62,7 +71,8 @@ struct GemmBf16Kernels {
   // ukernel_rows.
   void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* y,
                      std::size_t ldy);
-  // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
+  // Packs op(A) [m x k] in strips of mr rows, in the kernel set's layout
+  // (above), kp = ceil(k/2).
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
                  std::uint32_t* dst);
   // Packs op(B) [k x n] in the layout above.
@@ -79,6 +89,10 @@ struct GemmBf16Kernels {
                        float alpha, float beta) = nullptr;
   // Bytes per A element in packed strips and rows (above): 2 or 4.
   std::size_t a_bytes = 2;
+  // Pairs per row of a packed A strip of kp pairs in the row-major layout
+  // (above; >= kp, and non-decreasing in kp, as the drivers size their
+  // scratch for the largest K block), or null for the [kp][mr] layout.
+  std::size_t (*a_row_pairs)(std::size_t kp) = nullptr;
   // The kernels' per-thread state, or null where they keep none. Called on
   // a thread before that thread's first call of any other member within a
   // driver call (gemm_bf16, gemm_bf16_packed, pack_bf16_b) or an attention
@@ -99,13 +113,25 @@ inline void prepare_thread(const GemmBf16Kernels& g) {
   if (g.thread_setup != nullptr) g.thread_setup();
 }
 
+// 32-bit words of one packed A strip of kp pairs: strip s of a block pack_a
+// wrote starts at word s * packed_a_strip_words(g, kp).
+inline std::size_t packed_a_strip_words(const GemmBf16Kernels& g, std::size_t kp) {
+  return (g.a_row_pairs != nullptr ? g.a_row_pairs(kp) : kp) * g.mr * g.pair_words();
+}
+
+// Pairs between a row's consecutive pairs in a packed A strip: the `as` of
+// ukernel_row1 on a one-row strip.
+inline std::size_t packed_a_pair_step(const GemmBf16Kernels& g) {
+  return g.a_row_pairs != nullptr ? 1 : g.mr;
+}
+
 // One row of C (n columns) against consecutive strips of B: ukernel_row1
 // where g has it, else a kernel call per strip; `a` a packed A strip
-// (pairs mr apart) or a row (pairs adjacent).
+// (pairs packed_a_pair_step apart) or a row (pairs adjacent).
 inline void bf16_row(const GemmBf16Kernels& g, bool packed, std::size_t kp, const std::uint32_t* a,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
                      float alpha, float beta) {
-  const std::size_t as = packed ? g.mr : 1;  // pairs
+  const std::size_t as = packed ? packed_a_pair_step(g) : 1;  // pairs
   const std::size_t span = g.ukernel_row1 != nullptr ? 4 * g.nr : g.nr;
   for (std::size_t j0 = 0; j0 < n; j0 += span, b += span / g.nr * b_strip) {
     const std::size_t cols = n - j0 < span ? n - j0 : span;

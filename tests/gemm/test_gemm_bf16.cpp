@@ -326,7 +326,7 @@ namespace {
 std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<std::uint16_t>& a,
                        const std::vector<std::uint16_t>& b) {
   const std::size_t k = a.size(), kp = (k + 1) / 2;
-  std::vector<std::uint32_t> ap(kp * g.mr);
+  std::vector<std::uint32_t> ap(mha::detail::packed_a_strip_words(g, kp));
   std::vector<std::uint16_t> bp(kp * g.nr * 2);
   g.pack_a(false, 1, k, a.data(), k, ap.data());
   g.pack_b(false, k, 1, b.data(), 1, bp.data(), bp.size());
@@ -438,7 +438,8 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
         const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
         std::vector<float> a32(m * k);
         for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = fp32(a16[i]);
-        std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu), packed(kp * g.mr * w);
+        std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu),
+            packed(mha::detail::packed_a_strip_words(g, kp));
         g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
         g.pack_a(false, m, k, a16.data(), k, packed.data());
         const std::size_t strips = (n + g.nr - 1) / g.nr, strip = kp * g.nr * 2;
@@ -594,6 +595,45 @@ const GemmBf16Kernels& stateful_kernels() {
   return g;
 }
 
+// emulated_vdpbf16ps with packed A in the row-major layout (a_row_pairs):
+// rows padded by 2 to 4 pairs more than kp, so strips and rows move if a
+// driver assumes [kp][mr]. The kernel is ukernel_rows, as the contract says.
+std::size_t padded_row_pairs(std::size_t kp) {
+  return (kp + 5) / 4 * 4;
+}
+
+const GemmBf16Kernels& row_major_a_kernels() {
+  static const GemmBf16Kernels g = [] {
+    GemmBf16Kernels k = emulated();
+    k.name = "test_row_major_a";
+    k.a_row_pairs = &padded_row_pairs;
+    k.ukernel = [](std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+      emulated().ukernel_rows(kp, a, padded_row_pairs(kp), b, c, ldc, m, n, alpha, beta);
+    };
+    k.pack_a = [](bool trans, std::size_t m, std::size_t kk, const std::uint16_t* a,
+                  std::size_t lda, std::uint32_t* dst) {
+      const std::size_t mr = emulated().mr, kp = (kk + 1) / 2, rp = padded_row_pairs(kp);
+      for (std::size_t r0 = 0; r0 < m; r0 += mr) {
+        std::uint32_t* d = dst + r0 / mr * mr * rp;
+        for (std::size_t i = 0; i < mr; ++i) {
+          for (std::size_t p = 0; p < rp; ++p) {
+            std::uint32_t lo = 0, hi = 0;
+            const std::size_t r = r0 + i, q = 2 * p;
+            if (r < m && p < kp) {
+              lo = trans ? a[q * lda + r] : a[r * lda + q];
+              if (q + 1 < kk) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
+            }
+            d[i * rp + p] = lo | hi << 16;
+          }
+        }
+      }
+    };
+    return k;
+  }();
+  return g;
+}
+
 // C of the packed-B product (pack_bf16_b, then gemm_bf16_packed with A in
 // bf16) on g.
 std::vector<float> run_packed(const GemmBf16Kernels& g, const Problem& p) {
@@ -639,6 +679,26 @@ TEST_CASE("the bf16 drivers run a kernel set's thread_setup before its kernels o
   }
   mha::set_num_threads(0);
   CHECK(setup_calls.load() > calls0);
+}
+
+TEST_CASE("the bf16 drivers honour a kernel set's packed-A layout (row-major strips)",
+          "[gemm][bf16]") {
+  const GemmBf16Kernels& g = row_major_a_kernels();
+  std::vector<Shape> shapes = reference_shapes();
+  shapes.resize(scaled(200, 80));
+  std::mt19937_64 rng(43);
+  shapes.push_back(random_shape(rng, 350, 40, 2051));  // MC and K blocks, odd k
+  shapes.push_back(random_shape(rng, 1, 100, 2051));   // one row, packed
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    const Problem p(shapes[i], 12000 + i);
+    if (!bitwise_equal(run_dot(g, p), run_dot(emulated(), p)) ||
+        !bitwise_equal(run_packed(g, p), run_packed(emulated(), p))) {
+      ++failures;
+      FAIL_CHECK(describe(shapes[i]));
+    }
+  }
+  CHECK(failures == 0);
 }
 
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
