@@ -146,9 +146,9 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
   }
   if (b.g == nullptr) {
     const float* af = as_fp32(ScratchSlot::kBf16AsFp32A, rows, cols, a16, lda);
-    gemm_packed(*b.f, ta, m, af, cols,
-                PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha, beta,
-                c, ldc);
+    gemm_prepacked_b(*b.f, ta, m, af, cols,
+                     PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha,
+                     beta, c, ldc);
     return;
   }
   const GemmBf16Kernels& g = *b.g;
@@ -168,8 +168,8 @@ void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
   thread_scratch(ScratchSlot::kBf16RoundedA, ceil_div(m * k, 2));
   if (b.g == nullptr) {
     thread_scratch(ScratchSlot::kBf16AsFp32A, m * k);
-    reserve_gemm_packed(*b.f, m,
-                        PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr));
+    reserve_gemm_prepacked_b(*b.f, m,
+                             PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr));
     return;
   }
   // run_packed_b's packed A block.
