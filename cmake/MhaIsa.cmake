@@ -18,14 +18,18 @@ set(MHA_ISA_FLAGS_scalar "")
 set(MHA_ISA_FLAGS_avx2 -mavx2 -mfma)
 set(MHA_ISA_FLAGS_avx512 -mavx512f -mavx512dq -mavx512bw -mavx512vl -mavx2 -mfma)
 set(MHA_ISA_FLAGS_neon "")  # NEON is part of the armv8-a baseline
-# Extensions: kernels for an instruction set beyond an ISA's base, compiled
-# when the base ISA is and chosen by the operation from the CPU's feature bits
-# (they are not ISAs of their own: MHA_ISA never names them).
-set(MHA_ISA_FLAGS_avx512bf16 ${MHA_ISA_FLAGS_avx512} -mavx512bf16)
-set(MHA_EXTENSION_BASE_avx512bf16 avx512)
+# Extensions: kernel sets beyond an ISA's own kernels, compiled when the base
+# ISA is and chosen by the operation from the CPU's feature bits (they are
+# not ISAs of their own: MHA_ISA never names them). Each is named as its
+# kernel set, e.g. the bf16 GEMM's "avx512_bf16" in mha_kernel_name.
+set(MHA_ISA_FLAGS_avx512_bf16 ${MHA_ISA_FLAGS_avx512} -mavx512bf16)
+set(MHA_EXTENSION_BASE_avx512_bf16 avx512)
+# bf16 widened to fp32 in registers: the base ISA's instructions only.
+set(MHA_ISA_FLAGS_avx2_widen ${MHA_ISA_FLAGS_avx2})
+set(MHA_EXTENSION_BASE_avx2_widen avx2)
 # FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.
-set(MHA_ISA_FLAGS_neonbf16 -march=armv8.2-a+bf16)
-set(MHA_EXTENSION_BASE_neonbf16 neon)
+set(MHA_ISA_FLAGS_neon_bf16 -march=armv8.2-a+bf16)
+set(MHA_EXTENSION_BASE_neon_bf16 neon)
 
 # mha_isa_sources(<target> <isa> <file>...): add the files to <target>, compiled
 # with that ISA's flags, with MHA_ISA_<isa>=1 defined. Files for ISAs this build

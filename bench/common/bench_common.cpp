@@ -164,13 +164,13 @@ bool bf16_dot() {
 }
 
 double peak_bf16_gflops(int threads) {
-#if MHA_BUILD_AVX512BF16
+#if MHA_BUILD_AVX512_BF16
   if (bf16_dot()) {
     static std::mutex mutex;
     static std::map<int, double> cache;
     const std::lock_guard<std::mutex> lock(mutex);
     auto [it, inserted] = cache.try_emplace(threads, 0.0);
-    if (inserted) it->second = measure_peak(detail::avx512bf16::dpbf16_loop, threads);
+    if (inserted) it->second = measure_peak(detail::avx512_bf16::dpbf16_loop, threads);
     return it->second;
   }
 #endif

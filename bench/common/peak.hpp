@@ -20,7 +20,7 @@ double fma_loop(std::uint64_t iterations, float* sink);
 }
 // vdpbf16ps chains instead (flops: 2 per bf16 multiply-add); only in builds
 // with AVX-512, to be run on a CPU with AVX512_BF16.
-namespace avx512bf16 {
+namespace avx512_bf16 {
 double dpbf16_loop(std::uint64_t iterations, float* sink);
 }
 namespace neon {

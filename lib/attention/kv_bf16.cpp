@@ -100,6 +100,7 @@ class KvBf16 final : public KvType {
               key_strip(const_cast<void*>(t.k), t.j0, d), kp * g16_.nr * 2, s, lds, t.n, alpha,
               0.0f);
   }
+  void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float* pbuf) const override {
     const std::size_t ldp16 = round_up(t.n, 2);

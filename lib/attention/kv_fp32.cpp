@@ -2,7 +2,7 @@
 // strips of nr keys), so Q·Kᵀ runs the packed micro-kernel on it in place,
 // and V row-major at ldv = head_dim rounded up to whole cache lines (the
 // columns past head_dim are never read), so P·V reads V and the S tile in
-// place (gemm_serial_inplace) and P is never packed.
+// place (gemm_serial_unpacked) and P is never packed.
 #include <algorithm>
 
 #include "attention/kv_type.hpp"
@@ -63,13 +63,13 @@ class KvFp32 final : public KvType {
               float* s, std::size_t lds) const override {
     const PackedBView keys =
         PackedBView::whole(static_cast<const float*>(t.k), d, t.layout->capacity, g_.nr);
-    gemm_serial_packed_a(g_, rows, qbuf, keys.cols(t.j0, t.j0 + t.n), alpha, 0.0f, s, lds);
+    gemm_serial_prepacked_ab(g_, rows, qbuf, keys.cols(t.j0, t.j0 + t.n), alpha, 0.0f, s, lds);
   }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float*) const override {
     const std::size_t ldv = t.layout->ldv;
-    gemm_serial_inplace(g_, Trans::N, rows, d, t.n, 1.0f, p, ldp,
-                        static_cast<const float*>(t.v) + t.j0 * ldv, ldv, beta, o, ldo);
+    gemm_serial_unpacked(g_, Trans::N, rows, d, t.n, 1.0f, p, ldp,
+                         static_cast<const float*>(t.v) + t.j0 * ldv, ldv, beta, o, ldo);
   }
 
  private:

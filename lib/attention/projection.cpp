@@ -140,16 +140,16 @@ Projected project(const GemmKernels& g, const ProjectionWeights& m, const Attent
   }
   if (fused) {
     const std::size_t ld = in_cols(m);
-    gemm_packed(g, Trans::N, q_rows, query, E, m.wqkv, 1.0f, 0.0f, dst, ld, bias);
+    gemm_prepacked_b(g, Trans::N, q_rows, query, E, m.wqkv, 1.0f, 0.0f, dst, ld, bias);
     return {dst, dst + m.q_cols, dst + m.q_cols + m.k_cols, ld, ld};
   }
   float* pq = dst;
   float* pk = pq + q_rows * E;
   float* pv = pk + kv_rows * kvd;
-  gemm_packed(g, Trans::N, q_rows, query, E, m.wq, 1.0f, 0.0f, pq, E, bias);
-  gemm_packed(g, Trans::N, kv_rows, key, s.kdim, m.wk, 1.0f, 0.0f, pk, kvd, bias + m.q_cols);
-  gemm_packed(g, Trans::N, kv_rows, value, s.vdim, m.wv, 1.0f, 0.0f, pv, kvd,
-              bias + m.q_cols + m.k_cols);
+  gemm_prepacked_b(g, Trans::N, q_rows, query, E, m.wq, 1.0f, 0.0f, pq, E, bias);
+  gemm_prepacked_b(g, Trans::N, kv_rows, key, s.kdim, m.wk, 1.0f, 0.0f, pk, kvd, bias + m.q_cols);
+  gemm_prepacked_b(g, Trans::N, kv_rows, value, s.vdim, m.wv, 1.0f, 0.0f, pv, kvd,
+                   bias + m.q_cols + m.k_cols);
   return {pq, pk, pv, E, kvd};
 }
 
@@ -194,7 +194,7 @@ void project_out(const GemmKernels& g, const ProjectionWeights& m, const Attenti
     gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, merged, E, m.wo16, 0.0f, out, E);
     finish_rows(rows, E, m.out_bias.get(), out, E, false);
   } else {
-    gemm_packed(g, Trans::N, rows, merged, E, m.wo, 1.0f, 0.0f, out, E, m.out_bias.get());
+    gemm_prepacked_b(g, Trans::N, rows, merged, E, m.wo, 1.0f, 0.0f, out, E, m.out_bias.get());
   }
 }
 
@@ -202,7 +202,7 @@ void reserve_project_out(const GemmKernels& g, const ProjectionWeights& m, std::
   if (m.bf16) {
     reserve_gemm_bf16_packed(rows, m.wo16);
   } else {
-    reserve_gemm_packed(g, rows, m.wo);
+    reserve_gemm_prepacked_b(g, rows, m.wo);
   }
 }
 

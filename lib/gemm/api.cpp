@@ -96,7 +96,7 @@ void packed_checked(char transa, std::size_t m, float alpha, const float* a, std
   const detail::Extent ebias{bias, m == 0 ? 0 : n * sizeof(float)};
   detail::check_no_overlap(ec, ea, false, "c", "a");
   detail::check_no_overlap(ec, ebias, false, "c", "bias");
-  detail::gemm_packed(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
+  detail::gemm_prepacked_b(*b->kernels, ta, m, a, lda, b->view, alpha, beta, c, ldc, bias);
 }
 
 void gemm_bf16_checked(char transa, char transb, std::size_t m, std::size_t n, std::size_t k,

@@ -1,8 +1,11 @@
 // BLIS-style SGEMM driver: the portable loops, packing and threading around
 // the per-ISA micro-kernels (ukernel.hpp). plan_gemm names the path a call
 // takes, from the shape and the thresholds of the ISA's fitted table
-// (config.cpp); each path is one driver below, named by what it packs.
-// Loop nest of the packing drivers (gemm_serial and its kin):
+// (config.cpp); each path is one driver below, path_<GemmPath> (none's and
+// prepacked_b's are the directly called gemm_serial_unpacked and
+// gemm_prepacked_b).
+// Loop nest of the packing drivers (run_a_blocks, for path both and
+// gemm_serial_prepacked_b):
 //   MC rows > KC depth (pack the A block) > NC columns > MR strips (the
 //     KC x MR A strip, reused across the panel) > NR strips > micro-kernel.
 // Each A block is packed once and multiplied by every column panel of B
@@ -189,7 +192,7 @@ struct BFill {
   }
 };
 
-// The panels of a packed B against a packed A (gemm_serial_packed_a),
+// The panels of a packed B against a packed A (gemm_serial_prepacked_ab),
 // filling each from `fill` first if given.
 void run_panels(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
                 float alpha, float beta, float* c, std::size_t ldc, const float* bias,
@@ -209,10 +212,11 @@ void run_panels(const GemmKernels& g, std::size_t m, const float* a, const Packe
       });
 }
 
-// gemm_serial, with B filled from `fill` (if given) by the first A block.
-void gemm_serial_filling(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
-                         std::size_t lda, const PackedBView& b, float alpha, float beta, float* c,
-                         std::size_t ldc, const float* bias, const BFill* fill) {
+// The MC x KC blocks of A against a packed B, with B filled from `fill`
+// (if given) by the first A block.
+void run_a_blocks(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
+                  const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
+                  const float* bias, const BFill* fill) {
   if (m == 0 || b.n == 0) return;
   if (b.k == 0 || alpha == 0.f) {
     scale_c(m, b.n, beta, c, ldc, bias);
@@ -273,7 +277,7 @@ constexpr std::size_t kSlabMaxFloats = std::size_t{1} << 21;
 // Path gemv: each row of C against B read in place by the vector kernels (a
 // strided row of op(A) gathered first). B is read once per row: packing it
 // would double the traffic of a bandwidth-bound decode step.
-void gemv_rows(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+void path_gemv(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
                std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const auto gemv = tb == Trans::N ? g.gemv_n : g.gemv_t;
@@ -289,14 +293,14 @@ void gemv_rows(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::siz
 }
 
 // Path a_b_blocks: op(A) packed once, whole (its K blocks are views, as in
-// gemm_serial_packed_a), and op(B) in blocks of l2_block_cols columns, each
+// gemm_serial_prepacked_ab), and op(B) in blocks of l2_block_cols columns, each
 // packed just before use so that it is still in L2 for every A strip
 // (packing all of B first went through memory: pack_b('T') of 768 x 2304
 // took 0.6 ms, a fifth of the m = 128 projection; Zen 5 NN m128 n2304 k768
 // 184 -> 192 GFLOP/s against NC panels that re-packed A each).
-void gemm_serial_a_once(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
-                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
+void path_a_b_blocks(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+                     std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+                     std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t kc = std::min(k, g.kc);
   const std::size_t nc = std::min(round_up(n, g.nr), l2_block_cols(g, kc, g.nr));
   float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
@@ -315,11 +319,10 @@ void gemm_serial_a_once(const GemmKernels& g, Trans ta, Trans tb, std::size_t m,
 // Path a: op(A) packed once, whole; the packed micro-kernel reads the whole NR-column
 // strips of B at their own row stride, and a last, partial strip is packed
 // (the kernel reads whole vectors, past column n). Same kernels and K
-// blocks as gemm_serial, so the same bits.
-void gemm_serial_b_in_place(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
-                            std::size_t k, float alpha, const float* a, std::size_t lda,
-                            const float* b, std::size_t ldb, float beta, float* c,
-                            std::size_t ldc) {
+// blocks as gemm_serial_prepacked_b, so the same bits.
+void path_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n, std::size_t k,
+            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+            float beta, float* c, std::size_t ldc) {
   const std::size_t mr = g.mr, nr = g.nr, kc = std::min(k, g.kc), full = n / nr * nr;
   float* apack = thread_scratch(ScratchSlot::kGemmA, packed_a_floats(g, m, k));
   g.pack_a(ta == Trans::T, m, k, a, lda, apack);
@@ -344,7 +347,7 @@ void gemm_serial_b_in_place(const GemmKernels& g, Trans ta, std::size_t m, std::
 }
 
 // Path both: each block packs its columns of op(B) in slabs as its first A
-// block uses them (gemm_serial_filling), and its later A blocks read them
+// block uses them (run_a_blocks), and its later A blocks read them
 // packed. A slab takes every column up to kSlabMaxFloats, else whole NC
 // panels, and every row while it stays within that bound; a slab of fewer
 // rows is multiplied by the matching columns of A, with the K blocks where
@@ -359,9 +362,9 @@ std::size_t slab_rows(const GemmKernels& g, std::size_t k, std::size_t cols) {
   return std::min(k, std::max(kc, kSlabMaxFloats / round_up(cols, g.nr) / kc * kc));
 }
 
-void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                           std::size_t k, float alpha, const float* a, std::size_t lda,
-                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+void path_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
+               std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
+               std::size_t ldb, float beta, float* c, std::size_t ldc) {
   const std::size_t slab = slab_cols(g, k, n), depth = slab_rows(g, k, slab);
   float* bpack = thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, depth, slab));
   for (std::size_t s0 = 0; s0 < n; s0 += slab) {
@@ -369,9 +372,8 @@ void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t
     for (std::size_t p0 = 0; p0 < k; p0 += depth) {
       const std::size_t kb = std::min(depth, k - p0);
       const BFill fill{tb, b_at(tb, b, ldb, p0, s0), ldb, bpack};
-      gemm_serial_filling(g, ta, m, a_at(ta, a, lda, 0, p0), lda,
-                          PackedBView::whole(bpack, kb, nb, g.nr), alpha, p0 == 0 ? beta : 1.f,
-                          c + s0, ldc, nullptr, &fill);
+      run_a_blocks(g, ta, m, a_at(ta, a, lda, 0, p0), lda, PackedBView::whole(bpack, kb, nb, g.nr),
+                   alpha, p0 == 0 ? beta : 1.f, c + s0, ldc, nullptr, &fill);
     }
   }
 }
@@ -380,9 +382,9 @@ void gemm_serial_pack_both(const GemmKernels& g, Trans ta, Trans tb, std::size_t
 // its K blocks and B strips, read in place by the strided-A kernel where
 // op(A) = A holds a whole strip, else packed first (a short last strip, or
 // op(A) = Aᵀ). Same kernels' arithmetic, so the same bits.
-void gemm_serial_pack_b(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
-                        std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
-                        std::size_t ldb, float beta, float* c, std::size_t ldc) {
+void path_b(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
+            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
+            float beta, float* c, std::size_t ldc) {
   const std::size_t mr = g.mr, kc = std::min(k, g.kc);
   const PackedBView bp =
       pack_b(g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
@@ -525,10 +527,10 @@ PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n,
 
 // The loop nest of the file's header comment; each C element still sums its
 // K blocks in order, so the same bits on every path.
-void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
-                 const float* bias) {
-  gemm_serial_filling(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias, nullptr);
+void gemm_serial_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
+                             std::size_t lda, const PackedBView& b, float alpha, float beta,
+                             float* c, std::size_t ldc, const float* bias) {
+  run_a_blocks(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
 std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k) {
@@ -540,8 +542,9 @@ void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const 
   if (m != 0 && k != 0) g.pack_a(ta == Trans::T, m, k, a, lda, dst);
 }
 
-void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
-                          float alpha, float beta, float* c, std::size_t ldc, const float* bias) {
+void gemm_serial_prepacked_ab(const GemmKernels& g, std::size_t m, const float* a,
+                              const PackedBView& b, float alpha, float beta, float* c,
+                              std::size_t ldc, const float* bias) {
   if (m == 0 || b.n == 0) return;
   if (b.k == 0 || alpha == 0.f) {
     scale_c(m, b.n, beta, c, ldc, bias);
@@ -554,9 +557,9 @@ void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, c
 // mr_u-row strips of A read in place against the nr_u-column strips of B
 // (row p at b + p*ldb, up to column n). Same KC blocking and arithmetic as
 // the packed path, so the same bits.
-void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
-                         std::size_t k, float alpha, const float* a, std::size_t lda,
-                         const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
+void gemm_serial_unpacked(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
+                          std::size_t k, float alpha, const float* a, std::size_t lda,
+                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.f) {
     scale_c(m, n, beta, c, ldc, nullptr);
@@ -595,29 +598,29 @@ void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::siz
   }
 }
 
-void reserve_gemm_packed(const GemmKernels& g, std::size_t m, const PackedBView& b) {
-  // gemm_serial_filling's request for its largest block of rows.
+void reserve_gemm_prepacked_b(const GemmKernels& g, std::size_t m, const PackedBView& b) {
+  // run_a_blocks's request for its largest block of rows.
   if (m != 0 && b.n != 0 && b.k != 0) {
     thread_scratch(ScratchSlot::kGemmA, std::min(round_up(m, g.mr), g.mc) * std::min(b.k, g.kc));
   }
 }
 
-void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
-                 const float* bias) {
+void gemm_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
+                      std::size_t lda, const PackedBView& b, float alpha, float beta, float* c,
+                      std::size_t ldc, const float* bias) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0) return;
   const std::size_t threads = call_threads(m, n, k);
   if (threads <= 1) {
-    gemm_serial(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias);
+    gemm_serial_prepacked_b(g, ta, m, a, lda, b, alpha, beta, c, ldc, bias);
     return;
   }
   const Grid grid = split_m_first(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
     const std::size_t mb = grid.rows(t), j1 = j0 + grid.cols(t);
-    gemm_serial(g, ta, mb, a_at(ta, a, lda, i0, 0), lda, b.cols(j0, j1), alpha, beta,
-                c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
+    gemm_serial_prepacked_b(g, ta, mb, a_at(ta, a, lda, i0, 0), lda, b.cols(j0, j1), alpha, beta,
+                            c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
   });
 }
 
@@ -636,7 +639,7 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
       const std::size_t col_blocks = ceil_div(n, kGemvCols);
       parallel_for(m * col_blocks, threads, [&](std::size_t t) {
         const std::size_t i = t / col_blocks, j0 = t % col_blocks * kGemvCols;
-        gemv_rows(g, ta, tb, 1, std::min(kGemvCols, n - j0), k, alpha, a_at(ta, a, lda, i, 0), lda,
+        path_gemv(g, ta, tb, 1, std::min(kGemvCols, n - j0), k, alpha, a_at(ta, a, lda, i, 0), lda,
                   b_at(tb, b, ldb, 0, j0), ldb, beta, c + i * ldc + j0, ldc);
       });
       return;
@@ -644,7 +647,7 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
     case GemmPath::prepacked_b: {
       const PackedBView packed = pack_b(
           g, tb, k, n, b, ldb, thread_scratch(ScratchSlot::kGemmB, packed_b_floats(g, k, n)));
-      gemm_packed(g, ta, m, a, lda, packed, alpha, beta, c, ldc);
+      gemm_prepacked_b(g, ta, m, a, lda, packed, alpha, beta, c, ldc);
       return;
     }
     default:
@@ -674,20 +677,19 @@ void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t 
         float* cij = c + i0 * ldc + j0;
         switch (plan.path) {
           case GemmPath::none:
-            gemm_serial_inplace(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            gemm_serial_unpacked(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
             break;
           case GemmPath::b:
-            gemm_serial_pack_b(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            path_b(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
             break;
           case GemmPath::a:
-            gemm_serial_b_in_place(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            path_a(g, ta, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
             break;
           case GemmPath::a_b_blocks:
-            gemm_serial_a_once(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
+            path_a_b_blocks(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
             break;
           default:
-            gemm_serial_pack_both(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij,
-                                  ldc);
+            path_both(g, ta, tbi, rows, cols, k, alpha, ai, lda, bj, ldbi, beta, cij, ldc);
             break;
         }
       });

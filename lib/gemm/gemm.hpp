@@ -73,59 +73,74 @@ std::size_t packed_b_floats(const GemmKernels& g, std::size_t k, std::size_t n);
 PackedBView pack_b(const GemmKernels& g, Trans tb, std::size_t k, std::size_t n, const float* b,
                    std::size_t ldb, float* dst);
 
-// C[m x n] = alpha * op(A)·B + beta * C (+ bias[j] on every row, if bias is
-// non-null), single-threaded, no allocation in steady state (packs A into
-// this thread's ScratchSlot::kGemmA). beta == 0: C is not read (NaN ignored).
-void gemm_serial(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
-                 const float* bias = nullptr);
-// Grows the calling thread's scratch to what gemm_packed over m rows of b
-// takes on it (at most), so that a caller that must not fail after writing
-// other outputs can allocate it first; throws std::bad_alloc.
-void reserve_gemm_packed(const GemmKernels& g, std::size_t m, const PackedBView& b);
+// ---- Products on a B packed by the caller (mha_sgemm_packed, the
+// attention engine's projections, sgemm's path prepacked_b) --------------
 
-// op(A) [m x k] packed once by the caller for gemm_serial_packed_a, when the
-// same rows multiply several B (the attention core's query block against
-// each key tile): packed_a_floats(g, m, k) floats, 64-byte aligned.
+// C[m x n] = alpha * op(A)·B + beta * C (+ bias[j] on every row, if bias is
+// non-null) for B packed by pack_b, threaded over M x N blocks with
+// detail::parallel_for (never over K, so results do not depend on the
+// thread count); A is packed per block into ScratchSlot::kGemmA.
+void gemm_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
+                      std::size_t lda, const PackedBView& b, float alpha, float beta, float* c,
+                      std::size_t ldc, const float* bias = nullptr);
+// Grows the calling thread's scratch to what gemm_prepacked_b over m rows
+// of b takes on it (at most), so that a caller that must not fail after
+// writing other outputs can allocate it first; throws std::bad_alloc.
+void reserve_gemm_prepacked_b(const GemmKernels& g, std::size_t m, const PackedBView& b);
+
+// ---- Kernels the attention core calls directly, not planned ------------
+// Single-threaded (the core's tasks are the threads), each for the form its
+// operands already have, named by what the caller prepared; all give the
+// bits of gemm_prepacked_b on the same kernels.
+
+// gemm_prepacked_b on the calling thread alone: Q·Kᵀ against the cache's
+// packed keys. No allocation in steady state (packs A into this thread's
+// ScratchSlot::kGemmA). beta == 0: C is not read (NaN ignored).
+void gemm_serial_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
+                             std::size_t lda, const PackedBView& b, float alpha, float beta,
+                             float* c, std::size_t ldc, const float* bias = nullptr);
+
+// op(A) [m x k] packed once by the caller for gemm_serial_prepacked_ab,
+// when the same rows multiply several B (the attention core's query block
+// against each key tile): packed_a_floats(g, m, k) floats, 64-byte aligned.
 std::size_t packed_a_floats(const GemmKernels& g, std::size_t m, std::size_t k);
 void pack_a(const GemmKernels& g, Trans ta, std::size_t m, std::size_t k, const float* a,
             std::size_t lda, float* dst);
 
-// gemm_serial with A packed by pack_a (m rows, b.k columns), bias included:
-// the same bits, and no packing or allocation at all.
-void gemm_serial_packed_a(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
-                          float alpha, float beta, float* c, std::size_t ldc,
-                          const float* bias = nullptr);
+// gemm_serial_prepacked_b with A packed by pack_a too (m rows, b.k
+// columns), bias included: no packing or allocation at all.
+void gemm_serial_prepacked_ab(const GemmKernels& g, std::size_t m, const float* a,
+                              const PackedBView& b, float alpha, float beta, float* c,
+                              std::size_t ldc, const float* bias = nullptr);
 
 // C[m x n] = alpha * op(A)·B + beta * C with both operands read in place by
-// the unpacked micro-kernel (row p of B at b + p*ldb), single-threaded, no
-// packing or allocation: for a B that is already row-major in cache, as V in
-// the attention core. Only the first n floats of each row of B are read.
-// The same bits as gemm_serial.
-void gemm_serial_inplace(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
-                         std::size_t k, float alpha, const float* a, std::size_t lda,
-                         const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
+// the unpacked micro-kernel (row p of B at b + p*ldb), no packing or
+// allocation: for a B that is already row-major in cache, as V in the
+// attention core's P·V. Only the first n floats of each row of B are read.
+// Also sgemm's path none, block by block.
+void gemm_serial_unpacked(const GemmKernels& g, Trans ta, std::size_t m, std::size_t n,
+                          std::size_t k, float alpha, const float* a, std::size_t lda,
+                          const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
-// gemm_serial, threaded over M x N blocks with detail::parallel_for (never over
-// K, so results do not depend on the thread count).
-void gemm_packed(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
-                 const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
-                 const float* bias = nullptr);
+// ---- sgemm: planned paths -----------------------------------------------
 
 // The paths of sgemm, named by what they pack. Every path computes every
 // shape and transpose; plan_gemm picks the fastest (config.cpp has the
-// measurements), tests force each one.
+// measurements), tests force each one. Path p's driver is path_<p> in
+// gemm.cpp, but for none and prepacked_b, whose drivers are also called
+// directly (above).
 enum class GemmPath : unsigned char {
   gemv,        // nothing: each row of C by the GEMV kernels, B read in place
   none,        // nothing: the unpacked kernel reads A and B in place (a Bᵀ made
-               // row-major first)
+               // row-major first): gemm_serial_unpacked
   b,           // B once, whole; A's whole strips read in place (P·V)
   a,           // A once, whole; B's whole strips read in place by the packed
                // kernel, a partial last strip packed (a Bᵀ made row-major first)
   a_b_blocks,  // A once, whole; B per L2-sized column block just before use
   both,        // both: B in slabs as each block's first A block uses them, A per
                // MC x KC block
-  prepacked_b  // B packed whole first, as mha_sgemm_pack_b does, then gemm_packed
+  prepacked_b  // B packed whole first, as mha_sgemm_pack_b does, then
+               // gemm_prepacked_b
 };
 std::string_view gemm_path_name(GemmPath p) noexcept;
 
@@ -159,9 +174,9 @@ void run_gemm_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t 
 
 // Full SGEMM, threaded, on the path plan_gemm names. Arguments are assumed
 // validated. Packs into ScratchSlot::kGemmB and kGemmTransposedB
-// (gemm_serial and gemm_packed use only kGemmA, so a caller may keep its own
+// (gemm_serial_prepacked_b and gemm_prepacked_b use only kGemmA, so a caller may keep its own
 // packed B in kGemmB while calling them). Every path but gemv gives the same
-// bits as pack_b + gemm_packed on the same kernels.
+// bits as pack_b + gemm_prepacked_b on the same kernels.
 void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
            float beta, float* c, std::size_t ldc);

@@ -40,7 +40,7 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
   const std::size_t kc = std::min(round_up(k, 2), g.kc), kcp = kc / 2;
   const std::size_t mc = std::min(round_up(m, g.mr), round_up(g.mc, g.mr));
   auto* apack = reinterpret_cast<std::uint32_t*>(
-      thread_scratch(ScratchSlot::kGemmA, kcp * mc * g.pair_words()));
+      thread_scratch(ScratchSlot::kGemmA, mc / g.mr * packed_a_strip_words(g, kcp)));
   for (std::size_t p0 = 0; p0 < k; p0 += kc) {
     const std::size_t kb = std::min(kc, k - p0), kp = (kb + 1) / 2;
     const float beta_p = p0 == 0 ? beta : 1.f;
@@ -52,12 +52,13 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
         bf16_row(g, true, kp, apack, bk, b_strip, c + i0 * ldc, n, alpha, beta_p);
         continue;
       }
+      const std::size_t a_strip = packed_a_strip_words(g, kp);
       for (std::size_t is = 0; is * g.mr < mb; ++is) {
         const std::size_t mm = std::min(g.mr, mb - is * g.mr);
         float* ci = c + (i0 + is * g.mr) * ldc;
         for (std::size_t js = 0; js * g.nr < n; ++js) {
-          g.ukernel(kp, apack + is * kp * g.mr * g.pair_words(), bk + js * b_strip, ci + js * g.nr,
-                    ldc, mm, std::min(g.nr, n - js * g.nr), alpha, beta_p);
+          g.ukernel(kp, apack + is * a_strip, bk + js * b_strip, ci + js * g.nr, ldc, mm,
+                    std::min(g.nr, n - js * g.nr), alpha, beta_p);
         }
       }
     }
@@ -118,6 +119,7 @@ std::size_t packed_bf16_b_bytes(const GemmBf16Kernels* g, const GemmKernels& f, 
 PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb, std::size_t k,
                         std::size_t n, const std::uint16_t* b, std::size_t ldb, void* dst) {
   if (g != nullptr) {
+    prepare_thread(*g);
     g->pack_b(tb == Trans::T, k, n, b, ldb, static_cast<std::uint16_t*>(dst),
               round_up(k, 2) * g->nr);
   } else {
@@ -144,9 +146,9 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
   }
   if (b.g == nullptr) {
     const float* af = as_fp32(ScratchSlot::kBf16AsFp32A, rows, cols, a16, lda);
-    gemm_packed(*b.f, ta, m, af, cols,
-                PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha, beta,
-                c, ldc);
+    gemm_prepacked_b(*b.f, ta, m, af, cols,
+                     PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha,
+                     beta, c, ldc);
     return;
   }
   const GemmBf16Kernels& g = *b.g;
@@ -154,6 +156,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
   const std::size_t strip = round_up(k, 2) * g.nr;
   run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
                   [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
+                    prepare_thread(g);
                     run_packed_b(g, ta, bm, bn, k, alpha, at(ta, a16, lda, i0, 0), lda,
                                  data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
                   });
@@ -165,15 +168,15 @@ void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
   thread_scratch(ScratchSlot::kBf16RoundedA, ceil_div(m * k, 2));
   if (b.g == nullptr) {
     thread_scratch(ScratchSlot::kBf16AsFp32A, m * k);
-    reserve_gemm_packed(*b.f, m,
-                        PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr));
+    reserve_gemm_prepacked_b(*b.f, m,
+                             PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr));
     return;
   }
   // run_packed_b's packed A block.
   const GemmBf16Kernels& g = *b.g;
-  thread_scratch(ScratchSlot::kGemmA, std::min(round_up(k, 2), g.kc) / 2 *
-                                          std::min(round_up(m, g.mr), round_up(g.mc, g.mr)) *
-                                          g.pair_words());
+  thread_scratch(ScratchSlot::kGemmA,
+                 std::min(round_up(m, g.mr), round_up(g.mc, g.mr)) / g.mr *
+                     packed_a_strip_words(g, std::min(round_up(k, 2), g.kc) / 2));
 }
 
 void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, float* x,
@@ -193,14 +196,14 @@ void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, 
 
 const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
   if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
-#if MHA_BUILD_AVX512BF16
-  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512bf16;
+#if MHA_BUILD_AVX512_BF16
+  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512_bf16;
 #endif
-#if MHA_BUILD_AVX2
-  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2;
+#if MHA_BUILD_AVX2_WIDEN
+  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2_widen;
 #endif
-#if MHA_BUILD_NEONBF16
-  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neonbf16;
+#if MHA_BUILD_NEON_BF16
+  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neon_bf16;
 #endif
   (void)isa;
   return nullptr;
@@ -245,6 +248,7 @@ void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans t
   }
   run_gemm_blocks(g->mr, g->nr, m, n, plan.threads,
                   [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                    prepare_thread(*g);
                     gemm_bf16_block(*g, ta, tb, rows, cols, k, alpha, at(ta, a, lda, i0, 0), lda,
                                     at(tb, b, ldb, 0, j0), ldb, beta, c + i0 * ldc + j0, ldc);
                   });

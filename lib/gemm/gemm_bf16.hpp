@@ -18,15 +18,24 @@
 
 namespace mha::detail {
 
-// The packed layouts, which every bf16 kernel table shares (its mr and nr
-// set the strip sizes), with kp = ceil(k / 2) pairs:
-// Packed A strip: op(A) rows [r, r+mr), stored [kp][mr] as pairs, the pair
-//   of row i at p holding op(A)(i, 2p) and op(A)(i, 2p+1): one 32-bit word
-//   with them in its low and high 16 bits (a_bytes = 2), or two fp32 words
-//   (a_bytes = 4: kernels without bf16 arithmetic, which then broadcast A
-//   without widening it); rows past m and the second half of an odd k's
-//   last pair are zero. Strip s of a packed block lives at dst +
-//   s*kp*mr*(a_bytes/2) words.
+// How A and B reach the kernels, kp = ceil(k / 2) pairs:
+// A comes either packed, in strips of mr rows (ukernel, ukernel_row1 on a
+// one-row strip; written by pack_a), or as rows with a stride
+// (ukernel_rows, ukernel_row1; written by round_rows, as the attention
+// core's Q and P rows). A pair of A, the elements 2p and 2p+1 of a row, is
+// one 32-bit word with them in its low and high 16 bits (a_bytes = 2), or
+// two fp32 words (a_bytes = 4: kernels without bf16 arithmetic, which then
+// broadcast A without widening it); the second half of an odd k's last
+// pair is zero.
+// Packed A strip, the kernel set's own layout (a_row_pairs):
+//   null a_row_pairs: [kp][mr], the pair of row i at p holding op(A)(i, 2p)
+//     and op(A)(i, 2p+1), rows past m zero (the broadcast layout);
+//   else [mr][a_row_pairs(kp)], row i's pairs from pair i * a_row_pairs(kp)
+//     on, exactly what ukernel_rows reads with lda = a_row_pairs(kp): a set
+//     that reads A in row tiles uses it (an AMX A tile is 16 rows of 32
+//     bf16), and may pad kp to whole tiles.
+//   Drivers know no more of it than packed_a_strip_words and
+//   packed_a_pair_step below.
 // Packed B strip: op(B) columns [c, c+nr), stored [kp][nr][2] in bf16, the
 //   two halves of element (p, j) being op(B)(2p, j), op(B)(2p+1, j) (the
 //   lanes of vdpbf16ps and of oneDNN's, XNNPACK's and KleidiAI's layouts);
@@ -62,7 +71,8 @@ struct GemmBf16Kernels {
   // ukernel_rows.
   void (*round_rows)(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* y,
                      std::size_t ldy);
-  // Packs op(A) [m x k] (m <= mr*strips) in the layout above, kp = ceil(k/2).
+  // Packs op(A) [m x k] in strips of mr rows, in the kernel set's layout
+  // (above), kp = ceil(k/2).
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
                  std::uint32_t* dst);
   // Packs op(B) [k x n] in the layout above.
@@ -79,17 +89,49 @@ struct GemmBf16Kernels {
                        float alpha, float beta) = nullptr;
   // Bytes per A element in packed strips and rows (above): 2 or 4.
   std::size_t a_bytes = 2;
+  // Pairs per row of a packed A strip of kp pairs in the row-major layout
+  // (above; >= kp, and non-decreasing in kp, as the drivers size their
+  // scratch for the largest K block), or null for the [kp][mr] layout.
+  std::size_t (*a_row_pairs)(std::size_t kp) = nullptr;
+  // The kernels' per-thread state, or null where they keep none. Called on
+  // a thread before that thread's first call of any other member within a
+  // driver call (gemm_bf16, gemm_bf16_packed, pack_bf16_b) or an attention
+  // task, through prepare_thread; it may be called many times on one
+  // thread and must be cheap when that thread is already set up, so the
+  // kernel set keeps its own thread_local state and reconfigures only on a
+  // change. An AMX set loads its tile configuration (ldtilecfg) here: no
+  // function call preserves it and each worker must load its own (oneDNN's
+  // brgemm set_hw_context).
+  void (*thread_setup)() = nullptr;
   // 32-bit words per pair of A.
   std::size_t pair_words() const { return a_bytes / 2; }
 };
 
+// Runs g's per-thread setup, if it has one, on the calling thread: before
+// the first kernel call of each block or task that may run on a new thread.
+inline void prepare_thread(const GemmBf16Kernels& g) {
+  if (g.thread_setup != nullptr) g.thread_setup();
+}
+
+// 32-bit words of one packed A strip of kp pairs: strip s of a block pack_a
+// wrote starts at word s * packed_a_strip_words(g, kp).
+inline std::size_t packed_a_strip_words(const GemmBf16Kernels& g, std::size_t kp) {
+  return (g.a_row_pairs != nullptr ? g.a_row_pairs(kp) : kp) * g.mr * g.pair_words();
+}
+
+// Pairs between a row's consecutive pairs in a packed A strip: the `as` of
+// ukernel_row1 on a one-row strip.
+inline std::size_t packed_a_pair_step(const GemmBf16Kernels& g) {
+  return g.a_row_pairs != nullptr ? 1 : g.mr;
+}
+
 // One row of C (n columns) against consecutive strips of B: ukernel_row1
 // where g has it, else a kernel call per strip; `a` a packed A strip
-// (pairs mr apart) or a row (pairs adjacent).
+// (pairs packed_a_pair_step apart) or a row (pairs adjacent).
 inline void bf16_row(const GemmBf16Kernels& g, bool packed, std::size_t kp, const std::uint32_t* a,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
                      float alpha, float beta) {
-  const std::size_t as = packed ? g.mr : 1;  // pairs
+  const std::size_t as = packed ? packed_a_pair_step(g) : 1;  // pairs
   const std::size_t span = g.ukernel_row1 != nullptr ? 4 * g.nr : g.nr;
   for (std::size_t j0 = 0; j0 < n; j0 += span, b += span / g.nr * b_strip) {
     const std::size_t cols = n - j0 < span ? n - j0 : span;
@@ -126,21 +168,26 @@ inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp
 // take half the bytes. One set, so every table gives the same bits.
 constexpr std::size_t kBf16MC = 336, kBf16KC = 1024, kBf16NC = 768;
 
-// The AVX512_BF16 kernels (gemm_avx512bf16.cpp; only in builds with AVX-512).
-extern const GemmBf16Kernels gemm_bf16_kernels_avx512bf16;
-// AVX2 + FMA kernels that widen bf16 to fp32 in registers, in vdpbf16ps's
-// order but with IEEE denormals (gemm_avx2bf16.cpp; builds with AVX2).
-extern const GemmBf16Kernels gemm_bf16_kernels_avx2;
-// The portable emulation of vdpbf16ps, bit for bit (gemm_bf16_emulated.cpp),
-// on the AVX512_BF16 table's blocks: the reference the tests hold the
-// hardware kernel to. Not dispatched to (it runs at scalar speed).
-extern const GemmBf16Kernels gemm_bf16_kernels_emulated;
-// Arm's BFDOT emulated bit for bit (gemm_bf16_emulated.cpp: products and
-// sums rounded to odd, denormals flushed), on the same blocks: the
-// reference of the NEON BF16 kernels.
+// The bf16 kernel sets, each named alike in its file (gemm_bf16_<name>.cpp),
+// namespace (gemm_bf16_<name>), table (gemm_bf16_kernels_<name>), CMake
+// extension and GemmBf16Kernels::name (mha_kernel_name):
+// avx512_bf16: AVX512_BF16's vdpbf16ps (only in builds with AVX-512).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16;
+// avx2_widen: AVX2 + FMA, widening bf16 to fp32 in registers, in
+// vdpbf16ps's order but with IEEE denormals (builds with AVX2).
+extern const GemmBf16Kernels gemm_bf16_kernels_avx2_widen;
+// neon_bf16: FEAT_BF16's BFDOT (aarch64 builds).
+extern const GemmBf16Kernels gemm_bf16_kernels_neon_bf16;
+// The portable emulations, bit for bit, both in gemm_bf16_emulated.cpp
+// (namespace gemm_bf16_emulated), on the hardware tables' blocks: the
+// references the tests hold the hardware kernels to. Not dispatched to
+// (they run at scalar speed).
+// emulated_vdpbf16ps: vdpbf16ps, the reference of avx512_bf16 (and of
+// avx2_widen on operands without denormals).
+extern const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps;
+// emulated_bfdot: Arm's BFDOT (products and sums rounded to odd, denormals
+// flushed), the reference of neon_bf16.
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot;
-// The NEON kernels on FEAT_BF16's BFDOT (gemm_neonbf16.cpp; aarch64 builds).
-extern const GemmBf16Kernels gemm_bf16_kernels_neonbf16;
 
 // The bf16 kernels that serve `isa` on this CPU (avx512 on a CPU with
 // AVX512_BF16; avx2, widening in registers; neon on a CPU with FEAT_BF16),

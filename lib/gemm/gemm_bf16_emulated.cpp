@@ -24,6 +24,7 @@
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
+namespace gemm_bf16_emulated {
 namespace {
 
 struct emulated_tag {};
@@ -156,29 +157,32 @@ void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx
 }
 
 }  // namespace
+}  // namespace gemm_bf16_emulated
 
-const GemmBf16Kernels gemm_bf16_kernels_emulated{"emulated",
-                                                 kMR,
-                                                 kNR,
-                                                 kBf16MC,
-                                                 kBf16KC,
-                                                 kBf16NC,
-                                                 &ukernel<vdpbf16ps_pair>,
-                                                 &ukernel_rows<vdpbf16ps_pair>,
-                                                 &round_rows,
-                                                 &bf16_pack::pack_a<emulated_tag, kMR>,
-                                                 &bf16_pack::pack_b<emulated_tag, kNR>};
+const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps{
+    "emulated_vdpbf16ps",
+    gemm_bf16_emulated::kMR,
+    gemm_bf16_emulated::kNR,
+    kBf16MC,
+    kBf16KC,
+    kBf16NC,
+    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::vdpbf16ps_pair>,
+    &gemm_bf16_emulated::ukernel_rows<gemm_bf16_emulated::vdpbf16ps_pair>,
+    &gemm_bf16_emulated::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kNR>};
 
-const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot{"emulated_bfdot",
-                                                       kMR,
-                                                       kNR,
-                                                       kBf16MC,
-                                                       kBf16KC,
-                                                       kBf16NC,
-                                                       &ukernel<bfdot_pair>,
-                                                       &ukernel_rows<bfdot_pair>,
-                                                       &round_rows,
-                                                       &bf16_pack::pack_a<emulated_tag, kMR>,
-                                                       &bf16_pack::pack_b<emulated_tag, kNR>};
+const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot{
+    "emulated_bfdot",
+    gemm_bf16_emulated::kMR,
+    gemm_bf16_emulated::kNR,
+    kBf16MC,
+    kBf16KC,
+    kBf16NC,
+    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::bfdot_pair>,
+    &gemm_bf16_emulated::ukernel_rows<gemm_bf16_emulated::bfdot_pair>,
+    &gemm_bf16_emulated::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kNR>};
 
 }  // namespace mha::detail

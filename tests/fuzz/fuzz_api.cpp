@@ -1136,7 +1136,7 @@ void fuzz_attention(Decoder& d) {
   // it was created with.
   const bool emulated = bf16 && d.coin();
   if (emulated)
-    mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated);
+    mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
   prime_error();
   const mha_status st =
       bf16 ? mha_attention_create_ex(&c, &w, &opt, &attn) : mha_attention_create(&c, &w, &attn);

@@ -484,8 +484,8 @@ TEST_CASE("internal pack_b views: row and column ranges of one packed B", "[gemm
   const auto view = mha::detail::pack_b(g, mha::detail::Trans::N, k, n, b.data(), n, packed.data());
   const std::size_t k0 = 20, k1 = 101, n0 = 2 * g.nr, n1 = n;
   std::vector<float> c((m * (n1 - n0)), kNaN);
-  mha::detail::gemm_serial(g, mha::detail::Trans::N, m, a.data() + k0, k,
-                           view.rows(k0, k1).cols(n0, n1), 1.f, 0.f, c.data(), n1 - n0);
+  mha::detail::gemm_serial_prepacked_b(g, mha::detail::Trans::N, m, a.data() + k0, k,
+                                       view.rows(k0, k1).cols(n0, n1), 1.f, 0.f, c.data(), n1 - n0);
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = 0; j < n1 - n0; ++j) {
       double sum = 0, mag = 0;

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
@@ -33,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/aligned.hpp"
 #include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -243,17 +245,19 @@ struct ForcedBf16Path {
   ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
 };
 
-const mha::detail::GemmBf16Kernels* hardware_bf16() {
+// The avx512_bf16 kernels, where this build has them and the CPU has
+// AVX512_BF16.
+const mha::detail::GemmBf16Kernels* avx512_bf16() {
   return mha::detail::gemm_bf16_kernels(mha::Isa::avx512);
 }
 
-// The NEON BF16 kernels, where this build has them and the CPU has FEAT_BF16.
+// The neon_bf16 kernels, where this build has them and the CPU has FEAT_BF16.
 const mha::detail::GemmBf16Kernels* neon_bf16() {
   return mha_isa_supported("neon") ? mha::detail::gemm_bf16_kernels(mha::Isa::neon) : nullptr;
 }
 
-// The AVX2 widening kernels, where this build has them and the CPU runs them.
-const mha::detail::GemmBf16Kernels* avx2_bf16() {
+// The avx2_widen kernels, where this build has them and the CPU runs them.
+const mha::detail::GemmBf16Kernels* avx2_widen() {
   return mha_isa_supported("avx2") ? mha::detail::gemm_bf16_kernels(mha::Isa::avx2) : nullptr;
 }
 
@@ -306,13 +310,13 @@ void check_emulation_bits(const mha::detail::GemmBf16Kernels& g,
 
 }  // namespace
 
-TEST_CASE("the AVX512_BF16 kernels give the bits of the vdpbf16ps emulation", "[gemm][bf16]") {
-  const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+TEST_CASE("the avx512_bf16 kernels give the bits of emulated_vdpbf16ps", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
   if (hw == nullptr) {
     WARN("skipped: this build or CPU has no AVX512_BF16");
     return;
   }
-  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated, 5, 7000, true);
+  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 5, 7000, true);
 }
 
 namespace {
@@ -322,7 +326,7 @@ namespace {
 std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<std::uint16_t>& a,
                        const std::vector<std::uint16_t>& b) {
   const std::size_t k = a.size(), kp = (k + 1) / 2;
-  std::vector<std::uint32_t> ap(kp * g.mr);
+  std::vector<std::uint32_t> ap(mha::detail::packed_a_strip_words(g, kp));
   std::vector<std::uint16_t> bp(kp * g.nr * 2);
   g.pack_a(false, 1, k, a.data(), k, ap.data());
   g.pack_b(false, k, 1, b.data(), 1, bp.data(), bp.size());
@@ -335,7 +339,7 @@ std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<
 
 }  // namespace
 
-TEST_CASE("the BFDOT emulation rounds to odd, flushes denormals, gives the default NaN",
+TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the default NaN",
           "[gemm][bf16]") {
   // (A, B, the result's bits): bf16 1 = 3f80, 2^-15 = 3800, 2^-30 = 3080,
   // 2^-70 = 1c80, 2^127 = 7f00, 2 = 4000.
@@ -371,7 +375,7 @@ TEST_CASE("the BFDOT emulation rounds to odd, flushes denormals, gives the defau
   }
 }
 
-TEST_CASE("the NEON BF16 kernels give the bits of the BFDOT emulation", "[gemm][bf16]") {
+TEST_CASE("the neon_bf16 kernels give the bits of emulated_bfdot", "[gemm][bf16]") {
   const mha::detail::GemmBf16Kernels* neon = neon_bf16();
   if (neon == nullptr) {
     WARN("skipped: this build or CPU has no FEAT_BF16");
@@ -422,7 +426,7 @@ std::uint16_t row_elem(const mha::detail::GemmBf16Kernels& g, const std::vector<
 // zero, NaN quiet) or, for tables with IEEE denormals, as fp32_to_bf16, and
 // completes an odd row with a zero.
 void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed) {
-  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated;
+  const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps;
   const std::size_t w = g.pair_words();
   std::mt19937_64 rng(seed);
   for (std::size_t k : {1, 2, 7, 64, 131}) {
@@ -434,7 +438,8 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
         const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
         std::vector<float> a32(m * k);
         for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = fp32(a16[i]);
-        std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu), packed(kp * g.mr * w);
+        std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu),
+            packed(mha::detail::packed_a_strip_words(g, kp));
         g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
         g.pack_a(false, m, k, a16.data(), k, packed.data());
         const std::size_t strips = (n + g.nr - 1) / g.nr, strip = kp * g.nr * 2;
@@ -488,13 +493,13 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
 }  // namespace
 
 TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][bf16]") {
-  SECTION("emulated") {
-    check_core_entries(mha::detail::gemm_bf16_kernels_emulated, 91);
+  SECTION("emulated_vdpbf16ps") {
+    check_core_entries(mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 91);
   }
-  SECTION("emulated BFDOT") {
+  SECTION("emulated_bfdot") {
     check_core_entries(mha::detail::gemm_bf16_kernels_emulated_bfdot, 94);
   }
-  SECTION("NEON BF16") {
+  SECTION("neon_bf16") {
     const mha::detail::GemmBf16Kernels* neon = neon_bf16();
     if (neon == nullptr) {
       WARN("skipped: this build or CPU has no FEAT_BF16");
@@ -502,16 +507,16 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
     }
     check_core_entries(*neon, 95);
   }
-  SECTION("AVX2") {
-    const mha::detail::GemmBf16Kernels* avx2 = avx2_bf16();
+  SECTION("avx2_widen") {
+    const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
     if (avx2 == nullptr) {
       WARN("skipped: this build or CPU has no AVX2");
       return;
     }
     check_core_entries(*avx2, 93);
   }
-  SECTION("AVX512_BF16") {
-    const mha::detail::GemmBf16Kernels* hw = hardware_bf16();
+  SECTION("avx512_bf16") {
+    const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
     if (hw == nullptr) {
       WARN("skipped: this build or CPU has no AVX512_BF16");
       return;
@@ -520,16 +525,180 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   }
 }
 
-TEST_CASE("the AVX2 bf16 kernels give the emulation's bits on normal operands", "[gemm][bf16]") {
+TEST_CASE("the avx2_widen bf16 kernels give emulated_vdpbf16ps's bits on normal operands",
+          "[gemm][bf16]") {
   // Same order and single rounding per step as vdpbf16ps; only denormals
   // differ (kept here, flushed there), and these operands (|x| >= 2^-20 or
   // 0, O(1) sums) produce none.
-  const mha::detail::GemmBf16Kernels* avx2 = avx2_bf16();
+  const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
   if (avx2 == nullptr) {
     WARN("skipped: this build or CPU has no AVX2");
     return;
   }
-  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated, 6, 9000, false);
+  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 6, 9000, false);
+}
+
+namespace {
+
+using mha::detail::GemmBf16Kernels;
+
+const GemmBf16Kernels& emulated() {
+  return mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps;
+}
+
+// A kernel set with per-thread state (GemmBf16Kernels::thread_setup): the
+// emulation's kernels, each counting a call on a thread whose setup has not
+// run since the current generation began (each driver call under test
+// begins one, so state left by an earlier call does not count).
+std::atomic<unsigned> setup_generation{1};
+std::atomic<unsigned> setup_calls{0};
+std::atomic<unsigned> unprepared_calls{0};
+thread_local unsigned prepared_generation = 0;
+
+void record_setup() {
+  prepared_generation = setup_generation.load();
+  ++setup_calls;
+}
+
+void check_prepared() {
+  if (prepared_generation != setup_generation.load()) ++unprepared_calls;
+}
+
+const GemmBf16Kernels& stateful_kernels() {
+  static const GemmBf16Kernels g = [] {
+    GemmBf16Kernels k = emulated();
+    k.name = "test_stateful";
+    k.ukernel = [](std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+      check_prepared();
+      emulated().ukernel(kp, a, b, c, ldc, m, n, alpha, beta);
+    };
+    k.ukernel_rows = [](std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
+                        std::size_t n, float alpha, float beta) {
+      check_prepared();
+      emulated().ukernel_rows(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+    };
+    k.pack_a = [](bool trans, std::size_t m, std::size_t kk, const std::uint16_t* a,
+                  std::size_t lda, std::uint32_t* dst) {
+      check_prepared();
+      emulated().pack_a(trans, m, kk, a, lda, dst);
+    };
+    k.pack_b = [](bool trans, std::size_t kk, std::size_t n, const std::uint16_t* b,
+                  std::size_t ldb, std::uint16_t* dst, std::size_t strip_stride) {
+      check_prepared();
+      emulated().pack_b(trans, kk, n, b, ldb, dst, strip_stride);
+    };
+    k.thread_setup = &record_setup;
+    return k;
+  }();
+  return g;
+}
+
+// emulated_vdpbf16ps with packed A in the row-major layout (a_row_pairs):
+// rows padded by 2 to 4 pairs more than kp, so strips and rows move if a
+// driver assumes [kp][mr]. The kernel is ukernel_rows, as the contract says.
+std::size_t padded_row_pairs(std::size_t kp) {
+  return (kp + 5) / 4 * 4;
+}
+
+const GemmBf16Kernels& row_major_a_kernels() {
+  static const GemmBf16Kernels g = [] {
+    GemmBf16Kernels k = emulated();
+    k.name = "test_row_major_a";
+    k.a_row_pairs = &padded_row_pairs;
+    k.ukernel = [](std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+                   std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+      emulated().ukernel_rows(kp, a, padded_row_pairs(kp), b, c, ldc, m, n, alpha, beta);
+    };
+    k.pack_a = [](bool trans, std::size_t m, std::size_t kk, const std::uint16_t* a,
+                  std::size_t lda, std::uint32_t* dst) {
+      const std::size_t mr = emulated().mr, kp = (kk + 1) / 2, rp = padded_row_pairs(kp);
+      for (std::size_t r0 = 0; r0 < m; r0 += mr) {
+        std::uint32_t* d = dst + r0 / mr * mr * rp;
+        for (std::size_t i = 0; i < mr; ++i) {
+          for (std::size_t p = 0; p < rp; ++p) {
+            std::uint32_t lo = 0, hi = 0;
+            const std::size_t r = r0 + i, q = 2 * p;
+            if (r < m && p < kp) {
+              lo = trans ? a[q * lda + r] : a[r * lda + q];
+              if (q + 1 < kk) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
+            }
+            d[i * rp + p] = lo | hi << 16;
+          }
+        }
+      }
+    };
+    return k;
+  }();
+  return g;
+}
+
+// C of the packed-B product (pack_bf16_b, then gemm_bf16_packed with A in
+// bf16) on g.
+std::vector<float> run_packed(const GemmBf16Kernels& g, const Problem& p) {
+  using mha::detail::Trans;
+  const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
+  const Trans tb = p.s.tb == 'N' ? Trans::N : Trans::T;
+  const mha::detail::AlignedFloats buf = mha::detail::alloc_floats(
+      mha::detail::ceil_div(mha::detail::packed_bf16_b_bytes(&g, f, p.s.k, p.s.n), sizeof(float)));
+  ++setup_generation;
+  const mha::detail::PackedBf16B b =
+      mha::detail::pack_bf16_b(&g, f, tb, p.s.k, p.s.n, p.B(), p.ldb, buf.get());
+  std::vector<float> c = p.c0;
+  ++setup_generation;
+  mha::detail::gemm_bf16_packed(p.s.ta == 'N' ? Trans::N : Trans::T, p.s.m, p.s.alpha, p.A(),
+                                nullptr, p.lda, b, p.s.beta, c.data() + p.s.offset, p.ldc);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("the bf16 drivers run a kernel set's thread_setup before its kernels on every thread",
+          "[gemm][bf16][threads]") {
+  const GemmBf16Kernels& g = stateful_kernels();
+  std::mt19937_64 rng(41);
+  const bool threads = mha::test::threads_allowed();
+  if (!threads) WARN("1 thread only: this run must not start threads (qemu-user)");
+  const unsigned calls0 = setup_calls.load();
+  for (std::size_t t : {1, 2, 3}) {
+    if (t > 1 && !threads) break;
+    mha::set_num_threads(t);
+    for (const auto& [m, n, k] :
+         std::vector<std::array<std::size_t, 3>>{{150, 200, 130}, {1, 70, 33}, {350, 40, 70}}) {
+      const Shape s = random_shape(rng, m, n, k);
+      const Problem p(s, m + n + k + t);
+      INFO(describe(s) << ", threads " << t);
+      const std::vector<float> want = run_dot(emulated(), p);
+      ++setup_generation;
+      CHECK(bitwise_equal(run_dot(g, p), want));
+      CHECK(unprepared_calls.load() == 0);
+      CHECK(bitwise_equal(run_packed(g, p), run_packed(emulated(), p)));
+      CHECK(unprepared_calls.load() == 0);
+    }
+  }
+  mha::set_num_threads(0);
+  CHECK(setup_calls.load() > calls0);
+}
+
+TEST_CASE("the bf16 drivers honour a kernel set's packed-A layout (row-major strips)",
+          "[gemm][bf16]") {
+  const GemmBf16Kernels& g = row_major_a_kernels();
+  std::vector<Shape> shapes = reference_shapes();
+  shapes.resize(scaled(200, 80));
+  std::mt19937_64 rng(43);
+  shapes.push_back(random_shape(rng, 350, 40, 2051));  // MC and K blocks, odd k
+  shapes.push_back(random_shape(rng, 1, 100, 2051));   // one row, packed
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < shapes.size() && failures < 5; ++i) {
+    const Problem p(shapes[i], 12000 + i);
+    if (!bitwise_equal(run_dot(g, p), run_dot(emulated(), p)) ||
+        !bitwise_equal(run_packed(g, p), run_packed(emulated(), p))) {
+      ++failures;
+      FAIL_CHECK(describe(shapes[i]));
+    }
+  }
+  CHECK(failures == 0);
 }
 
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {

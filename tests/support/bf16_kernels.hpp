@@ -10,7 +10,8 @@ namespace mha::test {
 struct Bf16Kernels {
   explicit Bf16Kernels(bool emulated) : emulated_(emulated) {
     if (emulated)
-      mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated);
+      mha::detail::set_gemm_bf16_kernels_override(
+          &mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
   }
   ~Bf16Kernels() {
     if (emulated_) mha::detail::set_gemm_bf16_kernels_override(nullptr);

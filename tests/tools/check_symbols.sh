@@ -7,9 +7,10 @@
 #    function mha_* or a C++ entity in namespace mha (including its vtables
 #    and typeinfo), but nothing in mha::detail (internal by contract).
 # 2. Linker merging (xsimd#633, numpy#25274): a weak (COMDAT) function defined in a
-#    per-ISA object (file name *_avx2.*, *_avx2bf16.*, *_avx512.*, *_avx512bf16.*,
-#    *_neon.*, *_neonbf16.*) must not also be defined in an object built for another ISA
-#    or for the baseline. The linker keeps one copy of such a function for the
+#    per-ISA object (file name *_avx2.*, *_avx512.*, *_neon.*, or one of the
+#    extensions of cmake/MhaIsa.cmake: *_avx2_widen.*, *_avx512_bf16.*,
+#    *_neon_bf16.*) must not also be defined in an object built for another
+#    ISA or extension, or for the baseline. The linker keeps one copy of such a function for the
 #    whole library, so an inline helper compiled with -mavx512f could end up
 #    being what baseline code calls before the CPU check. Per-ISA code must
 #    use its own namespace or internal linkage. (*_scalar.* objects are
@@ -59,11 +60,11 @@ fi
 isa_of() {
   case $(basename "$1") in
     *_avx512.*) echo avx512 ;;
-    *_avx512bf16.*) echo avx512bf16 ;;
+    *_avx512_bf16.*) echo avx512_bf16 ;;
     *_avx2.*) echo avx2 ;;
-    *_avx2bf16.*) echo avx2 ;;
+    *_avx2_widen.*) echo avx2_widen ;;
     *_neon.*) echo neon ;;
-    *_neonbf16.*) echo neonbf16 ;;
+    *_neon_bf16.*) echo neon_bf16 ;;
     *) echo baseline ;;
   esac
 }

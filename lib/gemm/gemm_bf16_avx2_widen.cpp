@@ -26,10 +26,10 @@
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
-namespace gemm_bf16_avx2 {
+namespace gemm_bf16_avx2_widen {
 namespace {
 
-struct avx2bf16_tag {};
+struct avx2_widen_tag {};
 
 constexpr std::size_t kMR = 5, kNV = 2, kW = 8, kNR = kNV * kW;
 
@@ -188,22 +188,22 @@ void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx
 }
 
 }  // namespace
-}  // namespace gemm_bf16_avx2
+}  // namespace gemm_bf16_avx2_widen
 
-const GemmBf16Kernels gemm_bf16_kernels_avx2{
+const GemmBf16Kernels gemm_bf16_kernels_avx2_widen{
     "avx2_widen",
-    gemm_bf16_avx2::kMR,
-    gemm_bf16_avx2::kNR,
+    gemm_bf16_avx2_widen::kMR,
+    gemm_bf16_avx2_widen::kNR,
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_avx2::Entries::ukernel,
-    &gemm_bf16_avx2::Entries::ukernel_rows,
-    &gemm_bf16_avx2::round_rows,
-    &bf16_pack::pack_a<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kMR, true>,
-    &bf16_pack::pack_b<gemm_bf16_avx2::avx2bf16_tag, gemm_bf16_avx2::kNR>,
+    &gemm_bf16_avx2_widen::Entries::ukernel,
+    &gemm_bf16_avx2_widen::Entries::ukernel_rows,
+    &gemm_bf16_avx2_widen::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_avx2_widen::avx2_widen_tag, gemm_bf16_avx2_widen::kMR, true>,
+    &bf16_pack::pack_b<gemm_bf16_avx2_widen::avx2_widen_tag, gemm_bf16_avx2_widen::kNR>,
     false,
-    &gemm_bf16_avx2::ukernel_row1,
+    &gemm_bf16_avx2_widen::ukernel_row1,
     4};
 
 }  // namespace mha::detail

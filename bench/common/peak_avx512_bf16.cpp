@@ -6,7 +6,7 @@
 #include "peak.hpp"
 #include "peak_avx512.hpp"
 
-namespace mha::bench::detail::avx512bf16 {
+namespace mha::bench::detail::avx512_bf16 {
 
 double dpbf16_loop(std::uint64_t iterations, float* sink) {
   constexpr int kChains = 24;
@@ -22,4 +22,4 @@ double dpbf16_loop(std::uint64_t iterations, float* sink) {
   return 2.0 * 32 * kChains * static_cast<double>(iterations);
 }
 
-}  // namespace mha::bench::detail::avx512bf16
+}  // namespace mha::bench::detail::avx512_bf16

@@ -15,10 +15,10 @@
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
-namespace gemm_bf16_avx512bf16 {
+namespace gemm_bf16_avx512_bf16 {
 namespace {
 
-struct avx512bf16_tag {};
+struct avx512_bf16_tag {};
 
 constexpr std::size_t kMR = 14, kNV = 2, kW = 16, kNR = kNV * kW;
 
@@ -96,19 +96,19 @@ void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx
 }
 
 }  // namespace
-}  // namespace gemm_bf16_avx512bf16
+}  // namespace gemm_bf16_avx512_bf16
 
-const GemmBf16Kernels gemm_bf16_kernels_avx512bf16{
+const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
     "avx512_bf16",
-    gemm_bf16_avx512bf16::kMR,
-    gemm_bf16_avx512bf16::kNR,
+    gemm_bf16_avx512_bf16::kMR,
+    gemm_bf16_avx512_bf16::kNR,
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_avx512bf16::Entries::ukernel,
-    &gemm_bf16_avx512bf16::Entries::ukernel_rows,
-    &gemm_bf16_avx512bf16::round_rows,
-    &bf16_pack::pack_a<gemm_bf16_avx512bf16::avx512bf16_tag, gemm_bf16_avx512bf16::kMR>,
-    &bf16_pack::pack_b<gemm_bf16_avx512bf16::avx512bf16_tag, gemm_bf16_avx512bf16::kNR>};
+    &gemm_bf16_avx512_bf16::Entries::ukernel,
+    &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
+    &gemm_bf16_avx512_bf16::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>};
 
 }  // namespace mha::detail

@@ -20,10 +20,10 @@
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail {
-namespace gemm_bf16_neonbf16 {
+namespace gemm_bf16_neon_bf16 {
 namespace {
 
-struct neonbf16_tag {};
+struct neon_bf16_tag {};
 
 constexpr std::size_t kMR = 8, kNV = 3, kW = 4, kNR = kNV * kW;
 
@@ -156,19 +156,19 @@ void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx
 }
 
 }  // namespace
-}  // namespace gemm_bf16_neonbf16
+}  // namespace gemm_bf16_neon_bf16
 
-const GemmBf16Kernels gemm_bf16_kernels_neonbf16{
+const GemmBf16Kernels gemm_bf16_kernels_neon_bf16{
     "neon_bf16",
-    gemm_bf16_neonbf16::kMR,
-    gemm_bf16_neonbf16::kNR,
+    gemm_bf16_neon_bf16::kMR,
+    gemm_bf16_neon_bf16::kNR,
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_neonbf16::Entries::ukernel,
-    &gemm_bf16_neonbf16::Entries::ukernel_rows,
-    &gemm_bf16_neonbf16::round_rows,
-    &bf16_pack::pack_a<gemm_bf16_neonbf16::neonbf16_tag, gemm_bf16_neonbf16::kMR>,
-    &bf16_pack::pack_b<gemm_bf16_neonbf16::neonbf16_tag, gemm_bf16_neonbf16::kNR>};
+    &gemm_bf16_neon_bf16::Entries::ukernel,
+    &gemm_bf16_neon_bf16::Entries::ukernel_rows,
+    &gemm_bf16_neon_bf16::round_rows,
+    &bf16_pack::pack_a<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kNR>};
 
 }  // namespace mha::detail
