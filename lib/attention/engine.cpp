@@ -85,7 +85,8 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
                                  bool bf16)
     : isa_(isa), shape_(shape) {
   const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
-  weights_ = std::make_unique<ProjectionWeights>(gemm(), g16, shape, w, bf16);
+  proj_ =
+      bf16 ? make_projections_bf16(gemm(), g16, shape, w) : make_projections_fp32(gemm(), shape, w);
   // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
   // products; elsewhere on fp32 ones (its weights stay bf16).
   kv_ = pick_kv_type(gemm(), g16);
@@ -149,10 +150,9 @@ struct AttentionEngine::Layout {
 };
 
 AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
-  const ProjectionWeights& m = *weights_;
   Layout f;
-  f.fused = m.fused && c.query == c.key && c.key == c.value && c.q_rows() == c.kv_rows();
-  f.proj = projection_floats(m, shape_, f.fused, c.q_rows(), c.kv_rows());
+  f.fused = proj_->fusable() && c.query == c.key && c.key == c.value && c.q_rows() == c.kv_rows();
+  f.proj = proj_->scratch_floats(f.fused, c.q_rows(), c.kv_rows());
   f.packed = round_up(c.store->scratch_floats(c.seqs), 16);
   f.merged = round_up(c.q_rows() * shape_.embed_dim, 16);
   std::size_t positions = 0;
@@ -168,8 +168,6 @@ AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
 }
 
 void AttentionEngine::run(const Call& c) const {
-  const GemmKernels& g = gemm();
-  const ProjectionWeights& m = *weights_;
   const AttentionShape& s = shape_;
   const SeqSpans& seqs = c.seqs;
   const std::size_t E = s.embed_dim, H = s.num_heads, q_rows = c.q_rows();
@@ -181,7 +179,7 @@ void AttentionEngine::run(const Call& c) const {
   float* core_ws = rope + f.rope;
   const bool rotate = c.mods.rope_dim != 0;
   const Projected p =
-      project(g, m, s, f.fused, rotate, q_rows, c.kv_rows(), c.query, c.key, c.value, ws);
+      proj_->project(f.fused, rotate, q_rows, c.kv_rows(), c.query, c.key, c.value, ws);
   // Rotated once here, before K is stored: caches hold rotated keys, as the
   // models' caches do. Sequences at the same positions share one table.
   if (rotate) {
@@ -199,8 +197,7 @@ void AttentionEngine::run(const Call& c) const {
       rope_apply(c.mods, rope, first, c.k_pos0(i), 1, c.new_keys(i), s.num_kv_heads, s.head_dim,
                  p.k + c.key_start[i] * p.ldkv, p.ldkv);
     }
-    // A bf16 object's Q and K enter Q·Kᵀ rounded, after their rotation.
-    if (m.bf16) round_rotated(s, p, q_rows, c.kv_rows());
+    proj_->finish_rotated(p, q_rows, c.kv_rows());
   }
   const mha_mask* mask = c.mask;
   try {
@@ -239,9 +236,9 @@ void AttentionEngine::run(const Call& c) const {
     call.mods = c.mods;
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
-    if (call.weights) reserve_project_out(g, m, q_rows);
+    if (call.weights) proj_->reserve_out(q_rows);
     run_core(*kv_, softmax(), s, f.plan, call, core_ws);
-    project_out(g, m, s, q_rows, merged, c.out);
+    proj_->project_out(q_rows, merged, c.out);
   } catch (...) {
     c.store->rollback(seqs);
     throw;

@@ -62,7 +62,7 @@ class AttentionEngine;
 class KvType;
 struct KvView;
 struct SeqSpans;
-struct ProjectionWeights;
+class Projections;
 class PagedKvCache;
 
 // Where a call's new K and V go: packed for the call alone, or appended to a
@@ -184,7 +184,7 @@ class AttentionEngine {
 
   Isa isa_;
   AttentionShape shape_;
-  std::unique_ptr<ProjectionWeights> weights_;
+  std::unique_ptr<Projections> proj_;
   std::unique_ptr<KvType> kv_;
 };
 

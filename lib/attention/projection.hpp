@@ -1,14 +1,15 @@
-// The projections: the packed weights of an attention object, and the
-// products that use them,
+// The projections of an attention object,
 //   Q, K, V = X·Wqᵀ + bq, X·Wkᵀ + bk, X·Wvᵀ + bv      (one product when X is shared)
 //   out = O·Woᵀ + bo
-// on the object's fp32 GEMM, or its bf16 GEMM for a bf16 object.
+// as one entry per compute precision, picked at create: fp32
+// (projection_fp32.cpp) or bf16 weights and products (projection_bf16.cpp).
+// The pipeline calls the entry and never names a precision.
 #pragma once
 
 #include <mha/mha.h>
 
 #include <cstddef>
-#include <mha/isa.hpp>
+#include <memory>
 
 #include "attention/engine.hpp"
 #include "common/aligned.hpp"
@@ -17,35 +18,6 @@
 
 namespace mha::detail {
 
-struct ProjectionWeights {
-  // Copies and packs the weights; the caller's arrays are not referenced later.
-  ProjectionWeights(const GemmKernels& g, const GemmBf16Kernels* g16, const AttentionShape& s,
-                    const mha_weights& w, bool bf16);
-
-  // Packed Wqᵀ, Wkᵀ, Wvᵀ, each starting on a strip boundary, so that when
-  // query, key and value share one input (self-attention, kdim == vdim == E)
-  // a single GEMM over the concatenation projects all three. Each section is
-  // padded to a multiple of nr columns; the padding columns are zero weights
-  // and zero bias, so they cost at most nr-1 wasted columns per section.
-  AlignedFloats in_weights;
-  PackedBView wq, wk, wv;
-  PackedBView wqkv;  // all three, valid when `fused`
-  bool fused = false;
-  std::size_t q_cols = 0, k_cols = 0, v_cols = 0;  // padded section widths
-  AlignedFloats in_bias;                           // [q_cols + k_cols + v_cols]
-  AlignedFloats out_weights;
-  PackedBView wo;
-  AlignedFloats out_bias;  // [E], or null
-  // A bf16 object: the four weights rounded to bf16 and packed for the bf16
-  // GEMM, in one allocation (the fp32 packs above stay empty); with bf16
-  // kernels and whole strips, Wq, Wk and Wv packed back to back are one B
-  // (wqkv16, `fused`), as in fp32.
-  bool bf16 = false;
-  const GemmBf16Kernels* core16 = nullptr;  // the bf16 kernels, or nullptr
-  AlignedFloats bf16_weights;
-  PackedBf16B wq16, wk16, wv16, wo16, wqkv16;
-};
-
 // Q, K, V in [rows, features] layout in scratch: the attention core reads
 // each head as a strided column block, so there is no head-split copy.
 struct Projected {
@@ -53,22 +25,50 @@ struct Projected {
   std::size_t ldq, ldkv;
 };
 
-// Scratch floats of project(); `fused`: one product over the shared input.
-std::size_t projection_floats(const ProjectionWeights& m, const AttentionShape& s, bool fused,
-                              std::size_t q_rows, std::size_t kv_rows);
-// A bf16 object's inputs are rounded to bf16 by the products, and V comes
-// out rounded; Q and K too unless RoPE will rotate them first (`rope`).
-Projected project(const GemmKernels& g, const ProjectionWeights& m, const AttentionShape& s,
-                  bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
-                  const float* query, const float* key, const float* value, float* dst);
-// Q and K rows of a bf16 object rounded after their rotation.
-void round_rotated(const AttentionShape& s, const Projected& p, std::size_t q_rows,
-                   std::size_t kv_rows);
-// out [rows, E] = merged·Woᵀ + bo.
-void project_out(const GemmKernels& g, const ProjectionWeights& m, const AttentionShape& s,
-                 std::size_t rows, const float* merged, float* out);
-// Takes the calling thread's scratch that project_out over `rows` uses, so a
-// call that has written other outputs cannot then fail for want of it.
-void reserve_project_out(const GemmKernels& g, const ProjectionWeights& m, std::size_t rows);
+class Projections {
+ public:
+  virtual ~Projections() = default;
+  Projections(const Projections&) = delete;
+  Projections& operator=(const Projections&) = delete;
+
+  // Whether a shared input (self-attention) is projected by one product
+  // over Wq|Wk|Wv packed back to back.
+  bool fusable() const { return fused_; }
+  // Scratch floats of project(); `fused`: the one product.
+  std::size_t scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const;
+  // Q, K and V of q_rows query and kv_rows key/value rows into dst.
+  // `rope`: Q and K will be rotated, then finish_rotated.
+  virtual Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
+                            const float* query, const float* key, const float* value,
+                            float* dst) const = 0;
+  // Q and K rows, rotated, as they enter Q·Kᵀ.
+  virtual void finish_rotated(const Projected& p, std::size_t q_rows,
+                              std::size_t kv_rows) const = 0;
+  // out [rows, E] = merged·Woᵀ + bo.
+  virtual void project_out(std::size_t rows, const float* merged, float* out) const = 0;
+  // Takes the calling thread's scratch that project_out over `rows` uses,
+  // so a call that has written other outputs cannot then fail for want of it.
+  virtual void reserve_out(std::size_t rows) const = 0;
+
+ protected:
+  // Copies the biases; the caller's arrays are not referenced later.
+  Projections(const GemmKernels& g, const AttentionShape& s, const mha_weights& w);
+  const GemmKernels& g_;
+  AttentionShape s_;
+  // Each section of Wq|Wk|Wv padded to whole strips of the fp32 kernels;
+  // the padding columns have zero weights and zero bias.
+  std::size_t q_cols_ = 0, k_cols_ = 0, v_cols_ = 0;
+  AlignedFloats in_bias_;   // [q_cols + k_cols + v_cols]
+  AlignedFloats out_bias_;  // [E], or null
+  bool fused_ = false;
+};
+
+// Copies and packs the weights for g's kernels.
+std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
+                                                   const mha_weights& w);
+// The weights rounded to bf16 and packed for g16's kernels (or, with none,
+// for the bf16 GEMM's fp32 path on g).
+std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
+                                                   const AttentionShape& s, const mha_weights& w);
 
 }  // namespace mha::detail

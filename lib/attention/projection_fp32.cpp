@@ -1,0 +1,79 @@
+// The fp32 projections: Wqᵀ, Wkᵀ and Wvᵀ packed side by side in the GEMM's
+// B layout, each section starting on a strip boundary (one product when the
+// inputs are shared), Woᵀ on its own; the biases ride in the micro-kernel's
+// epilogue.
+#include "attention/projection.hpp"
+#include "common/checked.hpp"
+
+namespace mha::detail {
+namespace {
+
+PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_features,
+                        std::size_t in_features, float* dst) {
+  // w is [out, in] row-major; the GEMM wants op(B) = wᵀ, [in x out].
+  return pack_b(g, Trans::T, in_features, out_features, w, in_features, dst);
+}
+
+class ProjectionsFp32 final : public Projections {
+ public:
+  ProjectionsFp32(const GemmKernels& g, const AttentionShape& s, const mha_weights& w)
+      : Projections(g, s, w) {
+    const std::size_t E = s.embed_dim, kv = s.kv_dim();
+    // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as
+    // these are the sizes allocated.
+    const std::size_t q_floats = checked_mul(E, q_cols_, "packed q_weight");
+    const std::size_t k_floats = checked_mul(s.kdim, k_cols_, "packed k_weight");
+    const std::size_t v_floats = checked_mul(s.vdim, v_cols_, "packed v_weight");
+    const std::size_t in_floats =
+        checked_add(checked_add(q_floats, k_floats, "packed weights"), v_floats, "packed weights");
+    float_bytes(in_floats, "packed weights");
+    in_weights_ = alloc_floats(in_floats);
+    float* dst = in_weights_.get();
+    wq_ = pack_weight(g, w.q_weight, E, E, dst);
+    wk_ = pack_weight(g, w.k_weight, kv, s.kdim, dst + q_floats);
+    wv_ = pack_weight(g, w.v_weight, kv, s.vdim, dst + q_floats + k_floats);
+    fused_ = s.kdim == E && s.vdim == E;
+    if (fused_) wqkv_ = PackedBView::whole(dst, E, q_cols_ + k_cols_ + v_cols_, g.nr);
+    out_weights_ = alloc_floats(packed_b_floats(g, E, E));
+    wo_ = pack_weight(g, w.out_weight, E, E, out_weights_.get());
+  }
+
+  Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
+                    const float* key, const float* value, float* dst) const override {
+    const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
+    const float* bias = in_bias_.get();
+    if (fused) {
+      const std::size_t ld = q_cols_ + k_cols_ + v_cols_;
+      gemm_prepacked_b(g_, Trans::N, q_rows, query, E, wqkv_, 1.0f, 0.0f, dst, ld, bias);
+      return {dst, dst + q_cols_, dst + q_cols_ + k_cols_, ld, ld};
+    }
+    float* pq = dst;
+    float* pk = pq + q_rows * E;
+    float* pv = pk + kv_rows * kvd;
+    gemm_prepacked_b(g_, Trans::N, q_rows, query, E, wq_, 1.0f, 0.0f, pq, E, bias);
+    gemm_prepacked_b(g_, Trans::N, kv_rows, key, s_.kdim, wk_, 1.0f, 0.0f, pk, kvd, bias + q_cols_);
+    gemm_prepacked_b(g_, Trans::N, kv_rows, value, s_.vdim, wv_, 1.0f, 0.0f, pv, kvd,
+                     bias + q_cols_ + k_cols_);
+    return {pq, pk, pv, E, kvd};
+  }
+  void finish_rotated(const Projected&, std::size_t, std::size_t) const override {}
+  void project_out(std::size_t rows, const float* merged, float* out) const override {
+    const std::size_t E = s_.embed_dim;
+    gemm_prepacked_b(g_, Trans::N, rows, merged, E, wo_, 1.0f, 0.0f, out, E, out_bias_.get());
+  }
+  void reserve_out(std::size_t rows) const override { reserve_gemm_prepacked_b(g_, rows, wo_); }
+
+ private:
+  AlignedFloats in_weights_, out_weights_;
+  PackedBView wq_, wk_, wv_, wo_;
+  PackedBView wqkv_;  // all three, valid when fused_
+};
+
+}  // namespace
+
+std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
+                                                   const mha_weights& w) {
+  return std::make_unique<ProjectionsFp32>(g, s, w);
+}
+
+}  // namespace mha::detail
