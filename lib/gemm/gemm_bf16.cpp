@@ -1,11 +1,27 @@
 // bf16 GEMM driver: the plan's two paths (gemm_bf16.hpp) and the products
 // with a prepacked B. The dot path runs the sgemm frame (run_gemm_blocks:
 // one block of whole tiles per thread, never a split of K) around the bf16
-// kernels; inside a block the BLIS loop nest NC columns > KC depth (pack the
-// B panel, unless prepacked) > MC rows (pack the A block) > MR strips > NR
-// strips. Every C element sums its K blocks in order
-// through C, each from acc = 0, whichever block and thread computes it, so
-// results are bit-identical at any thread count.
+// kernels; inside a block, the fp32 drivers' loop nest (gemm.cpp): per slab
+// of B, MC rows > KC depth (pack the A block) > NC columns (the first A
+// block packs each B panel, later ones reuse it) > MR strips > NR strips.
+// Measured against BLIS's NC > KC > MC (which re-packed A for every NC
+// panel) on Zen 4 (EPYC, family 25 model 17), 1 thread, bench_gemm's bf16
+// rows, 6 interleaved pairs per round, GFLOP/s medians, on a machine shared
+// with other builds (load 5-9 on 2 cores; single pairs spread up to 10 %):
+//   avx512_bf16, two rounds: sq1024 164 -> 168 and 185 -> 191, sq2048
+//     175 -> 179 and 182 -> 191, projections (NT, k768) m128 n2304
+//     134 -> 139 and 135 -> 137, m512 n2304 182 -> 186 and 183 -> 186,
+//     m4096 n2304 204 -> 209 and 205 -> 212; m4096 n768 and qk s2048
+//     (n <= NC) unchanged;
+//   avx2_widen, two rounds: paired ratios' medians 0.97-1.01, single pairs
+//     0.84-1.10, so noise, but sq2048, 102 -> 99 and 102 -> 100 (all 12
+//     pairs lower; perhaps its 6 MiB slab of B, read from L3, against the
+//     1.5 MiB NC x KC panel: not measured apart).
+// The avx512_bf16 gains decided it; avx2_widen serves CPUs without
+// AVX512_BF16, and this one measures it on Zen 4 only.
+// Every C element sums its K blocks in order through C, each from acc = 0,
+// whichever order, block and thread computes it, so results are
+// bit-identical at any thread count and in either loop order.
 #include "gemm/gemm_bf16.hpp"
 
 #include <algorithm>
@@ -31,6 +47,24 @@ const std::uint16_t* at(Trans t, const std::uint16_t* x, std::size_t ld, std::si
   return t == Trans::N ? x + row * ld + col : x + col * ld + row;
 }
 
+// One K block (kp pairs) of a packed A block of mb rows against n columns
+// of packed B (strips b_strip elements apart): every A strip against every
+// B strip, or bf16_row for a single row.
+void run_strips(const GemmBf16Kernels& g, std::size_t mb, std::size_t kp,
+                const std::uint32_t* apack, const std::uint16_t* bk, std::size_t b_strip, float* c,
+                std::size_t ldc, std::size_t n, float alpha, float beta) {
+  if (mb == 1) return bf16_row(g, true, kp, apack, bk, b_strip, c, n, alpha, beta);
+  const std::size_t a_strip = packed_a_strip_words(g, kp);
+  for (std::size_t is = 0; is * g.mr < mb; ++is) {
+    const std::size_t mm = std::min(g.mr, mb - is * g.mr);
+    float* ci = c + is * g.mr * ldc;
+    for (std::size_t js = 0; js * g.nr < n; ++js) {
+      g.ukernel(kp, apack + is * a_strip, bk + js * b_strip, ci + js * g.nr, ldc, mm,
+                std::min(g.nr, n - js * g.nr), alpha, beta);
+    }
+  }
+}
+
 // The dot kernels' K-block loop over a B already packed for them whole
 // (strips of b_strip elements, k rows; column j0's strip first): for each K
 // block, each MC block of A packed and run against every strip of B.
@@ -48,40 +82,56 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
     for (std::size_t i0 = 0; i0 < m; i0 += mc) {
       const std::size_t mb = std::min(mc, m - i0);
       g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
-      if (mb == 1) {
-        bf16_row(g, true, kp, apack, bk, b_strip, c + i0 * ldc, n, alpha, beta_p);
-        continue;
-      }
-      const std::size_t a_strip = packed_a_strip_words(g, kp);
-      for (std::size_t is = 0; is * g.mr < mb; ++is) {
-        const std::size_t mm = std::min(g.mr, mb - is * g.mr);
-        float* ci = c + (i0 + is * g.mr) * ldc;
-        for (std::size_t js = 0; js * g.nr < n; ++js) {
-          g.ukernel(kp, apack + is * a_strip, bk + js * b_strip, ci + js * g.nr, ldc, mm,
-                    std::min(g.nr, n - js * g.nr), alpha, beta_p);
-        }
-      }
+      run_strips(g, mb, kp, apack, bk, b_strip, c + i0 * ldc, ldc, n, alpha, beta_p);
     }
   }
 }
 
-// One block of C (rows x cols from its first element) on the dot path: per
-// NC x KC panel of B, packed, the MC blocks of A against it.
+// A slab of B packed by a block holds at most this many pairs (8 MiB), as
+// the fp32 driver's slabs (gemm.cpp, kSlabMaxFloats), so that the scratch
+// does not grow with k.
+constexpr std::size_t kSlabMaxPairs = std::size_t{1} << 21;
+
+// One block of C (rows x cols from its first element) on the dot path, in
+// the fp32 driver's order: per slab of B (every column and row while it
+// fits kSlabMaxPairs, else whole NC panels and KC blocks), MC rows > KC
+// depth (pack the A block) > NC panels (the first A block packs each panel
+// of the slab, the later ones read it packed).
 void gemm_bf16_block(const GemmBf16Kernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n,
                      std::size_t k, float alpha, const std::uint16_t* a, std::size_t lda,
                      const std::uint16_t* b, std::size_t ldb, float beta, float* c,
                      std::size_t ldc) {
-  const std::size_t kc = std::min(round_up(k, 2), g.kc);
+  const std::size_t k2 = round_up(k, 2), kc = std::min(k2, g.kc);
+  const std::size_t mc = std::min(round_up(m, g.mr), round_up(g.mc, g.mr));
   const std::size_t nc = std::min(round_up(n, g.nr), round_up(g.nc, g.nr));
+  const std::size_t slab =
+      std::min(round_up(n, g.nr), std::max(nc, kSlabMaxPairs * 2 / k2 / nc * nc));
+  const std::size_t depth = std::min(k2, std::max(kc, kSlabMaxPairs * 2 / slab / kc * kc));
   // One float of scratch holds a pair of bf16.
-  auto* bpack = reinterpret_cast<std::uint16_t*>(thread_scratch(ScratchSlot::kGemmB, kc / 2 * nc));
-  for (std::size_t j0 = 0; j0 < n; j0 += nc) {
-    const std::size_t nb = std::min(nc, n - j0);
-    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
-      const std::size_t kb = std::min(kc, k - p0), strip = round_up(kb, 2) * g.nr;
-      g.pack_b(tb == Trans::T, kb, nb, at(tb, b, ldb, p0, j0), ldb, bpack, strip);
-      run_packed_b(g, ta, m, nb, kb, alpha, at(ta, a, lda, 0, p0), lda, bpack, strip,
-                   p0 == 0 ? beta : 1.f, c + j0, ldc);
+  auto* bpack =
+      reinterpret_cast<std::uint16_t*>(thread_scratch(ScratchSlot::kGemmB, depth / 2 * slab));
+  auto* apack = reinterpret_cast<std::uint32_t*>(
+      thread_scratch(ScratchSlot::kGemmA, mc / g.mr * packed_a_strip_words(g, kc / 2)));
+  for (std::size_t s0 = 0; s0 < n; s0 += slab) {
+    const std::size_t ns = std::min(slab, n - s0);
+    for (std::size_t d0 = 0; d0 < k; d0 += depth) {
+      const std::size_t kd = std::min(depth, k - d0), strip = round_up(kd, 2) * g.nr;
+      for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+        const std::size_t mb = std::min(mc, m - i0);
+        for (std::size_t p0 = d0; p0 < d0 + kd; p0 += kc) {
+          const std::size_t kb = std::min(kc, d0 + kd - p0), kp = (kb + 1) / 2;
+          const float beta_p = p0 == 0 ? beta : 1.f;
+          g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
+          for (std::size_t j0 = 0; j0 < ns; j0 += nc) {
+            const std::size_t nb = std::min(nc, ns - j0);
+            std::uint16_t* bk = bpack + j0 / g.nr * strip + (p0 - d0) * g.nr;
+            if (i0 == 0) {
+              g.pack_b(tb == Trans::T, kb, nb, at(tb, b, ldb, p0, s0 + j0), ldb, bk, strip);
+            }
+            run_strips(g, mb, kp, apack, bk, strip, c + i0 * ldc + s0 + j0, ldc, nb, alpha, beta_p);
+          }
+        }
+      }
     }
   }
 }
