@@ -197,7 +197,8 @@ Shape random_shape(std::mt19937_64& rng, std::size_t m, std::size_t n, std::size
 
 // Every m, n and k in 1..40 (the other two random), random shapes up to 40,
 // and shapes crossing the blocks (MC 336, KC 1024 with an odd k in the last
-// block, NC 768, several tile rows and columns).
+// block, NC 768, several tile rows and columns, and B in two slabs of
+// columns and of rows: kSlabMaxPairs in gemm_bf16.cpp).
 std::vector<Shape> reference_shapes() {
   std::mt19937_64 rng(20261125);
   std::vector<Shape> shapes;
@@ -211,8 +212,12 @@ std::vector<Shape> reference_shapes() {
     shapes.push_back(
         random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
   }
-  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
-           {700, 90, 31}, {301, 50, 1101}, {37, 800, 257}, {2, 513, 2049}, {97, 129, 600}}) {
+  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 31},
+                                                                       {301, 50, 1101},
+                                                                       {37, 800, 257},
+                                                                       {2, 513, 2049},
+                                                                       {97, 129, 600},
+                                                                       {3, 2400, 8201}}) {
     for (char ta : {'N', 'T'}) {
       for (char tb : {'N', 'T'}) {
         Shape s = random_shape(rng, m, n, k);
