@@ -6,12 +6,14 @@
 
 namespace mha::detail {
 
-Projections::Projections(const GemmKernels& g, const AttentionShape& s, const mha_weights& w)
-    : g_(g), s_(s) {
-  const std::size_t E = s.embed_dim, kv = s.kv_dim();
-  q_cols_ = checked_round_up(E, g.nr, "embed_dim (in whole strips)");
-  k_cols_ = checked_round_up(kv, g.nr, "num_kv_heads*head_dim (in whole strips)");
+Projections::Projections(const GemmKernels& g, const AttentionShape& s) : g_(g), s_(s) {
+  q_cols_ = checked_round_up(s.embed_dim, g.nr, "embed_dim (in whole strips)");
+  k_cols_ = checked_round_up(s.kv_dim(), g.nr, "num_kv_heads*head_dim (in whole strips)");
   v_cols_ = k_cols_;
+}
+
+void Projections::copy_biases(const mha_weights& w) {
+  const std::size_t E = s_.embed_dim, kv = s_.kv_dim();
   const std::size_t cols =
       checked_add(q_cols_, checked_mul(2, k_cols_, "packed biases"), "packed biases");
   in_bias_ = alloc_floats(cols);

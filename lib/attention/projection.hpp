@@ -51,8 +51,11 @@ class Projections {
   virtual void reserve_out(std::size_t rows) const = 0;
 
  protected:
-  // Copies the biases; the caller's arrays are not referenced later.
-  Projections(const GemmKernels& g, const AttentionShape& s, const mha_weights& w);
+  Projections(const GemmKernels& g, const AttentionShape& s);
+  // Copies the biases (the caller's arrays are not referenced later): after
+  // the weights, whose sizes are checked first, so a size that cannot be
+  // packed fails before anything of its size is allocated.
+  void copy_biases(const mha_weights& w);
   const GemmKernels& g_;
   AttentionShape s_;
   // Each section of Wq|Wk|Wv padded to whole strips of the fp32 kernels;

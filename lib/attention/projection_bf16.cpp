@@ -37,7 +37,7 @@ class ProjectionsBf16 final : public Projections {
  public:
   ProjectionsBf16(const GemmKernels& g, const GemmBf16Kernels* g16, const AttentionShape& s,
                   const mha_weights& w)
-      : Projections(g, s, w) {
+      : Projections(g, s) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     struct Weight {
       const float* w;
@@ -78,6 +78,7 @@ class ProjectionsBf16 final : public Projections {
     fused_ = g16 != nullptr && s.kdim == E && s.vdim == E && E % g16->nr == 0 &&
              kv % g16->nr == 0 && follows(wq16_, wk16_) && follows(wk16_, wv16_);
     if (fused_) wqkv16_ = {g16, &g, E, E + 2 * kv, wq16_.data};
+    copy_biases(w);
   }
 
   Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,

@@ -17,7 +17,7 @@ PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_fe
 class ProjectionsFp32 final : public Projections {
  public:
   ProjectionsFp32(const GemmKernels& g, const AttentionShape& s, const mha_weights& w)
-      : Projections(g, s, w) {
+      : Projections(g, s) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as
     // these are the sizes allocated.
@@ -36,6 +36,7 @@ class ProjectionsFp32 final : public Projections {
     if (fused_) wqkv_ = PackedBView::whole(dst, E, q_cols_ + k_cols_ + v_cols_, g.nr);
     out_weights_ = alloc_floats(packed_b_floats(g, E, E));
     wo_ = pack_weight(g, w.out_weight, E, E, out_weights_.get());
+    copy_biases(w);
   }
 
   Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
