@@ -97,8 +97,8 @@ class KvBf16 final : public KvType {
               float* s, std::size_t lds) const override {
     const std::size_t kp = ceil_div(d, 2);
     bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
-              key_strip(const_cast<void*>(t.k), t.j0, d), kp * g16_.nr * 2, s, lds, t.n, alpha,
-              0.0f);
+              static_cast<const std::uint16_t*>(t.k) + key_strip_at(t.j0, d), kp * g16_.nr * 2, s,
+              lds, t.n, alpha, 0.0f);
   }
   void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
@@ -106,17 +106,22 @@ class KvBf16 final : public KvType {
     const std::size_t ldp16 = round_up(t.n, 2);
     g16_.round_rows(rows, t.n, p, ldp, pbuf, ldp16);
     bf16_rows(g16_, rows, ceil_div(t.n, 2), reinterpret_cast<const std::uint32_t*>(pbuf), ldp16 / 2,
-              value_pairs(const_cast<void*>(t.v), t.j0), t.layout->v_strip, o, ldo, d, 1.0f, beta);
+              static_cast<const std::uint16_t*>(t.v) + value_pairs_at(t.j0), t.layout->v_strip, o,
+              ldo, d, 1.0f, beta);
   }
 
  private:
   // The K strip holding key j, and V's pair row holding key j in its first
-  // column strip.
+  // column strip, in elements from the head-block's start.
+  std::size_t key_strip_at(std::size_t j, std::size_t d) const {
+    return j / g16_.nr * ceil_div(d, 2) * g16_.nr * 2;
+  }
+  std::size_t value_pairs_at(std::size_t j) const { return j / 2 * g16_.nr * 2; }
   std::uint16_t* key_strip(void* k, std::size_t j, std::size_t d) const {
-    return static_cast<std::uint16_t*>(k) + j / g16_.nr * ceil_div(d, 2) * g16_.nr * 2;
+    return static_cast<std::uint16_t*>(k) + key_strip_at(j, d);
   }
   std::uint16_t* value_pairs(void* v, std::size_t j) const {
-    return static_cast<std::uint16_t*>(v) + j / 2 * g16_.nr * 2;
+    return static_cast<std::uint16_t*>(v) + value_pairs_at(j);
   }
   const GemmKernels& g_;
   const GemmBf16Kernels& g16_;
