@@ -136,7 +136,8 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   // (With per-head weights, P is the caller's array.)
   const std::size_t bq = p.q_block;
   p.p_cols = weights ? max_kv : p.key_tile;
-  p.s_cols = weights && !average ? 0 : p.p_cols;
+  // (The S tile also holds 3 floats per row for the chunk folds, tile_math.cpp.)
+  p.s_cols = weights && !average ? 0 : std::max<std::size_t>(p.p_cols, 3);
   p.task_floats = round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
                   round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16);
   return p;

@@ -74,6 +74,8 @@ class SeqAttention {
   // One chunk of the key grid, keys [c0, c1), from a fresh state into (o, m, l).
   void attend_chunk(std::size_t h, std::size_t q0, std::size_t rows, std::size_t c0, std::size_t c1,
                     float* o, std::size_t ldo, float* m, float* l, const TaskScratch& t) const;
+  void fold_rows(std::size_t rows, float* o, std::size_t ldo, float* m, float* l,
+                 const TaskScratch& t) const;
   void join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const;
   void store_lse(std::size_t h, std::size_t i, const OnlineRow& st) const;
   void zero_masked_keys(std::size_t i, float* row) const;

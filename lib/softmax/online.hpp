@@ -117,27 +117,45 @@ struct OnlinePart {
 // Every row's keys are folded in fixed chunks of the key grid (the attention
 // core's chunk_keys), whoever computes them, so that a row's bits do not
 // depend on how a call's work is split.
-inline void online_fold(const SoftmaxKernels& k, OnlineRow& st, float* acc, const OnlineRow& part,
-                        const float* pacc, std::size_t n) {
+//
+// In two halves, so that a block of rows can share one exp call (elementwise,
+// so the same bits): online_fold_args does the folds that need no exp (an
+// empty or poisoned side) and returns false, or writes the two exponents
+// into f[0..2) and returns true; online_fold_apply then finishes with f
+// holding their exp.
+inline bool online_fold_args(OnlineRow& st, float* acc, const OnlineRow& part, const float* pacc,
+                             std::size_t n, float* f) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  if (online_poisoned(st)) return;
+  if (online_poisoned(st)) return false;
   if (online_poisoned(part)) {
     st = part;
-    return;
+    return false;
   }
-  if (part.max == kNegInf) return;
+  if (part.max == kNegInf) return false;
   if (st.max == kNegInf) {
     st = part;
     std::copy(pacc, pacc + n, acc);
-    return;
+    return false;
   }
   const float m = st.max < part.max ? part.max : st.max;
-  float f[2] = {st.max - m, part.max - m};
-  k.exp(f, f, 2);
+  f[0] = st.max - m;
+  f[1] = part.max - m;
+  return true;
+}
+inline void online_fold_apply(const SoftmaxKernels& k, OnlineRow& st, float* acc,
+                              const OnlineRow& part, const float* pacc, std::size_t n,
+                              const float* f) {
   st.sum = st.sum * f[0] + part.sum * f[1];
-  st.max = m;
+  st.max = st.max < part.max ? part.max : st.max;
   online_rescale(k, acc, n, f[0]);
   k.scale_add(pacc, acc, acc, n, f[1]);
+}
+inline void online_fold(const SoftmaxKernels& k, OnlineRow& st, float* acc, const OnlineRow& part,
+                        const float* pacc, std::size_t n) {
+  float f[2];
+  if (!online_fold_args(st, acc, part, pacc, n, f)) return;
+  k.exp(f, f, 2);
+  online_fold_apply(k, st, acc, part, pacc, n, f);
 }
 
 // out[0..n) = the row's result from `count` partial results over consecutive
