@@ -72,9 +72,12 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
       a.attend_materialized(h, q0, q1, p, kv_len, a.out_rows(h, q0), call.ldo, ts);
       return;
     }
+    // A split sequence's tasks per (head, query block): groups of its chunks.
     const std::size_t chunks = plan.chunks_of[i];
-    const std::size_t ch = local % chunks, qb = (local / chunks) % q_blocks;
-    const std::size_t h = local / (chunks * q_blocks);
+    const std::size_t groups =
+        (plan.task_begin[i + 1] - plan.task_begin[i]) / ((plan.average ? 1 : H) * q_blocks);
+    const std::size_t g = local % groups, qb = (local / groups) % q_blocks;
+    const std::size_t h = local / (groups * q_blocks);
     const std::size_t q0 = qb * bq, q1 = std::min(seq.q_len, q0 + bq);
     if (chunks == 1) {
       float* o = a.out_rows(h, q0);
@@ -82,12 +85,16 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
       a.normalize(h, q0, q1 - q0, o, call.ldo, ts.m, ts.l);
       return;
     }
-    // One chunk of the key grid.
-    const std::size_t c = plan.chunk0[i] + ch;
-    const std::size_t k0 = c * plan.chunk_keys, k1 = std::min(kv_len, k0 + plan.chunk_keys);
+    // Chunks [c0, c1) of the key grid, each into its own partial.
+    const std::size_t per = ceil_div(chunks, groups);
+    const std::size_t c0 = g * per, c1 = std::min(chunks, c0 + per);
     const Partials parts = partials(i);
-    a.attend_online(h, q0, q1, k0, k1, parts.o(h, ch) + q0 * d, d, parts.m(h, ch) + q0,
-                    parts.l(h, ch) + q0, ts);
+    for (std::size_t ch = c0; ch < c1; ++ch) {
+      const std::size_t k0 = (plan.chunk0[i] + ch) * plan.chunk_keys;
+      const std::size_t k1 = std::min(kv_len, k0 + plan.chunk_keys);
+      a.attend_online(h, q0, q1, k0, k1, parts.o(h, ch) + q0 * d, d, parts.m(h, ch) + q0,
+                      parts.l(h, ch) + q0, ts);
+    }
   });
   if (plan.chunks == 1) return;
 
