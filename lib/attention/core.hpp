@@ -54,8 +54,7 @@ struct CoreCall {
   std::size_t num = 0;
   std::size_t ldq = 0, ldo = 0;
   bool causal = false;
-  bool weights = false, average = false;  // every sequence has weights, averaged or not
-  AttentionMods mods;                     // window, ALiBi, soft-cap, sinks (lse per sequence)
+  AttentionMods mods;  // window, ALiBi, soft-cap, sinks (lse per sequence)
 };
 
 // Per-sequence arrays of a call, carved from the calling thread's kRagged

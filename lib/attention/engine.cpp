@@ -231,12 +231,10 @@ void AttentionEngine::run(const Call& c) const {
     call.ldq = p.ldq;
     call.ldo = E;
     call.causal = c.causal;
-    call.weights = c.attn_weights != nullptr;
-    call.average = c.average_weights;
     call.mods = c.mods;
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
-    if (call.weights) proj_->reserve_out(q_rows);
+    if (c.attn_weights != nullptr) proj_->reserve_out(q_rows);
     run_core(*kv_, softmax(), s, f.plan, call, core_ws);
     proj_->project_out(q_rows, merged, c.out);
   } catch (...) {
