@@ -24,7 +24,12 @@ set(MHA_ISA_FLAGS_neon "")  # NEON is part of the armv8-a baseline
 # kernel set, e.g. the bf16 GEMM's "avx512_bf16" in mha_kernel_name.
 set(MHA_ISA_FLAGS_avx512_bf16 ${MHA_ISA_FLAGS_avx512} -mavx512bf16)
 set(MHA_EXTENSION_BASE_avx512_bf16 avx512)
+# AMX-BF16's tiles, with AVX512_BF16's conversions (every AMX CPU has it).
+set(MHA_ISA_FLAGS_amx_bf16 ${MHA_ISA_FLAGS_avx512_bf16} -mamx-tile -mamx-bf16)
+set(MHA_EXTENSION_BASE_amx_bf16 avx512)
 # bf16 widened to fp32 in registers: the base ISA's instructions only.
+set(MHA_ISA_FLAGS_avx512_widen ${MHA_ISA_FLAGS_avx512})
+set(MHA_EXTENSION_BASE_avx512_widen avx512)
 set(MHA_ISA_FLAGS_avx2_widen ${MHA_ISA_FLAGS_avx2})
 set(MHA_EXTENSION_BASE_avx2_widen avx2)
 # FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.

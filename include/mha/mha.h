@@ -160,13 +160,25 @@ typedef enum {
   MHA_DTYPE_MAX_ENUM = 0x7fffffff
 } mha_dtype;
 
-/* The kernels that serve `dtype` on this CPU now: for MHA_BF16,
- * "avx512_bf16" (the AVX512_BF16 dot-product instructions), "avx2_widen"
- * (AVX2 kernels that keep B in bf16 and widen it to fp32 in registers),
- * "neon_bf16" (Arm FEAT_BF16's BFDOT, where the CPU has it), or
- * the ISA name ("avx512", "neon", "scalar") where bf16 operands are
- * converted to fp32 whole; for MHA_FP32, the ISA name. "invalid" for an
- * unknown dtype or an unusable MHA_ISA (see mha_isa_name). */
+/* The kernels that serve `dtype` on this CPU now. For MHA_BF16, chosen
+ * from the CPU alone (the same CPU always gets the same kernels, and so the
+ * same bits):
+ *  - "amx_bf16": AMX-BF16's tile instructions, on x86 CPUs with AMX whose
+ *    OS grants this process the tile state;
+ *  - "avx512_bf16": AVX512_BF16's vdpbf16ps, on AMD CPUs with it (full rate
+ *    there; half the fp32 rate on Intel's);
+ *  - "avx512_widen", "avx2_widen": kernels that keep B in bf16 and widen it
+ *    to fp32 in registers (other AVX-512 CPUs; AVX2 CPUs);
+ *  - "neon_bf16": Arm FEAT_BF16's BFDOT, where the CPU has it;
+ *  - the ISA name ("neon", "scalar") where bf16 operands are converted to
+ *    fp32 whole.
+ * The environment variable MHA_BF16_KERNEL=<name>, read once, forces any of
+ * these sets that the CPU runs, or "amx_emulated": the amx_bf16 kernels on
+ * software tiles, any CPU, at scalar speed, for tests. A name this build or
+ * CPU cannot run makes every bf16 computation fail with MHA_UNSUPPORTED and
+ * a message listing the names it can. For MHA_FP32, the ISA name. "invalid"
+ * for an unknown dtype, an unusable MHA_ISA (see mha_isa_name) or, for
+ * MHA_BF16, an unusable MHA_BF16_KERNEL. */
 MHA_API const char* mha_kernel_name(mha_dtype dtype);
 
 /* C[m x n] = alpha * op(A) * op(B) + beta * C; A and B are bf16 (uint16_t
@@ -184,9 +196,21 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *    rounded to nearest even, bf16 denormal inputs count as zero and a
  *    denormal sum is flushed to zero. NaN and infinities propagate as in
  *    IEEE arithmetic.
- *  - "avx2_widen": the same, in the same order, except that denormal
- *    inputs and sums are kept (IEEE): each step is one fused multiply-add of
- *    an exact product.
+ *  - "avx512_widen", "avx2_widen": the same, in the same order, except that
+ *    denormal inputs and sums are kept (IEEE): each step is one fused
+ *    multiply-add of an exact product.
+ *  - "amx_bf16", "amx_emulated": per block of 1024 k and with alpha and beta
+ *    as for "avx512_bf16", acc computed as the tdpbf16ps instruction does,
+ *    16 pairs at a time from the block's first (the last group shorter):
+ *    per group, two sums start at 0, one adding the even elements' products
+ *    a[k0]*b[k0] of its pairs in order, the other the odd ones'; then
+ *    acc += (even + odd); every product is exact, every addition rounded to
+ *    nearest even, bf16 denormal inputs count as zero and every denormal
+ *    result is flushed to zero (its sign kept). This order differs from
+ *    vdpbf16ps's, so the bits differ from "avx512_bf16"'s. Checked against
+ *    the hardware bit for bit over 768,000 outputs, denormal inputs and
+ *    exponents from 2^-27 to 2^23 included, not on NaN or infinity inputs
+ *    (which propagate, with an unspecified NaN payload).
  *  - "neon_bf16": per block of 1024 k and with alpha and beta as for
  *    "avx512_bf16", but each step adds a whole pair, as the BFDOT
  *    instruction does (FEAT_EBF16's FPCR.EBF = 0): acc += (a[k0]*b[k0] +
@@ -327,8 +351,8 @@ typedef struct {
  *  - Q, K (after RoPE, if any) and V are rounded to bf16 before the
  *    attention core, and the merged heads where they enter the output
  *    projection;
- *  - where mha_kernel_name(MHA_BF16) names bf16 kernels ("avx512_bf16",
- *    "avx2_widen", "neon_bf16"), the core computes Q·Kᵀ and P·V on them, with K and V
+ *  - where mha_kernel_name(MHA_BF16) names bf16 kernels (all but an ISA
+ *    name), the core computes Q·Kᵀ and P·V on them, with K and V
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
  *    rounded to bf16 (nearest even) as the online softmax produces it;
  *    the softmax, its running sums and the output accumulate in fp32, and
@@ -337,6 +361,7 @@ typedef struct {
  *  - elsewhere the core runs in fp32 on the rounded values (each score and
  *    each P·V term an exact product summed in fp32, P not rounded), and the
  *    caches hold the rounded K and V in fp32 storage;
+ *  - the kernels are chosen at create (mha_kernel_name(MHA_BF16) then);
  *  - results are bit-identical at any thread count.
  * Against the double-precision result on the bf16-rounded weights, the
  * output's error is a few units of bf16's 2^-8 relative precision. */

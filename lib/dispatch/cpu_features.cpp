@@ -7,6 +7,9 @@
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <unistd.h>
 
 #include <cstdint>
@@ -28,12 +31,30 @@ constexpr std::uint32_t kLeaf7EbxAvx512DQ = 1u << 17;
 constexpr std::uint32_t kLeaf7EbxAvx512BW = 1u << 30;
 constexpr std::uint32_t kLeaf7EbxAvx512VL = 1u << 31;
 constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
+constexpr std::uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
+constexpr std::uint32_t kLeaf7EdxAmxTile = 1u << 24;
 // XCR0 state components the OS must save for the registers we use.
 constexpr std::uint64_t kXcr0Sse = 1u << 1;
 constexpr std::uint64_t kXcr0Avx = 1u << 2;
 constexpr std::uint64_t kXcr0Opmask = 1u << 5;
 constexpr std::uint64_t kXcr0ZmmHi256 = 1u << 6;
 constexpr std::uint64_t kXcr0Hi16Zmm = 1u << 7;
+constexpr std::uint64_t kXcr0TileCfg = 1u << 17;
+constexpr std::uint64_t kXcr0TileData = 1u << 18;
+
+// Linux (>= 5.16) hands a process the 8 KiB AMX tile state only on request
+// (arch/x86/include/uapi/asm/prctl.h; XFEATURE_XTILEDATA is in no Debian
+// header). A tile instruction before a granted request kills the process,
+// and some VMs advertise AMX in CPUID and XCR0 yet refuse it, so the
+// request's success is the last test.
+bool os_grants_amx() {
+#if defined(__x86_64__) && defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 std::uint64_t xgetbv0() {
   std::uint32_t lo, hi;
@@ -45,6 +66,9 @@ std::uint64_t xgetbv0() {
 CpuFeatures detect() {
   CpuFeatures f;
   unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
+  // "GenuineIntel" in EBX, EDX, ECX.
+  f.intel = ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   const bool fma = ecx & kLeaf1EcxFma;
   if (!(ecx & kLeaf1EcxOsxsave) || !(ecx & kLeaf1EcxAvx)) return f;
@@ -60,9 +84,13 @@ CpuFeatures detect() {
   // Leaf 7 subleaf 1 exists only where subleaf 0 reports it (EAX = the
   // highest subleaf); the BF16 instructions need no OS state beyond ZMM's.
   const unsigned max_subleaf = eax;
+  const bool amx_bits =
+      (edx & (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile)) == (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile);
   if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = (eax & kLeaf7Sub1EaxAvx512Bf16) != 0;
   }
+  const std::uint64_t tile_state = kXcr0TileCfg | kXcr0TileData;
+  f.amx_bf16 = f.avx512_bf16 && amx_bits && (xcr0 & tile_state) == tile_state && os_grants_amx();
   return f;
 }
 #else

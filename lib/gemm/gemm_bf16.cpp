@@ -26,9 +26,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/aligned.hpp"
+#include "common/error.hpp"
 #include "common/scratch.hpp"
 #include "dispatch/cpu_features.hpp"
 
@@ -244,19 +248,118 @@ void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, 
   }
 }
 
-const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept {
-  if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
+namespace {
+
+// The kernel sets this build has, and whether this CPU runs each.
+struct Bf16Set {
+  const GemmBf16Kernels* g;
+  bool runs;
+};
+
+std::vector<Bf16Set> find_sets() {
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  std::vector<Bf16Set> sets;
+#if MHA_BUILD_AMX_BF16
+  sets.push_back({&gemm_bf16_kernels_amx_bf16, f.amx_bf16});
+#endif
 #if MHA_BUILD_AVX512_BF16
-  if (isa == Isa::avx512 && cpu_features().avx512_bf16) return &gemm_bf16_kernels_avx512_bf16;
+  sets.push_back({&gemm_bf16_kernels_avx512_bf16, f.avx512_bf16});
+#endif
+#if MHA_BUILD_AVX512_WIDEN
+  sets.push_back({&gemm_bf16_kernels_avx512_widen, f.avx512});
 #endif
 #if MHA_BUILD_AVX2_WIDEN
-  if (isa == Isa::avx2) return &gemm_bf16_kernels_avx2_widen;
+  sets.push_back({&gemm_bf16_kernels_avx2_widen, f.avx2_fma});
 #endif
 #if MHA_BUILD_NEON_BF16
-  if (isa == Isa::neon && cpu_features().neon_bf16) return &gemm_bf16_kernels_neon_bf16;
+  sets.push_back({&gemm_bf16_kernels_neon_bf16, f.neon_bf16});
 #endif
-  (void)isa;
+  sets.push_back({&gemm_bf16_kernels_amx_emulated, true});
+  return sets;
+}
+
+// Made once: calls look sets up without allocating.
+const std::vector<Bf16Set>& built_sets() {
+  static const std::vector<Bf16Set> sets = find_sets();
+  return sets;
+}
+
+const GemmBf16Kernels* runnable_set(std::string_view name) {
+  for (const Bf16Set& s : built_sets()) {
+    if (s.runs && name == s.g->name) return s.g;
+  }
   return nullptr;
+}
+
+// The set MHA_BF16_KERNEL names, or a message saying why it cannot run;
+// neither when it is unset.
+struct Bf16Choice {
+  const GemmBf16Kernels* forced = nullptr;
+  std::string error;
+};
+
+Bf16Choice env_choice() {
+  Bf16Choice c;
+  const char* env = std::getenv("MHA_BF16_KERNEL");
+  if (env == nullptr || *env == '\0') return c;
+  c.forced = runnable_set(env);
+  if (c.forced != nullptr) return c;
+  const std::vector<Bf16Set>& sets = built_sets();
+  const bool known = std::any_of(sets.begin(), sets.end(), [&](const Bf16Set& s) {
+    return std::string_view(env) == s.g->name;
+  });
+  c.error =
+      std::string("MHA_BF16_KERNEL=") + env +
+      (known ? " is not supported by this CPU/OS" : " is not a bf16 kernel set of this build") +
+      "; supported here:";
+  for (const Bf16Set& s : sets) {
+    if (s.runs) c.error += std::string(" ") + s.g->name;
+  }
+  return c;
+}
+
+const Bf16Choice& env_kernels() {
+  static const Bf16Choice c = env_choice();
+  return c;
+}
+
+}  // namespace
+
+const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) {
+  if (const GemmBf16Kernels* f = forced_kernels.load(std::memory_order_relaxed)) return f;
+  if (const Bf16Choice& env = env_kernels(); env.forced != nullptr || !env.error.empty()) {
+    if (env.forced == nullptr) fail(MHA_UNSUPPORTED, env.error);
+    return env.forced;
+  }
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::avx512:
+      if (f.amx_bf16) return runnable_set("amx_bf16");
+      // vdpbf16ps is full-rate on AMD (Zen 4: 229 GFLOP/s per core against
+      // 113 for fp32 FMA) and half-rate on Intel (Emerald Rapids: 79-83
+      // against 153-176), where widening to fp32 runs at the fp32 rate.
+      if (f.avx512_bf16 && !f.intel) return runnable_set("avx512_bf16");
+      return runnable_set("avx512_widen");
+    case Isa::avx2:
+      return runnable_set("avx2_widen");
+    case Isa::neon:
+      return runnable_set("neon_bf16");
+    case Isa::scalar:
+      break;
+  }
+  return nullptr;
+}
+
+const GemmBf16Kernels* gemm_bf16_kernels_named(std::string_view name) {
+  return runnable_set(name);
+}
+
+std::vector<const GemmBf16Kernels*> gemm_bf16_kernel_sets() {
+  std::vector<const GemmBf16Kernels*> r;
+  for (const Bf16Set& s : built_sets()) {
+    if (s.runs) r.push_back(s.g);
+  }
+  return r;
 }
 
 std::string_view gemm_bf16_path_name(Bf16Path p) noexcept {

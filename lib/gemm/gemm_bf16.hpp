@@ -13,6 +13,7 @@
 #include <mha/isa.hpp>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "gemm/gemm.hpp"
 
@@ -188,11 +189,46 @@ extern const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps;
 // emulated_bfdot: Arm's BFDOT (products and sums rounded to odd, denormals
 // flushed), the reference of neon_bf16.
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot;
+// emulated_tdpbf16ps: AMX's tdpbf16ps over groups of 16 pairs from each K
+// block's first, element by element: the reference of amx_bf16 and of the
+// software tiles of amx_emulated.
+extern const GemmBf16Kernels gemm_bf16_kernels_emulated_tdpbf16ps;
+// amx_emulated: the amx_bf16 kernels over software tiles (the same tiling,
+// edges, packing and per-thread tile configuration, each tile instruction a
+// scalar model), on every CPU: the AMX code path's tests run everywhere.
+// Dispatched to only when MHA_BF16_KERNEL names it.
+extern const GemmBf16Kernels gemm_bf16_kernels_amx_emulated;
+// amx_bf16: AMX-BF16's tdpbf16ps (builds with AVX-512, CPUs with AMX that
+// the OS lets this process use).
+extern const GemmBf16Kernels gemm_bf16_kernels_amx_bf16;
+// avx512_widen: avx2_widen's arithmetic in zmm (builds with AVX-512), for
+// AVX-512 CPUs on which vdpbf16ps is slow or absent.
+extern const GemmBf16Kernels gemm_bf16_kernels_avx512_widen;
 
-// The bf16 kernels that serve `isa` on this CPU (avx512 on a CPU with
-// AVX512_BF16; avx2, widening in registers; neon on a CPU with FEAT_BF16),
-// or nullptr where bf16 operands are converted to fp32 whole for sgemm.
-const GemmBf16Kernels* gemm_bf16_kernels(Isa isa) noexcept;
+// One tdpbf16ps on one C element: c + the products of `pairs` (<= 16) pairs
+// of a (pair p at a[p * a_step]) and b (pair p at b + 2 * p * b_step, the
+// even element first), in AMX's order and rounding (above).
+float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std::size_t a_step,
+                         const std::uint16_t* b, std::size_t b_step);
+// round_rows of the flushing emulations: nearest even, a denormal input
+// becoming a zero of its sign, as vcvtneps2bf16.
+void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
+                         void* out, std::size_t ldy);
+
+// The bf16 kernels that serve `isa` on this CPU, or nullptr where bf16
+// operands are converted to fp32 whole for sgemm: avx512: amx_bf16 where
+// the OS grants AMX, else avx512_bf16 on AMD CPUs with AVX512_BF16, else
+// avx512_widen; avx2: avx2_widen; neon: neon_bf16 on a CPU with FEAT_BF16.
+// MHA_BF16_KERNEL=<name> forces any set this CPU runs, for every ISA; a
+// name it cannot run makes this throw mha::Error(MHA_UNSUPPORTED), as
+// MHA_ISA does. The choice depends on the CPU alone: the same CPU always
+// gives the same kernels, and so the same bits.
+const GemmBf16Kernels* gemm_bf16_kernels(Isa isa);
+// The set named `name` (GemmBf16Kernels::name) if this build has it and
+// this CPU runs it, else nullptr; and every such set (amx_emulated on every
+// CPU): for tests and benchmarks that run each in turn.
+const GemmBf16Kernels* gemm_bf16_kernels_named(std::string_view name);
+std::vector<const GemmBf16Kernels*> gemm_bf16_kernel_sets();
 // Tests: every ISA gets g (e.g. the emulation, so the dot path and the bf16
 // attention core run on CPUs without bf16), until reset with nullptr.
 void set_gemm_bf16_kernels_override(const GemmBf16Kernels* g) noexcept;

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gemm/bf16_pack.hpp"
+#include "gemm/bf16_round_avx512.hpp"
 #include "gemm/bf16_tiles.hpp"
 #include "gemm/gemm_bf16.hpp"
 
@@ -73,28 +74,6 @@ struct Tiles {
 };
 using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
 
-// vcvtne2ps2bf16 rounds to nearest even and reads denormals as zero, which
-// the dot products would do to the rounded denormal anyway.
-void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
-                std::size_t ldy) {
-  auto* const y = static_cast<std::uint16_t*>(out);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const float* xi = x + i * ldx;
-    std::uint16_t* yi = y + i * ldy;
-    std::size_t j = 0;
-    for (; j + 2 * kW <= n; j += 2 * kW) {
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xi + j + kW), _mm512_loadu_ps(xi + j));
-      _mm512_storeu_si512(yi + j, reinterpret_cast<__m512i>(v));
-    }
-    for (; j < n; j += kW) {
-      const std::size_t lanes = n - j < kW ? n - j : kW;
-      const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(lane_mask(lanes), xi + j));
-      _mm256_mask_storeu_epi16(yi + j, lane_mask(lanes), reinterpret_cast<__m256i>(v));
-    }
-    if (n % 2 != 0) yi[n] = 0;
-  }
-}
-
 }  // namespace
 }  // namespace gemm_bf16_avx512_bf16
 
@@ -107,7 +86,7 @@ const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
     kBf16NC,
     &gemm_bf16_avx512_bf16::Entries::ukernel,
     &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
-    &gemm_bf16_avx512_bf16::round_rows,
+    &bf16_round_avx512::round_rows<gemm_bf16_avx512_bf16::avx512_bf16_tag>,
     &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
     &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>};
 

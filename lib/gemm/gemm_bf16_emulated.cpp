@@ -1,6 +1,6 @@
 // The portable references of the bf16 dot-product kernels, element by
-// element, bit for bit: vdpbf16ps and Arm's BFDOT (FEAT_BF16 without
-// FEAT_EBF16).
+// element, bit for bit: vdpbf16ps, AMX's tdpbf16ps and Arm's BFDOT
+// (FEAT_BF16 without FEAT_EBF16).
 //
 // vdpbf16ps, checked against the hardware over random pairs mixing normal,
 // tiny and denormal values (no mismatch in 3.2M lanes on Zen 4): per pair,
@@ -10,6 +10,13 @@
 // would be denormal; a denormal sum is flushed to zero with its sign.
 // Adding the even product first, flushing only at the end, or flushing
 // denormal products all mismatched.
+//
+// tdpbf16ps, as FACTS.md's model checked bit for bit on an Emerald Rapids
+// Xeon over 768,000 outputs (denormal inputs, exponents 2^-27 to 2^23):
+// per instruction and C element, two sums from 0 over the even and the odd
+// products of its 16 pairs in order, each step one rounding (an fma), then
+// even + odd, then C + that; denormal inputs read as zero and every
+// denormal result flushed, the sign kept (emulated_tdpbf16ps).
 //
 // BFDOT, as the Arm ARM's BFDotAdd with FPCR.EBF = 0 and qemu's bfdotadd:
 // the pair's two products, their sum, and the accumulator plus that sum,
@@ -110,18 +117,39 @@ using PairStep = float (*)(float acc, std::uint32_t a, std::uint32_t b);
 // them also show that an element's bits do not depend on the tile.
 constexpr std::size_t kMR = 4, kNR = 8;
 
-// The pair (i, p) of A at a[i * rs + p * ps]: a packed strip or rows.
+// One C element's sum over kp pairs of A (pair p at a[p * as]) and a column
+// of a packed B strip (pair p at b + p * kNR * 2).
+using Dot = float (*)(std::size_t kp, const std::uint32_t* a, std::size_t as,
+                      const std::uint16_t* b);
+
 template <PairStep kStep>
+float pair_by_pair(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b) {
+  float acc = 0.f;
+  for (std::size_t p = 0; p < kp; ++p) {
+    const std::uint16_t* bp = b + p * kNR * 2;
+    acc = kStep(acc, a[p * as], bp[0] | static_cast<std::uint32_t>(bp[1]) << 16);
+  }
+  return acc;
+}
+
+// tdpbf16ps over groups of 16 pairs from the first.
+float tile_by_tile(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b) {
+  float acc = 0.f;
+  for (std::size_t p0 = 0; p0 < kp; p0 += 16) {
+    acc = emulated_tdpbf16ps(acc, kp - p0 < 16 ? kp - p0 : 16, a + p0 * as, as, b + p0 * kNR * 2,
+                             kNR);
+  }
+  return acc;
+}
+
+// The pair (i, p) of A at a[i * rs + p * ps]: a packed strip or rows.
+template <Dot kDot>
 void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps,
           const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
           float alpha, float beta) {
   for (std::size_t i = 0; i < m; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
-      float acc = 0.f;
-      for (std::size_t p = 0; p < kp; ++p) {
-        const std::uint16_t* bp = b + (p * kNR + j) * 2;
-        acc = kStep(acc, a[i * rs + p * ps], bp[0] | static_cast<std::uint32_t>(bp[1]) << 16);
-      }
+      const float acc = kDot(kp, a + i * rs, ps, b + j * 2);
       float& cij = c[i * ldc + j];
       const float r = alpha * acc;
       cij = beta == 0.f ? r : r + beta * cij;
@@ -129,35 +157,50 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t rs, std::size_t ps
   }
 }
 
-template <PairStep kStep>
+template <Dot kDot>
 void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
              std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-  tile<kStep>(kp, a, 1, kMR, b, c, ldc, m, n, alpha, beta);
+  tile<kDot>(kp, a, 1, kMR, b, c, ldc, m, n, alpha, beta);
 }
 
-template <PairStep kStep>
+template <Dot kDot>
 void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
                   float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
                   float beta) {
-  tile<kStep>(kp, a, lda, 1, b, c, ldc, m, n, alpha, beta);
+  tile<kDot>(kp, a, lda, 1, b, c, ldc, m, n, alpha, beta);
 }
 
-// As vcvtneps2bf16: a denormal input becomes a zero of its sign (BFDOT
-// reads it so too).
-void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
-                std::size_t ldy) {
+}  // namespace
+}  // namespace gemm_bf16_emulated
+
+float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std::size_t a_step,
+                         const std::uint16_t* b, std::size_t b_step) {
+  using gemm_bf16_emulated::flush_denormal;
+  using gemm_bf16_emulated::from_bf16;
+  float even = 0.f, odd = 0.f;
+  for (std::size_t p = 0; p < pairs; ++p) {
+    const std::uint32_t x = a[p * a_step];
+    const std::uint16_t* y = b + 2 * p * b_step;
+    const auto in = [](std::uint32_t h) {
+      return flush_denormal(from_bf16(static_cast<std::uint16_t>(h)));
+    };
+    even = flush_denormal(std::fma(in(x & 0xffffu), in(y[0]), even));
+    odd = flush_denormal(std::fma(in(x >> 16), in(y[1]), odd));
+  }
+  return flush_denormal(c + flush_denormal(even + odd));
+}
+
+void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
+                         void* out, std::size_t ldy) {
   auto* const y = static_cast<std::uint16_t*>(out);
   for (std::size_t i = 0; i < rows; ++i) {
     for (std::size_t j = 0; j < n; ++j) {
-      const float v = flush_denormal(x[i * ldx + j]);
+      const float v = gemm_bf16_emulated::flush_denormal(x[i * ldx + j]);
       fp32_to_bf16(1, &v, y + i * ldy + j);
     }
     if (n % 2 != 0) y[i * ldy + n] = 0;
   }
 }
-
-}  // namespace
-}  // namespace gemm_bf16_emulated
 
 const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps{
     "emulated_vdpbf16ps",
@@ -166,9 +209,11 @@ const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps{
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::vdpbf16ps_pair>,
-    &gemm_bf16_emulated::ukernel_rows<gemm_bf16_emulated::vdpbf16ps_pair>,
-    &gemm_bf16_emulated::round_rows,
+    &gemm_bf16_emulated::ukernel<
+        gemm_bf16_emulated::pair_by_pair<gemm_bf16_emulated::vdpbf16ps_pair>>,
+    &gemm_bf16_emulated::ukernel_rows<
+        gemm_bf16_emulated::pair_by_pair<gemm_bf16_emulated::vdpbf16ps_pair>>,
+    &emulated_round_rows,
     &bf16_pack::pack_a<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kMR>,
     &bf16_pack::pack_b<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kNR>};
 
@@ -179,9 +224,27 @@ const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot{
     kBf16MC,
     kBf16KC,
     kBf16NC,
-    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::bfdot_pair>,
-    &gemm_bf16_emulated::ukernel_rows<gemm_bf16_emulated::bfdot_pair>,
-    &gemm_bf16_emulated::round_rows,
+    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::pair_by_pair<gemm_bf16_emulated::bfdot_pair>>,
+    &gemm_bf16_emulated::ukernel_rows<
+        gemm_bf16_emulated::pair_by_pair<gemm_bf16_emulated::bfdot_pair>>,
+    &emulated_round_rows,
+    &bf16_pack::pack_a<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kMR>,
+    &bf16_pack::pack_b<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kNR>};
+
+}  // namespace mha::detail
+
+namespace mha::detail {
+
+const GemmBf16Kernels gemm_bf16_kernels_emulated_tdpbf16ps{
+    "emulated_tdpbf16ps",
+    gemm_bf16_emulated::kMR,
+    gemm_bf16_emulated::kNR,
+    kBf16MC,
+    kBf16KC,
+    kBf16NC,
+    &gemm_bf16_emulated::ukernel<gemm_bf16_emulated::tile_by_tile>,
+    &gemm_bf16_emulated::ukernel_rows<gemm_bf16_emulated::tile_by_tile>,
+    &emulated_round_rows,
     &bf16_pack::pack_a<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kMR>,
     &bf16_pack::pack_b<gemm_bf16_emulated::emulated_tag, gemm_bf16_emulated::kNR>};
 

@@ -25,6 +25,7 @@
 #include <catch2/catch.hpp>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <mha/gemm.hpp>
@@ -250,21 +251,20 @@ struct ForcedBf16Path {
   ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
 };
 
-// The avx512_bf16 kernels, where this build has them and the CPU has
-// AVX512_BF16.
-const mha::detail::GemmBf16Kernels* avx512_bf16() {
-  return mha::detail::gemm_bf16_kernels(mha::Isa::avx512);
+// The kernel set of that name, where this build has it and the CPU runs it.
+const mha::detail::GemmBf16Kernels* named(const char* name) {
+  return mha::detail::gemm_bf16_kernels_named(name);
 }
 
-// The neon_bf16 kernels, where this build has them and the CPU has FEAT_BF16.
-const mha::detail::GemmBf16Kernels* neon_bf16() {
-  return mha_isa_supported("neon") ? mha::detail::gemm_bf16_kernels(mha::Isa::neon) : nullptr;
-}
-
-// The avx2_widen kernels, where this build has them and the CPU runs them.
-const mha::detail::GemmBf16Kernels* avx2_widen() {
-  return mha_isa_supported("avx2") ? mha::detail::gemm_bf16_kernels(mha::Isa::avx2) : nullptr;
-}
+// Forces a kernel set for the scope.
+struct ForcedKernels {
+  explicit ForcedKernels(const mha::detail::GemmBf16Kernels* g) {
+    mha::detail::set_gemm_bf16_kernels_override(g);
+  }
+  ~ForcedKernels() { mha::detail::set_gemm_bf16_kernels_override(nullptr); }
+  ForcedKernels(const ForcedKernels&) = delete;
+  ForcedKernels& operator=(const ForcedKernels&) = delete;
+};
 
 }  // namespace
 
@@ -272,6 +272,21 @@ TEST_CASE("gemm_bf16 matches the reference on every m, n, k in 1..40 and random 
           "[gemm][bf16]") {
   INFO("kernels: " << mha_kernel_name(MHA_BF16));
   check_reference(reference_shapes());
+}
+
+TEST_CASE("every bf16 kernel set this CPU runs matches the reference", "[gemm][bf16]") {
+  // The first shapes of every size plus the blocks' edges; the emulated
+  // tiles (scalar) on fewer.
+  for (const mha::detail::GemmBf16Kernels* g : mha::detail::gemm_bf16_kernel_sets()) {
+    INFO("kernels: " << g->name);
+    const ForcedKernels forced(g);
+    std::vector<Shape> shapes = reference_shapes();
+    const bool slow = std::string(g->name) == "amx_emulated";
+    const std::size_t keep = scaled(slow ? 60 : 240, 30);
+    shapes.erase(shapes.begin() + static_cast<std::ptrdiff_t>(keep), shapes.end() - 24);
+    if (slow) shapes.resize(shapes.size() - 20);  // the largest shapes
+    check_reference(shapes);
+  }
 }
 
 TEST_CASE("gemm_bf16's fp32 path, forced, matches the reference", "[gemm][bf16][paths]") {
@@ -316,7 +331,7 @@ void check_emulation_bits(const mha::detail::GemmBf16Kernels& g,
 }  // namespace
 
 TEST_CASE("the avx512_bf16 kernels give the bits of emulated_vdpbf16ps", "[gemm][bf16]") {
-  const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
+  const mha::detail::GemmBf16Kernels* hw = named("avx512_bf16");
   if (hw == nullptr) {
     WARN("skipped: this build or CPU has no AVX512_BF16");
     return;
@@ -372,7 +387,7 @@ TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the de
       {{0xffa1, 0x3f80}, {0x3f80, 0x3f80}, 0x7fc00000u},
       {{0x7f80}, {0}, 0x7fc00000u},  // inf * 0
   };
-  const mha::detail::GemmBf16Kernels* neon = neon_bf16();
+  const mha::detail::GemmBf16Kernels* neon = named("neon_bf16");
   for (const Case& t : cases) {
     INFO("A[0] " << std::hex << t.a[0] << " B[0] " << t.b[0] << " k " << std::dec << t.a.size());
     CHECK(dot_bits(mha::detail::gemm_bf16_kernels_emulated_bfdot, t.a, t.b) == t.want);
@@ -381,7 +396,7 @@ TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the de
 }
 
 TEST_CASE("the neon_bf16 kernels give the bits of emulated_bfdot", "[gemm][bf16]") {
-  const mha::detail::GemmBf16Kernels* neon = neon_bf16();
+  const mha::detail::GemmBf16Kernels* neon = named("neon_bf16");
   if (neon == nullptr) {
     WARN("skipped: this build or CPU has no FEAT_BF16");
     return;
@@ -504,43 +519,86 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   SECTION("emulated_bfdot") {
     check_core_entries(mha::detail::gemm_bf16_kernels_emulated_bfdot, 94);
   }
-  SECTION("neon_bf16") {
-    const mha::detail::GemmBf16Kernels* neon = neon_bf16();
-    if (neon == nullptr) {
-      WARN("skipped: this build or CPU has no FEAT_BF16");
-      return;
-    }
-    check_core_entries(*neon, 95);
+  SECTION("emulated_tdpbf16ps") {
+    check_core_entries(mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps, 96);
   }
-  SECTION("avx2_widen") {
-    const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
-    if (avx2 == nullptr) {
-      WARN("skipped: this build or CPU has no AVX2");
-      return;
+  SECTION("every kernel set this CPU runs") {
+    for (const mha::detail::GemmBf16Kernels* g : mha::detail::gemm_bf16_kernel_sets()) {
+      INFO("kernels: " << g->name);
+      mha::detail::prepare_thread(*g);
+      check_core_entries(*g, 92);
     }
-    check_core_entries(*avx2, 93);
-  }
-  SECTION("avx512_bf16") {
-    const mha::detail::GemmBf16Kernels* hw = avx512_bf16();
-    if (hw == nullptr) {
-      WARN("skipped: this build or CPU has no AVX512_BF16");
-      return;
-    }
-    check_core_entries(*hw, 92);
   }
 }
 
-TEST_CASE("the avx2_widen bf16 kernels give emulated_vdpbf16ps's bits on normal operands",
+TEST_CASE("the widening kernels give emulated_vdpbf16ps's bits on normal operands",
           "[gemm][bf16]") {
   // Same order and single rounding per step as vdpbf16ps; only denormals
   // differ (kept here, flushed there), and these operands (|x| >= 2^-20 or
   // 0, O(1) sums) produce none.
-  const mha::detail::GemmBf16Kernels* avx2 = avx2_widen();
-  if (avx2 == nullptr) {
-    WARN("skipped: this build or CPU has no AVX2");
+  for (const char* name : {"avx2_widen", "avx512_widen"}) {
+    const mha::detail::GemmBf16Kernels* g = named(name);
+    if (g == nullptr) {
+      WARN("skipped: this build or CPU does not run " << name);
+      continue;
+    }
+    INFO("kernels: " << name);
+    check_emulation_bits(*g, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 6, 9000, false);
+  }
+}
+
+TEST_CASE("tdpbf16ps: two sums per 16 pairs, then even + odd, then C + that", "[gemm][bf16]") {
+  const std::uint16_t one = 0x3f80, tiny = 0x3380;  // 1 and 2^-24
+  struct Case {
+    std::vector<std::uint16_t> a, b;
+    std::uint32_t want;
+  };
+  // 17 pairs: the 17th starts a second instruction.
+  std::vector<std::uint16_t> a17(34, 0), b17(34, 0);
+  a17[0] = b17[0] = one;          // even sum 1
+  a17[31] = tiny, b17[31] = one;  // odd, pair 15: 1 + 2^-24 ties to 1
+  a17[33] = tiny, b17[33] = one;  // odd, pair 16, the next instruction: again 1
+  std::vector<std::uint16_t> a16 = a17, b16 = b17;
+  a16[33] = 0, a16[29] = tiny, b16[29] = one;  // both odd products in one instruction
+  const Case cases[] = {
+      // vdpbf16ps would give 1 (odd first, each step rounded): here the odd
+      // sum 2^-23 is formed first, and 1 + 2^-23 is a float.
+      {{one, tiny, 0, tiny}, {one, one, 0, one}, 0x3f800001u},
+      {a17, b17, 0x3f800000u},
+      {a16, b16, 0x3f800001u},
+      {{0x1c80}, {0x1c80}, 0u},                  // 2^-140: flushed
+      {{0x0001, 0x3f80}, {0x3f80, 0x0040}, 0u},  // denormal inputs read as 0
+      {{0x7f00}, {0x4000}, 0x7f800000u},         // 2^128: infinity
+  };
+  std::vector<const mha::detail::GemmBf16Kernels*> sets = {
+      &mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps};
+  for (const char* name : {"amx_emulated", "amx_bf16"}) {
+    if (const mha::detail::GemmBf16Kernels* g = named(name)) sets.push_back(g);
+  }
+  for (const mha::detail::GemmBf16Kernels* g : sets) {
+    mha::detail::prepare_thread(*g);
+    for (const Case& t : cases) {
+      INFO(g->name << ": A[0] " << std::hex << t.a[0] << " k " << std::dec << t.a.size());
+      CHECK(dot_bits(*g, t.a, t.b) == t.want);
+    }
+  }
+}
+
+TEST_CASE("amx_emulated's software tiles give emulated_tdpbf16ps's bits", "[gemm][bf16]") {
+  check_emulation_bits(*named("amx_emulated"), mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps, 7,
+                       11000, true);
+}
+
+// The test that ties the hardware to the model: on a CPU with AMX, every
+// shape, edge and denormal case gives the software tiles' bits.
+TEST_CASE("the amx_bf16 kernels give amx_emulated's bits", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* hw = named("amx_bf16");
+  if (hw == nullptr) {
+    WARN("skipped: this build or CPU has no usable AMX-BF16");
     return;
   }
-  check_emulation_bits(*avx2, mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, 6, 9000, false);
+  check_emulation_bits(*hw, *named("amx_emulated"), 8, 12000, true);
+  check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps, 9, 13000, true);
 }
 
 namespace {
@@ -917,10 +975,15 @@ TEST_CASE("mha_kernel_name names the kernels that serve each dtype", "[gemm][bf1
   const std::string isa = mha_isa_name();
   CHECK(mha_kernel_name(MHA_FP32) == isa);
   const mha::detail::CpuFeatures& cpu = mha::detail::cpu_features();
-  const std::string want = isa == "avx512" && cpu.avx512_bf16 ? "avx512_bf16"
-                           : isa == "avx2"                    ? "avx2_widen"
-                           : isa == "neon" && cpu.neon_bf16   ? "neon_bf16"
-                                                              : isa;
+  const char* env = std::getenv("MHA_BF16_KERNEL");
+  // By CPU: AMX where the OS grants it, vdpbf16ps on AMD, widening on Intel.
+  const std::string by_cpu = isa == "avx512" && cpu.amx_bf16                    ? "amx_bf16"
+                             : isa == "avx512" && cpu.avx512_bf16 && !cpu.intel ? "avx512_bf16"
+                             : isa == "avx512"                                  ? "avx512_widen"
+                             : isa == "avx2"                                    ? "avx2_widen"
+                             : isa == "neon" && cpu.neon_bf16                   ? "neon_bf16"
+                                                                                : isa;
+  const std::string want = env != nullptr && *env != '\0' ? env : by_cpu;
   CHECK(mha_kernel_name(MHA_BF16) == want);
   CHECK((mha::detail::gemm_bf16_kernels(mha::detail::active_isa()) != nullptr) == (want != isa));
   CHECK(std::string(mha::kernel_name(MHA_BF16)) == mha_kernel_name(MHA_BF16));

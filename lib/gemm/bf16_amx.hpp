@@ -1,0 +1,215 @@
+// The AMX-BF16 kernel set, written once over a tile backend: the hardware's
+// tile instructions (gemm_bf16_amx_bf16.cpp) or their software model
+// (gemm_bf16_amx_emulated.cpp, any CPU), so that the tiling, the edges, the
+// packing, the tile configuration and the threading run, and are tested,
+// everywhere.
+//
+// One register tile of C is 32 x 32 fp32 in four 16 x 16 tiles, two A tiles
+// (16 rows x 16 pairs) and two B tiles (16 pairs x 16 columns): per 16 pairs
+// of k, four tdpbf16ps against four tile loads, oneDNN brgemm's 2 x 2
+// blocking. B's packed strips ([kp][32][2], gemm_bf16.hpp) are two B tiles
+// side by side (rows of 128 bytes); A is packed row-major, each row's pairs
+// padded to whole tiles with zeros (a_row_pairs), so packed A loads whole.
+// Rows of A from the attention core and B's last, partial K tile are copied
+// to zero-padded tiles on the stack first, so no load reads past an operand.
+//
+// Numerics (mha.h): per tdpbf16ps, per C element, two fp32 sums from 0, over
+// the 16 pairs' even and odd products, then C + (even + odd), each addition
+// rounded to nearest even, bf16 denormal inputs read as zero and denormal
+// results flushed; the groups of 16 pairs start at each K block's first
+// pair, and then alpha·acc + beta·C as the other kernel sets.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gemm/bf16_pack.hpp"
+#include "gemm/gemm_bf16.hpp"
+
+namespace mha::detail::bf16_amx {
+
+constexpr std::size_t kMR = 32, kNR = 32;
+constexpr std::size_t kTileRows = 16, kTilePairs = 16, kTileBytes = 64;
+
+// Palette 1's 64-byte configuration (Intel SDM, LDTILECFG).
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+// Tiles 0-3: C (C(r, c) is tile 2r + c); 4-5: A (row blocks); 6-7: B
+// (column blocks); each 16 rows of 64 bytes.
+constexpr TileConfig kConfig = [] {
+  TileConfig t;
+  for (int i = 0; i < 8; ++i) {
+    t.colsb[i] = kTileBytes;
+    t.rows[i] = kTileRows;
+  }
+  return t;
+}();
+
+// Pairs per packed A row: kp rounded up to whole tiles. Tag, here and
+// below, keeps each TU's copy its own: the TUs are compiled for different
+// ISAs, and the linker must never pick one for the other.
+template <class Tag>
+std::size_t a_row_pairs(std::size_t kp) {
+  return (kp + kTilePairs - 1) / kTilePairs * kTilePairs;
+}
+
+// Packs op(A) [m x k] in strips of kMR rows of a_row_pairs(kp) pairs, rows
+// past m and pairs past k zero.
+template <class Tag>
+void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, std::size_t lda,
+            std::uint32_t* dst) {
+  const std::size_t kp = (k + 1) / 2, rp = a_row_pairs<Tag>(kp);
+  for (std::size_t r0 = 0; r0 < m; r0 += kMR) {
+    std::uint32_t* d = dst + r0 / kMR * kMR * rp;
+    for (std::size_t i = 0; i < kMR; ++i) {
+      for (std::size_t p = 0; p < rp; ++p) {
+        std::uint32_t lo = 0, hi = 0;
+        const std::size_t r = r0 + i, q = 2 * p;
+        if (r < m && q < k) {
+          lo = trans ? a[q * lda + r] : a[r * lda + q];
+          if (q + 1 < k) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
+        }
+        d[i * rp + p] = lo | hi << 16;
+      }
+    }
+  }
+}
+
+// The tile operations a backend T provides, tile numbers as template
+// arguments (the hardware's are immediates):
+//   T::configure(const TileConfig&): the calling thread's tile
+//     configuration, loaded only where it differs (thread_setup);
+//   T::template zero<t>(), load<t>(const void*, std::size_t stride),
+//   store<t>(void*, std::size_t stride), dp<c, a, b>() (tdpbf16ps);
+//   T::finish(const float* acc, float* c, std::size_t ldc, std::size_t m,
+//     std::size_t n, float alpha, float beta): c = alpha·acc + beta·c over
+//     m x n (acc rows kNR floats apart; c read only when beta != 0), each
+//     product and the sum rounded apart, as the other kernel sets.
+template <class T, std::size_t MT, std::size_t NT>
+struct Block {
+  // C tiles (r, c) += A tile r · B tile c.
+  static void dot_all() {
+    T::template dp<0, 4, 6>();
+    if constexpr (NT == 2) T::template dp<1, 4, 7>();
+    if constexpr (MT == 2) T::template dp<2, 5, 6>();
+    if constexpr (MT == 2 && NT == 2) T::template dp<3, 5, 7>();
+  }
+
+  // A's row block r from rows `stride` pairs apart, or through a zero-padded
+  // copy of its `rows` x `pairs` valid part.
+  template <int kTile>
+  static void load_a(const std::uint32_t* a, std::size_t stride, std::size_t rows,
+                     std::size_t pairs, std::uint32_t* pad) {
+    if (rows == kTileRows && pairs == kTilePairs) {
+      T::template load<kTile>(a, stride * 4);
+      return;
+    }
+    std::fill_n(pad, kTileRows * kTilePairs, 0u);
+    for (std::size_t i = 0; i < rows; ++i) std::copy_n(a + i * stride, pairs, pad + i * kTilePairs);
+    T::template load<kTile>(pad, kTileBytes);
+  }
+
+  // acc[kMR x kNR] (the four C tiles) over kp pairs; A rows `stride` pairs
+  // apart, with `padded` rows and pairs (packed A) loaded whole.
+  static void run(std::size_t kp, const std::uint32_t* a, std::size_t stride, bool padded,
+                  const std::uint16_t* b, std::size_t m, float* acc) {
+    alignas(64) std::uint32_t apad[2][kTileRows * kTilePairs];
+    alignas(64) std::uint16_t bpad[kTilePairs * kNR * 2];
+    T::template zero<0>();
+    if constexpr (NT == 2) T::template zero<1>();
+    if constexpr (MT == 2) T::template zero<2>();
+    if constexpr (MT == 2 && NT == 2) T::template zero<3>();
+    for (std::size_t p0 = 0; p0 < kp; p0 += kTilePairs) {
+      const std::size_t pairs = std::min(kTilePairs, kp - p0);
+      const std::size_t rows0 = padded ? kTileRows : std::min(kTileRows, m);
+      load_a<4>(a + p0, stride, rows0, padded ? kTilePairs : pairs, apad[0]);
+      if constexpr (MT == 2) {
+        const std::size_t rows1 = padded ? kTileRows : m - kTileRows;
+        load_a<5>(a + kTileRows * stride + p0, stride, rows1, padded ? kTilePairs : pairs, apad[1]);
+      }
+      const std::uint16_t* bp = b + p0 * kNR * 2;
+      if (pairs < kTilePairs) {
+        std::copy_n(bp, pairs * kNR * 2, bpad);
+        std::fill(bpad + pairs * kNR * 2, bpad + kTilePairs * kNR * 2, std::uint16_t{0});
+        bp = bpad;
+      }
+      T::template load<6>(bp, kNR * 4);
+      if constexpr (NT == 2) T::template load<7>(bp + 16 * 2, kNR * 4);
+      dot_all();
+    }
+    T::template store<0>(acc, kNR * 4);
+    if constexpr (NT == 2) T::template store<1>(acc + 16, kNR * 4);
+    if constexpr (MT == 2) T::template store<2>(acc + kTileRows * kNR, kNR * 4);
+    if constexpr (MT == 2 && NT == 2) T::template store<3>(acc + kTileRows * kNR + 16, kNR * 4);
+  }
+};
+
+template <class T>
+void run(std::size_t kp, const std::uint32_t* a, std::size_t stride, bool padded,
+         const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+         float alpha, float beta) {
+  alignas(64) float acc[kMR * kNR];
+  const bool two_m = m > kTileRows, two_n = n > 16;
+  if (two_m && two_n) {
+    Block<T, 2, 2>::run(kp, a, stride, padded, b, m, acc);
+  } else if (two_m) {
+    Block<T, 2, 1>::run(kp, a, stride, padded, b, m, acc);
+  } else if (two_n) {
+    Block<T, 1, 2>::run(kp, a, stride, padded, b, m, acc);
+  } else {
+    Block<T, 1, 1>::run(kp, a, stride, padded, b, m, acc);
+  }
+  T::finish(acc, c, ldc, m, n, alpha, beta);
+}
+
+// The GemmBf16Kernels entries.
+template <class T, class Tag>
+void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
+             std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+  run<T>(kp, a, a_row_pairs<Tag>(kp), true, b, c, ldc, m, n, alpha, beta);
+}
+
+template <class T>
+void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                  float beta) {
+  run<T>(kp, a, lda, false, b, c, ldc, m, n, alpha, beta);
+}
+
+template <class T>
+void thread_setup() {
+  T::configure(kConfig);
+}
+
+// The table of backend T; round_rows rounds as vcvtne2ps2bf16 (denormals
+// to zero, as the tiles read them anyway).
+template <class T, class Tag>
+constexpr GemmBf16Kernels kernels(const char* name,
+                                  void (*round_rows)(std::size_t, std::size_t, const float*,
+                                                     std::size_t, void*, std::size_t)) {
+  GemmBf16Kernels g{name,
+                    kMR,
+                    kNR,
+                    kBf16MC,
+                    kBf16KC,
+                    kBf16NC,
+                    &ukernel<T, Tag>,
+                    &ukernel_rows<T>,
+                    round_rows,
+                    &pack_a<Tag>,
+                    &bf16_pack::pack_b<Tag, kNR>};
+  g.a_row_pairs = &a_row_pairs<Tag>;
+  g.thread_setup = &thread_setup<T>;
+  return g;
+}
+
+}  // namespace mha::detail::bf16_amx
