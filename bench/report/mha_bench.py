@@ -11,7 +11,8 @@ Subcommands (see bench/results/README.md for the full story):
   smoke --build DIR                  tiny end-to-end run (CI): one config per suite, plots
   bundle --build DIR [--threads 1,16] [--python PATH] [--out DIR]
                                      the key rows, ours and PyTorch, in minutes (bench bundle)
-  crosscpu A.json B.json [...]       ours on the key rows across machines, one column each
+  crosscpu [LABEL=]A.json [LABEL=]B.json+C.json ...
+                                     ours on the key rows across machines, one column each
 
 A record is a JSON file holding the Google Benchmark JSON of every binary run
 plus a "machine" section (CPU, cores, caches, ISAs, library version, compiler,
@@ -1283,7 +1284,12 @@ def cmd_bundle(args):
                 runner.run(suite, regex, [t], repetitions=args.repetitions,
                            min_time=args.min_time)
     if not args.no_pytorch:
-        run_pytorch(runner, args.repetitions, args.min_time, args.python, gemm=True)
+        # On a borrowed server the record of ours is worth keeping when torch fails.
+        try:
+            run_pytorch(runner, args.repetitions, args.min_time, args.python, gemm=True)
+        except (UserError, OSError, subprocess.SubprocessError) as e:
+            runner.skipped.append("pytorch: {}".format(e))
+            print("pytorch: {}".format(e), flush=True)
     finish(runner, "bundle", threads, out)
 
 
@@ -1318,9 +1324,8 @@ def crosscpu(records):
                                   " ({:.2f}x {})".format(base["ms"] / fp32["ms"], base["impl"])
                                   if base and base["impl"] not in REFERENCES else "")
 
-    headers = ["configuration", "thr"] + [
-        "{} ({})".format(short_cpu(r["machine"]), os.path.basename(r.get("path", "?")))
-        for r in records]
+    headers = ["configuration", "thr"] + [r.get("label") or short_cpu(r["machine"])
+                                          for r in records]
     body = []
     for suite, config, threads in CROSSCPU_ROWS:
         cells = [cell(column, suite, config, threads) for column in columns]
@@ -1330,11 +1335,22 @@ def crosscpu(records):
         raise UserError("none of the key rows is in these records")
     return (markdown_table(headers, body, ["<", ">"] + ["<"] * len(records)) + "\n\n" +
             "Cells: ours fp32 ms / bf16 ms (ratio = best baseline time / ours fp32, with that "
-            "baseline), each record at its primary ISA.\n")
+            "baseline), each record at its primary ISA. Records: {}.\n".format(
+                "; ".join("{}: {}".format(h, r.get("path", "?"))
+                          for h, r in zip(headers[2:], records))))
+
+
+def load_merged(spec):
+    """[LABEL=]A+B+...: records of one machine (e.g. its attention and GEMM runs) as one,
+    labelled LABEL (default: its CPU model)."""
+    label, _, paths = spec.rpartition("=")
+    parts = [load_record(p) for p in paths.split("+")]
+    return dict(parts[0], runs=[run for r in parts for run in r["runs"]], label=label or None,
+                path=paths)
 
 
 def cmd_crosscpu(args):
-    print(crosscpu([load_record(p) for p in args.records]), end="")
+    print(crosscpu([load_merged(p) for p in args.records]), end="")
 
 
 def cmd_report(args):
@@ -1456,7 +1472,8 @@ def main(argv=None):
     p.set_defaults(fn=cmd_bundle)
 
     p = sub.add_parser("crosscpu", help="ours on the key rows, one column per record")
-    p.add_argument("records", nargs="+")
+    p.add_argument("records", nargs="+", help="records, or A.json+B.json for one machine's "
+                   "records in one column")
     p.set_defaults(fn=cmd_crosscpu)
 
     p = sub.add_parser("smoke", help="tiny end-to-end run for CI")
