@@ -286,6 +286,23 @@ def write_record(path, times_ms, isa="avx512"):
     return path
 
 
+class CrossCpuTest(unittest.TestCase):
+    def test_one_column_per_machine_with_labels(self):
+        status, out, err = run_main("crosscpu", "A=" + fixture("record_a.json"),
+                                    fixture("record_b.json"))
+        self.assertEqual(status, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "| configuration | thr | A | Neoverse-V1 |")
+        self.assertIn("| gemm/sq1024 | 1 | 16.000 / - (1.12x onednn) | "
+                      "40.000 / - (1.10x openblas) |", lines)
+        self.assertIn("| attention/decode_kv2048 | 1 | 0.500 / - | - |", lines)
+
+    def test_records_without_key_rows(self):
+        status, _, err = run_main("crosscpu", fixture("record_disjoint.json"))
+        self.assertEqual(status, 2)
+        self.assertIn("none of the key rows", err)
+
+
 class SpreadTest(TempDirTest):
     """spread: one ratio per record against that record's best baseline."""
 
