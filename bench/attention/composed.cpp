@@ -14,7 +14,7 @@ double AttentionConfig::flops() const {
   const double E = static_cast<double>(embed_dim), B = static_cast<double>(batch);
   const double sq = static_cast<double>(q_len), skv = static_cast<double>(kv_len);
   const double core = 4.0 * B * sq * skv * E;
-  return 8.0 * B * sq * E * E + (causal ? core / 2 : core);
+  return 4.0 * B * sq * E * (E + static_cast<double>(kv_dim())) + (causal ? core / 2 : core);
 }
 
 struct ComposedAttention::Arena {

@@ -21,9 +21,14 @@ struct AttentionConfig {
   // One new token against a KV cache of kv_len - 1 positions (it sees every
   // key, so `causal` stays false: the FLOP count has the full q·K term).
   bool decode = false;
+  // GQA: 0 means `heads`; fewer K/V heads (dividing heads) shrink the K and V
+  // projections. Only ours runs these: the baselines here compose MHA alone.
+  std::size_t kv_heads = 0;
   std::size_t head_dim() const { return embed_dim / heads; }
-  // 8·B·S·E² (four projections; for decode only the new token is projected)
-  // + 4·B·Sq·Skv·E, with causal work counted as half of the S² term.
+  // Width of the K and V projections: kv_heads · head_dim (E without GQA).
+  std::size_t kv_dim() const { return (kv_heads == 0 ? heads : kv_heads) * head_dim(); }
+  // 4·B·Sq·E·(E + kv_dim) (four projections; for decode only the new token is
+  // projected) + 4·B·Sq·Skv·E, with causal work counted as half of the S² term.
   double flops() const;
 };
 

@@ -9,6 +9,10 @@ Subcommands (see bench/results/README.md for the full story):
   spread A.json B.json [...]         repeated runs of one machine: ours, oneDNN, OpenBLAS and
                                      the lowest/median/highest ratio per config
   smoke --build DIR                  tiny end-to-end run (CI): one config per suite, plots
+  bundle --build DIR [--threads 1,16] [--python PATH] [--out DIR]
+                                     the key rows, ours and PyTorch, in minutes (bench bundle)
+  crosscpu [LABEL=]A.json [LABEL=]B.json+C.json ...
+                                     ours on the key rows across machines, one column each
 
 A record is a JSON file holding the Google Benchmark JSON of every binary run
 plus a "machine" section (CPU, cores, caches, ISAs, library version, compiler,
@@ -43,7 +47,7 @@ BASELINES = ("onednn", "openblas")  # "best baseline" is the faster of these
 # and a bf16 row of ours is measured against the fastest of all of them.
 PYTORCH = ("pytorch", "pytorch_bf16")
 BF16_BASELINES = ("onednn_bf16", "pytorch_bf16")
-SHAPE_RE = re.compile(r"^E(?P<E>\d+) H(?P<H>\d+) B(?P<B>\d+) Sq(?P<Sq>\d+) Skv(?P<Skv>\d+)"
+SHAPE_RE = re.compile(r"^E(?P<E>\d+) H(?P<H>\d+)(?: KV(?P<KV>\d+))? B(?P<B>\d+) Sq(?P<Sq>\d+) Skv(?P<Skv>\d+)"
                       r"(?P<causal> causal)?(?P<decode> decode)?$")
 TORCH_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_mha.py")
 TORCH_MISSING = 3  # torch_mha.py's exit status when torch cannot be imported
@@ -439,17 +443,33 @@ def machine_lines(machine):
 
 PYTORCH_HEADERS = ["configuration", "thr", "ours fp32 ms", "PyTorch fp32 ms", "ratio",
                    "ours bf16 ms", "PyTorch bf16 ms", "ratio"]
+PYTORCH_NOTE = ("PyTorch, same shapes and threads (nn.MultiheadAttention; Linear + "
+                "scaled_dot_product_attention for GQA and decode; torch.matmul for GEMM; "
+                "ratio = PyTorch time / ours):")
 
 
-def pytorch_body(rows):
-    """Ours against PyTorch's nn.MultiheadAttention, per precision, where PyTorch ran."""
-    times = {(r["config"], r["threads"], r["impl"]): r["ms"] for r in rows
-             if r["suite"] == "attention" and r["ms"] is not None}
+def pytorch_body(rows, isa):
+    """Ours at the primary ISA `isa` against PyTorch, per precision, where PyTorch ran: attention
+    configs by name, GEMM shapes as gemm/<shape> (bf16: the bf16_<shape> rows). Rows of ours
+    from an MHA_ISA sweep are left out: PyTorch ran once, with its own best ISA."""
+    times = {(r["suite"], r["config"], r["threads"], r["impl"]): r["ms"] for r in rows
+             if r["suite"] in ("attention", "gemm") and r["ms"] is not None and
+             (r["isa"] == isa or r["impl"] in PYTORCH)}
     body = []
-    for config, threads in dict.fromkeys((c, t) for c, t, i in times if i in PYTORCH):
-        cells = [config, threads]
-        for ours, theirs in (("mha", "pytorch"), ("mha_bf16", "pytorch_bf16")):
-            a, b = times.get((config, threads, ours)), times.get((config, threads, theirs))
+    for suite, config, threads in dict.fromkeys(
+            (s, c, t) for s, c, t, i in times
+            if i in PYTORCH and not (s == "gemm" and c.startswith("bf16_"))):
+        if suite == "gemm":
+            pairs = (((config, "mha"), (config, "pytorch")),
+                     (("bf16_" + config, "mha"), ("bf16_" + config, "pytorch")))
+            cells = ["gemm/" + config, threads]
+        else:
+            pairs = (((config, "mha"), (config, "pytorch")),
+                     ((config, "mha_bf16"), (config, "pytorch_bf16")))
+            cells = [config, threads]
+        for ours, theirs in pairs:
+            a = times.get((suite, ours[0], threads, ours[1]))
+            b = times.get((suite, theirs[0], threads, theirs[1]))
             cells += [fmt(a, ".3f"), fmt(b, ".3f"),
                       "{:.2f}x".format(b / a) if a and b else "-"]
         body.append(cells)
@@ -463,10 +483,9 @@ def headline_text(record, rows):
         lines.append("(no mha results in this record)")
     else:
         lines += ["", render_table(HEADLINE_HEADERS, body, HEADLINE_ALIGNS), "", RATIO_NOTE]
-    torch_body = pytorch_body(rows)
+    torch_body = pytorch_body(rows, primary_isa(record, rows))
     if torch_body:
-        lines += ["", "PyTorch's nn.MultiheadAttention, same shapes and threads (ratio = "
-                  "PyTorch time / ours):", "",
+        lines += ["", PYTORCH_NOTE, "",
                   render_table(PYTORCH_HEADERS, torch_body, ["<", ">"] + [">"] * 6)]
     notes = [s for s in record.get("skipped", []) if s.startswith("pytorch")]
     lines += [""] + notes if notes else []
@@ -830,6 +849,9 @@ class Runner:
         self.skipped = []
         self.step = 0
         self.dropped = set()  # environment variables the runs override, reported once
+        # Where set (bundle), 1-thread runs are pinned to this CPU, so the one thread
+        # stays on one core of a many-core server as the baselines' threads come and go.
+        self.pin_cpu = None
         # On a shared machine the load says how far to trust the numbers.
         self.load_average = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -889,7 +911,7 @@ class Runner:
         err_path = out_json + ".stderr"
         err_file = open(err_path, "w+", encoding="utf-8", errors="replace")
         proc = subprocess.Popen(cmd + args, env=env, stdout=subprocess.PIPE, stderr=err_file,
-                                text=True)
+                                text=True, preexec_fn=self.pinning(threads))
         # A watchdog, since reading stdout blocks until the binary exits (or hangs:
         # under qemu-user a second guest thread hangs).
         timed_out = threading.Event()
@@ -932,15 +954,25 @@ class Runner:
         except (OSError, json.JSONDecodeError) as e:
             raise UserError("{}: no usable JSON output ({})".format(label, e))
         os.remove(out_json)
-        self.runs.append({"binary": SUITE_BINARY[suite], "suite": suite,
-                          "env": {k: env[k] for k in RECORDED_ENV if k in env},
-                          "args": args, "gbench": gbench})
+        self.runs.append(dict({"binary": SUITE_BINARY[suite], "suite": suite,
+                               "env": {k: env[k] for k in RECORDED_ENV if k in env},
+                               "args": args, "gbench": gbench}, **self.pinned(threads)))
+
+    def pinning(self, threads):
+        """The preexec_fn that pins a run at `threads` (None: not pinned)."""
+        if self.pin_cpu is None or list(threads) != [1]:
+            return None
+        cpu = self.pin_cpu
+        return lambda: os.sched_setaffinity(0, {cpu})
+
+    def pinned(self, threads):
+        """The run entry's record of its pinning."""
+        return {"cpu_affinity": [self.pin_cpu]} if self.pinning(threads) else {}
 
 
 def attention_shapes(runs):
-    """{threads: [name:E:H:batch:q_len:kv_len:causal, ...]}: the prefill configs our attention
-    rows ran at each thread count (from the shape in each row's label), in order; decode
-    configs are left out, since nn.MultiheadAttention has no KV cache."""
+    """{threads: [name:E:H:batch:q_len:kv_len:causal:kv_heads:decode, ...]}: the configs our
+    attention rows ran at each thread count (from the shape in each row's label), in order."""
     shapes = {}
     for run in runs:
         if run.get("suite") != "attention" or run["env"].get("MHA_ISA"):
@@ -948,50 +980,90 @@ def attention_shapes(runs):
         for b in run["gbench"].get("benchmarks", []):
             parsed = parse_name(b.get("run_name", b.get("name", "")))
             m = SHAPE_RE.match(b.get("label", ""))
-            if not parsed or parsed[2] != "mha" or not m or m.group("decode"):
+            if not parsed or parsed[2] != "mha" or not m:
                 continue
-            spec = "{}:{}:{}:{}:{}:{}:{}".format(parsed[1], m.group("E"), m.group("H"),
-                                                 m.group("B"), m.group("Sq"), m.group("Skv"),
-                                                 1 if m.group("causal") else 0)
+            spec = "{}:{}:{}:{}:{}:{}:{}:{}:{}".format(
+                parsed[1], m.group("E"), m.group("H"), m.group("B"), m.group("Sq"),
+                m.group("Skv"), 1 if m.group("causal") else 0, m.group("KV") or 0,
+                1 if m.group("decode") else 0)
             if spec not in shapes.setdefault(parsed[3], []):
                 shapes[parsed[3]].append(spec)
     return shapes
 
 
-def torch_python():
-    """A python3 that imports torch (this one, or Debian's /usr/bin/python3), or None."""
-    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
-        if python and os.path.exists(python) and subprocess.run(
-                [python, "-c", "import torch"], capture_output=True).returncode == 0:
+GEMM_SHAPES = (  # bench_gemm's shape names -> name:M:N:K:trans_b for torch_mha.py --gemm
+    (re.compile(r"sq(\d+)"), lambda n: (n, n, n, 0)),
+    (re.compile(r"proj_m(\d+)_n(\d+)_k(\d+)_nt"), lambda m, n, k: (m, n, k, 1)),
+    (re.compile(r"qk_s(\d+)"), lambda s: (s, s, 64, 1)),
+    (re.compile(r"pv_s(\d+)"), lambda s: (s, 64, s, 0)),
+    (re.compile(r"gemv_n(\d+)"), lambda n: (1, n, 768, 1)),
+)
+
+
+def gemm_shapes(runs):
+    """{threads: [name:M:N:K:trans_b, ...]}: the GEMM shapes our rows ran (fp32 or bf16_)."""
+    shapes = {}
+    for run in runs:
+        if run.get("suite") != "gemm" or run["env"].get("MHA_ISA"):
+            continue
+        for b in run["gbench"].get("benchmarks", []):
+            parsed = parse_name(b.get("run_name", b.get("name", "")))
+            if not parsed or parsed[2] != "mha":
+                continue
+            config = parsed[1][len("bf16_"):] if parsed[1].startswith("bf16_") else parsed[1]
+            for pattern, dims in GEMM_SHAPES:
+                m = pattern.fullmatch(config)
+                if m:
+                    spec = ":".join([config] + [str(d) for d in dims(*map(int, m.groups()))])
+                    if spec not in shapes.setdefault(parsed[3], []):
+                        shapes[parsed[3]].append(spec)
+    return shapes
+
+
+def torch_python(python=None):
+    """A python3 that imports torch (`python`, else this one or Debian's /usr/bin/python3),
+    or None."""
+    candidates = [python] if python else [sys.executable, "/usr/bin/python3"]
+    for python in dict.fromkeys(candidates):
+        if python and subprocess.run([python, "-c", "import torch"],
+                                     capture_output=True).returncode == 0:
             return python
     return None
 
 
-def run_pytorch(runner, repetitions, min_time):
-    """PyTorch's nn.MultiheadAttention in fp32 and bf16 on the attention configs that ran,
-    at their thread counts, as more runs of the record; says so when torch is missing."""
+def run_pytorch(runner, repetitions, min_time, python=None, gemm=False):
+    """PyTorch in fp32 and bf16 on the attention configs that ran (and, with `gemm`, the GEMM
+    shapes), at their thread counts, as more runs of the record; says so when torch is
+    missing."""
     shapes = attention_shapes(runner.runs)
-    if not shapes:
+    gemms = gemm_shapes(runner.runs) if gemm else {}
+    if not shapes and not gemms:
         return
-    python = torch_python()
-    if python is None:
-        msg = ("pytorch: no PyTorch rows, python3-torch is not installed "
+    found = torch_python(python)
+    if found is None:
+        msg = ("pytorch: no PyTorch rows, {} cannot import torch".format(python) if python else
+               "pytorch: no PyTorch rows, python3-torch is not installed "
                "(apt-get install python3-torch adds them)")
         runner.skipped.append(msg)
         print(msg, flush=True)
         return
-    isa = next(r["gbench"].get("context", {}).get("mha_isa") for r in runner.runs
-               if r.get("suite") == "attention" and not r["env"].get("MHA_ISA"))
-    for t, configs in sorted(shapes.items()):
+    isa = next((r["gbench"].get("context", {}).get("mha_isa") for r in runner.runs
+                if r.get("suite") in ("attention", "gemm") and not r["env"].get("MHA_ISA")), None)
+    for t in sorted(set(shapes) | set(gemms)):
+        configs = shapes.get(t, [])
         runner.step += 1
         out_json = os.path.join(runner.out_dir, "gbench-{:02d}-pytorch.json".format(runner.step))
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
         args = ["--threads", str(t), "--repetitions", str(repetitions), "--min-time",
                 str(min_time), "--out", out_json] + configs
-        print("torch_mha.py ({} configs x fp32, bf16, {} thread{})".format(
-            len(configs), t, "" if t == 1 else "s"), flush=True)
-        proc = subprocess.run([python, TORCH_SCRIPT] + args, env=env, stderr=subprocess.PIPE,
-                              text=True, timeout=runner.timeout)
+        for spec in gemms.get(t, []):
+            args += ["--gemm", spec]
+        print("torch_mha.py ({} configs{} x fp32, bf16, {} thread{})".format(
+            len(configs), " + {} GEMM shapes".format(len(gemms[t])) if gemms.get(t) else "", t,
+            "" if t == 1 else "s"), flush=True)
+        proc = subprocess.run([found, TORCH_SCRIPT] + args, env=env, stderr=subprocess.PIPE,
+                              text=True, timeout=runner.timeout,
+                              preexec_fn=runner.pinning([t]))
         if proc.returncode != 0:
             raise UserError("torch_mha.py failed (exit {}): {}".format(
                 proc.returncode, last_line(proc.stderr)))
@@ -999,9 +1071,9 @@ def run_pytorch(runner, repetitions, min_time):
             gbench = json.load(f)
         os.remove(out_json)
         gbench["context"]["mha_isa"] = isa  # so the rows pair with ours
-        runner.runs.append({"binary": "torch_mha.py", "suite": "attention",
-                            "env": {k: env[k] for k in RECORDED_ENV if k in env},
-                            "args": args, "gbench": gbench})
+        runner.runs.append(dict({"binary": "torch_mha.py", "suite": "pytorch",
+                                 "env": {k: env[k] for k in RECORDED_ENV if k in env},
+                                 "args": args, "gbench": gbench}, **runner.pinned([t])))
 
 
 def threads_run(runs):
@@ -1115,7 +1187,7 @@ def cmd_headline(args):
         two = "bert_b1_s128|tiny[^/]*|decode_kv2048"  # cheap enough to add 2 threads
         runner.run("attention", r"^attention/(({})/[^/]+/threads:1|({})/[^/]+/threads:2)(/|$)"
                    .format(one, two), [1, 2], repetitions=reps, min_time=min_time)
-        run_pytorch(runner, reps, min_time)
+        run_pytorch(runner, reps, min_time, args.python)
     # AVX2 next to AVX-512 for two shapes, when both run here, with the baselines
     # capped to AVX2 as well (BASELINE_ISA_ENV).
     available = []
@@ -1157,7 +1229,7 @@ def cmd_run(args):
             runner.run(suite, regex, threads, isa=isa, repetitions=args.repetitions,
                        min_time=args.min_time, extra=[args.filter])
     if "attention" in suites and not args.no_pytorch:
-        run_pytorch(runner, args.repetitions, args.min_time)
+        run_pytorch(runner, args.repetitions, args.min_time, args.python)
     finish(runner, "run", threads, out)
 
 
@@ -1178,6 +1250,107 @@ def cmd_smoke(args):
     # Round trip: the written record must load and report again.
     write_report(load_record(record["path"]), out, require_plots=True)
     print("smoke: OK")
+
+
+# The bundle preset: the key rows, sized to finish in under 5 minutes on a 16-core Xeon
+# (issue 27) at 3 repetitions of 0.05 s. bert_b1_s2048 runs at the top thread count only.
+BUNDLE_ATTENTION = ("bert_b1_s128|bert_b1_s512|gpt2_causal_s1024|llama1b_gqa_causal_s1024|"
+                    "llama1b_decode_b1_kv4096|llama1b_decode_b16_kv2048")
+BUNDLE_ATTENTION_TOP = "bert_b1_s2048"
+BUNDLE_GEMM = "sq1024|proj_m512_n2304_k768_nt|proj_m4096_n768_k768_nt"
+
+
+def cmd_bundle(args):
+    if args.threads:
+        threads = parse_threads(args.threads)
+    else:
+        threads = sorted({1, physical_cores() or len(os.sched_getaffinity(0))})
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    runner = Runner(args.build, out, args.emulator, timeout=args.timeout)
+    runner.pin_cpu = min(os.sched_getaffinity(0))
+    suites = existing_suites(runner, ["gemm", "attention"], required=True)
+    print("bundle preset: threads {}, repetitions {}, min_time {} s, output in {}".format(
+        ",".join(map(str, threads)), args.repetitions, args.min_time, out), flush=True)
+    for t in threads:
+        # One process per thread count, so the 1-thread one can be pinned.
+        configs = BUNDLE_ATTENTION + ("|" + BUNDLE_ATTENTION_TOP if t == threads[-1] else "")
+        for suite, regex in (
+                ("gemm", r"^gemm/(bf16_)?({})/(mha|mha_prepacked)/threads:{}(/|$)".format(
+                    BUNDLE_GEMM, t)),
+                ("attention", r"^attention/({})/(mha|mha_bf16)/threads:{}(/|$)".format(
+                    configs, t))):
+            if suite in suites:
+                runner.run(suite, regex, [t], repetitions=args.repetitions,
+                           min_time=args.min_time)
+    if not args.no_pytorch:
+        # On a borrowed server the record of ours is worth keeping when torch fails.
+        try:
+            run_pytorch(runner, args.repetitions, args.min_time, args.python, gemm=True)
+        except (UserError, OSError, subprocess.SubprocessError) as e:
+            runner.skipped.append("pytorch: {}".format(e))
+            print("pytorch: {}".format(e), flush=True)
+    finish(runner, "bundle", threads, out)
+
+
+CROSSCPU_ROWS = (("attention", "bert_b1_s128", 1), ("attention", "bert_b1_s512", 1),
+                 ("attention", "gpt2_causal_s1024", 1), ("attention", "bert_b1_s2048", 1),
+                 ("attention", "decode_kv2048", 1), ("attention", "bert_b1_s128", 16),
+                 ("attention", "llama1b_gqa_causal_s1024", 1),
+                 ("attention", "llama1b_decode_b16_kv2048", 16), ("gemm", "sq1024", 1),
+                 ("gemm", "sq1024", 16))
+
+
+def crosscpu(records):
+    """Markdown table of ours (fp32 / bf16 ms, and the fp32 ratio to the best baseline) on
+    CROSSCPU_ROWS, one column per record at its primary ISA; rows no record has are left out."""
+    columns = []
+    for record in records:
+        rows = results(record)
+        isa = primary_isa(record, rows)
+        primary = [r for r in rows if r["isa"] == isa]
+        columns.append(({(r["suite"], r["config"], r["impl"], r["threads"]): r
+                         for r in primary if r["ms"] is not None}, primary))
+
+    def cell(column, suite, config, threads):
+        ours, rows = column
+        fp32 = ours.get((suite, config, "mha", threads))
+        bf16 = ours.get((suite, config, "mha_bf16", threads) if suite == "attention" else
+                        (suite, "bf16_" + config, "mha", threads))
+        if not fp32 and not bf16:
+            return None
+        base = best_baseline(rows, fp32) if fp32 else None
+        return "{} / {}{}".format(fmt(fp32 and fp32["ms"], ".3f"), fmt(bf16 and bf16["ms"], ".3f"),
+                                  " ({:.2f}x {})".format(base["ms"] / fp32["ms"], base["impl"])
+                                  if base and base["impl"] not in REFERENCES else "")
+
+    headers = ["configuration", "thr"] + [r.get("label") or short_cpu(r["machine"])
+                                          for r in records]
+    body = []
+    for suite, config, threads in CROSSCPU_ROWS:
+        cells = [cell(column, suite, config, threads) for column in columns]
+        if any(cells):
+            body.append(["{}/{}".format(suite, config), threads] + [c or "-" for c in cells])
+    if not body:
+        raise UserError("none of the key rows is in these records")
+    return (markdown_table(headers, body, ["<", ">"] + ["<"] * len(records)) + "\n\n" +
+            "Cells: ours fp32 ms / bf16 ms (ratio = best baseline time / ours fp32, with that "
+            "baseline), each record at its primary ISA. Records: {}.\n".format(
+                "; ".join("{}: {}".format(h, r.get("path", "?"))
+                          for h, r in zip(headers[2:], records))))
+
+
+def load_merged(spec):
+    """[LABEL=]A+B+...: records of one machine (e.g. its attention and GEMM runs) as one,
+    labelled LABEL (default: its CPU model)."""
+    label, _, paths = spec.rpartition("=")
+    parts = [load_record(p) for p in paths.split("+")]
+    return dict(parts[0], runs=[run for r in parts for run in r["runs"]], label=label or None,
+                path=paths)
+
+
+def cmd_crosscpu(args):
+    print(crosscpu([load_merged(p) for p in args.records]), end="")
 
 
 def cmd_report(args):
@@ -1249,6 +1422,8 @@ def main(argv=None):
     # absorbs every disturbance, a median of short ones mostly dodges them.
     p.add_argument("--repetitions", type=positive_int, default=5)
     p.add_argument("--min-time", type=float, default=0.1, help="seconds per repetition")
+    p.add_argument("--python", help="python3 with torch for the PyTorch rows (default: this "
+                   "one or /usr/bin/python3)")
     p.set_defaults(fn=cmd_headline)
 
     p = sub.add_parser("run", help="full suite with options")
@@ -1262,6 +1437,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=positive_int, default=3600, help="seconds per binary run")
     p.add_argument("--no-pytorch", action="store_true",
                    help="leave out the PyTorch rows (timed where python3-torch is installed)")
+    p.add_argument("--python", help="python3 with torch for the PyTorch rows (default: this "
+                   "one or /usr/bin/python3)")
     p.add_argument("--out", default="mha-bench-run", help="output directory")
     p.set_defaults(fn=cmd_run)
 
@@ -1280,6 +1457,24 @@ def main(argv=None):
     p.add_argument("records", nargs="+")
     p.add_argument("--out", help="directory for spread.txt")
     p.set_defaults(fn=cmd_spread)
+
+    p = sub.add_parser("bundle", help="the key rows, ours and PyTorch, in minutes")
+    add_build(p)
+    p.add_argument("--threads", default="", help="comma-separated thread counts "
+                   "(default: 1 and the physical cores)")
+    p.add_argument("--repetitions", type=positive_int, default=3)
+    p.add_argument("--min-time", type=float, default=0.05, help="seconds per repetition")
+    p.add_argument("--timeout", type=positive_int, default=600, help="seconds per binary run")
+    p.add_argument("--python", help="python3 with torch for the PyTorch rows (default: this "
+                   "one or /usr/bin/python3)")
+    p.add_argument("--no-pytorch", action="store_true", help="leave out the PyTorch rows")
+    p.add_argument("--out", default="mha-bench-bundle", help="output directory")
+    p.set_defaults(fn=cmd_bundle)
+
+    p = sub.add_parser("crosscpu", help="ours on the key rows, one column per record")
+    p.add_argument("records", nargs="+", help="records, or A.json+B.json for one machine's "
+                   "records in one column")
+    p.set_defaults(fn=cmd_crosscpu)
 
     p = sub.add_parser("smoke", help="tiny end-to-end run for CI")
     add_build(p)

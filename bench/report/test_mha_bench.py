@@ -146,9 +146,29 @@ class ResultsTest(unittest.TestCase):
         self.assertEqual(mha_bench.best_baseline(rows, rows[5])["impl"], "onednn_bf16")
         # An fp32 row of ours is held to fp32 baselines only, PyTorch's among them.
         self.assertEqual(mha_bench.best_baseline(rows, rows[4])["impl"], "pytorch")
-        body = mha_bench.pytorch_body(rows)
+        body = mha_bench.pytorch_body(rows, "avx512")
         self.assertEqual(body, [["bert", 1, "1.800", "1.500", "0.83x", "0.900", "1.200",
                                  "1.33x"]])
+
+    def test_pytorch_table_compares_with_the_primary_isa_rows(self):
+        # Zen 4, BERT s128 at 1 thread: the AVX2 sweep's rows (7.753, 7.746) came after the
+        # default ones (6.667, 3.975) and had replaced them in the PyTorch table.
+        def row(impl, ms, isa="avx512", suite="attention", config="bert_b1_s128"):
+            return {"suite": suite, "config": config, "impl": impl, "threads": 1, "isa": isa,
+                    "ms": ms, "gflops": None, "peak_pct": None, "gbps": None, "error": None}
+        rows = [row("mha", 6.667), row("mha_bf16", 3.975), row("pytorch", 4.0),
+                row("pytorch_bf16", 4.4), row("mha", 7.753, "avx2"), row("mha_bf16", 7.746, "avx2"),
+                row("mha", 10.0, suite="gemm", config="sq1024"),
+                row("mha", 5.0, suite="gemm", config="bf16_sq1024"),
+                row("pytorch", 9.0, suite="gemm", config="sq1024"),
+                row("pytorch", 2.5, suite="gemm", config="bf16_sq1024"),
+                row("mha", 20.0, "avx2", suite="gemm", config="sq1024")]
+        record = {"machine": {"isa_chosen": "avx512"}, "runs": []}
+        self.assertEqual(mha_bench.pytorch_body(rows, mha_bench.primary_isa(record, rows)),
+                         [["bert_b1_s128", 1, "6.667", "4.000", "0.60x", "3.975", "4.400",
+                           "1.11x"],
+                          ["gemm/sq1024", 1, "10.000", "9.000", "0.90x", "5.000", "2.500",
+                           "0.50x"]])
 
     def test_pytorch_shapes_come_from_our_attention_rows_labels(self):
         def bench(name, label):
@@ -162,7 +182,23 @@ class ResultsTest(unittest.TestCase):
             {"suite": "attention", "env": {"MHA_ISA": "avx2"}, "gbench": {"benchmarks": [
                 bench("attention/x/mha/threads:1/real_time", "E8 H2 B1 Sq4 Skv4")]}}]
         self.assertEqual(mha_bench.attention_shapes(runs),
-                         {1: ["bert:768:12:1:128:128:0"], 2: ["gpt2:768:12:1:64:64:1"]})
+                         {1: ["bert:768:12:1:128:128:0:0:0", "dec:768:12:1:1:64:0:0:1"],
+                          2: ["gpt2:768:12:1:64:64:1:0:0"]})
+
+    def test_gqa_shapes_and_gemm_shapes_for_pytorch(self):
+        def bench(name, label=""):
+            return {"name": name, "run_name": name, "label": label}
+        runs = [{"suite": "attention", "env": {}, "gbench": {"benchmarks": [
+            bench("attention/llama/mha/threads:16/real_time",
+                  "E2048 H32 KV8 B16 Sq1 Skv2048 decode")]}},
+                {"suite": "gemm", "env": {}, "gbench": {"benchmarks": [
+                    bench("gemm/sq1024/mha/threads:1/real_time"),
+                    bench("gemm/bf16_proj_m512_n2304_k768_nt/mha/threads:1/real_time"),
+                    bench("gemm/sq1024/onednn/threads:1/real_time")]}}]
+        self.assertEqual(mha_bench.attention_shapes(runs),
+                         {16: ["llama:2048:32:16:1:2048:0:8:1"]})
+        self.assertEqual(mha_bench.gemm_shapes(runs),
+                         {1: ["sq1024:1024:1024:1024:0", "proj_m512_n2304_k768_nt:512:2304:768:1"]})
 
     def test_torch_mha_without_torch_exits_3(self):
         # -S: no site-packages, so no torch, whatever is installed.
@@ -178,12 +214,15 @@ class ResultsTest(unittest.TestCase):
             out = os.path.join(tmp, "torch.json")
             subprocess.run([mha_bench.torch_python(), mha_bench.TORCH_SCRIPT, "--threads", "1",
                             "--repetitions", "2", "--min-time", "0.001", "--out", out,
-                            "t:8:2:1:4:4:1"], check=True, capture_output=True, timeout=300)
+                            "t:8:2:1:4:4:1", "gqa:16:4:1:4:4:1:2", "dec:16:4:2:1:8:0:2:1",
+                            "--gemm", "p:4:8:16:1"], check=True, capture_output=True, timeout=300)
             with open(out, encoding="utf-8") as f:
                 gbench = json.load(f)
         rows = mha_bench.results({"runs": [{"gbench": gbench}]})
-        self.assertEqual(sorted((r["config"], r["impl"], r["threads"]) for r in rows),
-                         [("t", "pytorch", 1), ("t", "pytorch_bf16", 1)])
+        self.assertEqual(sorted((r["suite"], r["config"], r["impl"], r["threads"]) for r in rows),
+                         [("attention", c, i, 1) for c in ("dec", "gqa", "t")
+                          for i in ("pytorch", "pytorch_bf16")] +
+                         [("gemm", "bf16_p", "pytorch", 1), ("gemm", "p", "pytorch", 1)])
         self.assertTrue(all(r["ms"] > 0 and r["gflops"] > 0 for r in rows))
 
     def test_ere_escape(self):
@@ -245,6 +284,23 @@ def write_record(path, times_ms, isa="avx512"):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(record, f)
     return path
+
+
+class CrossCpuTest(unittest.TestCase):
+    def test_one_column_per_machine_with_labels(self):
+        status, out, err = run_main("crosscpu", "A=" + fixture("record_a.json"),
+                                    fixture("record_b.json"))
+        self.assertEqual(status, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], "| configuration | thr | A | Neoverse-V1 |")
+        self.assertIn("| gemm/sq1024 | 1 | 16.000 / - (1.12x onednn) | "
+                      "40.000 / - (1.10x openblas) |", lines)
+        self.assertIn("| attention/decode_kv2048 | 1 | 0.500 / - | - |", lines)
+
+    def test_records_without_key_rows(self):
+        status, _, err = run_main("crosscpu", fixture("record_disjoint.json"))
+        self.assertEqual(status, 2)
+        self.assertIn("none of the key rows", err)
 
 
 class SpreadTest(TempDirTest):
