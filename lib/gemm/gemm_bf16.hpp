@@ -198,6 +198,9 @@ extern const GemmBf16Kernels gemm_bf16_kernels_emulated_tdpbf16ps;
 // scalar model), on every CPU: the AMX code path's tests run everywhere.
 // Dispatched to only when MHA_BF16_KERNEL names it.
 extern const GemmBf16Kernels gemm_bf16_kernels_amx_emulated;
+// Tests: every thread's software tiles become unconfigured, so that a path
+// that skips thread_setup aborts on its next tile instruction.
+void amx_emulated_forget_tiles() noexcept;
 // amx_bf16: AMX-BF16's tdpbf16ps (builds with AVX-512, CPUs with AMX that
 // the OS lets this process use).
 extern const GemmBf16Kernels gemm_bf16_kernels_amx_bf16;

@@ -3,7 +3,9 @@
 // tile loads and stores follow the configured rows and bytes (a load zeroes
 // the rest of its tile), and tdpbf16ps is emulated_tdpbf16ps per element.
 // A tile instruction on a thread whose tiles are unconfigured aborts, as the
-// hardware faults (#UD): the drivers' thread_setup calls are tested here.
+// hardware faults (#UD); amx_emulated_forget_tiles unconfigures every
+// thread's, so that tests see each path run thread_setup on each thread.
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,14 +21,19 @@ struct amx_emulated_tag {};
 
 struct Tiles {
   bf16_amx::TileConfig config;
-  bool configured = false;
+  unsigned generation = 0;  // configured while it equals `generation` below
   alignas(64) unsigned char data[8][1024];
 };
 
 thread_local Tiles tiles;
+std::atomic<unsigned> generation{1};
+
+bool is_configured() {
+  return tiles.generation == generation.load(std::memory_order_relaxed);
+}
 
 Tiles& configured() {
-  if (!tiles.configured) {
+  if (!is_configured()) {
     std::fputs("mha: amx_emulated: a tile instruction before the thread's tile configuration\n",
                stderr);
     std::abort();
@@ -36,9 +43,9 @@ Tiles& configured() {
 
 struct Backend {
   static void configure(const bf16_amx::TileConfig& c) {
-    if (tiles.configured && std::memcmp(&tiles.config, &c, sizeof c) == 0) return;
+    if (is_configured() && std::memcmp(&tiles.config, &c, sizeof c) == 0) return;
     tiles.config = c;
-    tiles.configured = true;
+    tiles.generation = generation.load(std::memory_order_relaxed);
   }
   template <int kTile>
   static void zero() {
@@ -95,6 +102,10 @@ struct Backend {
 
 }  // namespace
 }  // namespace gemm_bf16_amx_emulated
+
+void amx_emulated_forget_tiles() noexcept {
+  gemm_bf16_amx_emulated::generation.fetch_add(1, std::memory_order_relaxed);
+}
 
 const GemmBf16Kernels gemm_bf16_kernels_amx_emulated =
     bf16_amx::kernels<gemm_bf16_amx_emulated::Backend, gemm_bf16_amx_emulated::amx_emulated_tag>(

@@ -251,6 +251,58 @@ TEST_CASE("bf16 KV-cache steps, ragged batches and the paged cache equal the bf1
   require_close(got);
 }
 
+// The software tiles abort on a tile instruction before the thread's tile
+// configuration, and forgetting them before each call unconfigures every
+// thread: each path must run thread_setup on each thread it computes on.
+TEST_CASE("every bf16 path configures the AMX tiles on each thread it uses", "[bf16][attention]") {
+  mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_amx_emulated);
+  struct Reset {
+    ~Reset() { mha::detail::set_gemm_bf16_kernels_override(nullptr); }
+  } reset;
+  const auto forget = [] { mha::detail::amx_emulated_forget_tiles(); };
+  const std::size_t E = 64, len = 40;
+  AttentionCase c = make_case(E, 4, 2, 0, 1, len, len, 23);
+  c.causal = true;
+  const CaseData d(c);
+  const mha::MultiheadAttention attn(c.config, d.w.view(), bf16_options());
+  REQUIRE(std::string(mha_kernel_name(MHA_BF16)) == "amx_emulated");
+  for (std::size_t threads : {1, 3}) {
+    INFO("threads " << threads);
+    mha_set_num_threads(threads);
+    std::vector<float> out(len * E);
+    forget();
+    forward(attn, c, d, nullptr);
+    mha::KvCache cache(attn, 1, len);
+    forget();
+    cache.step_self(25, d.query.data(), out.data());
+    forget();
+    cache.step_self(1, &d.query[25 * E], out.data());
+    const std::size_t start[] = {0, 9, len};
+    const mha_ragged seqs{sizeof(mha_ragged), 2, start, nullptr};
+    forget();
+    attn.forward_ragged(seqs, d.query.data(), d.query.data(), d.query.data(), out.data(), true);
+    mha::PagedKvCache paged(attn, 2, 16, 8);
+    const std::size_t slot = 1, q30[] = {0, 30};
+    forget();
+    paged.step(1, &slot, q30, d.query.data(), d.query.data(), d.query.data(), out.data());
+    // Large enough for the GEMM drivers to thread.
+    const std::size_t m = 192, n = 160, k = 256;
+    std::vector<std::uint16_t> a(m * k, 0x3f80), b(k * n, 0x3c00);
+    std::vector<float> cm(m * n);
+    forget();
+    REQUIRE(mha_gemm_bf16('N', 'N', m, n, k, 1.f, a.data(), k, b.data(), n, 0.f, cm.data(), n) ==
+            MHA_OK);
+    mha_gemm_bf16_packed_b* packed = nullptr;
+    forget();
+    REQUIRE(mha_gemm_bf16_pack_b('N', k, n, b.data(), n, &packed) == MHA_OK);
+    forget();
+    CHECK(mha_gemm_bf16_packed('N', m, 1.f, MHA_BF16, a.data(), k, packed, 0.f, cm.data(), n) ==
+          MHA_OK);
+    mha_gemm_bf16_packed_b_destroy(packed);
+  }
+  mha_set_num_threads(0);
+}
+
 TEST_CASE("mha_attention_create_ex checks its options and defaults to fp32", "[bf16][attention]") {
   const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, 31);
   const CaseData d(c);
