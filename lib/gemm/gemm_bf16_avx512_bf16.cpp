@@ -74,6 +74,69 @@ struct Tiles {
 };
 using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
 
+// One row against S strips (decode steps): 2S independent vdpbf16ps chains
+// where ukernel's one-row tile has 2, which leaves the pipes waiting on
+// latency; ukernel's bits, as each lane's chain is the same.
+template <std::size_t S, bool kBeta>
+void row_strips(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  __m512 acc[S][kNV];
+#pragma GCC unroll 4
+  for (std::size_t s = 0; s < S; ++s) {
+#pragma GCC unroll 2
+    for (std::size_t v = 0; v < kNV; ++v) acc[s][v] = _mm512_setzero_ps();
+  }
+  for (std::size_t p = 0; p < kp; ++p) {
+    const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[p * as])));
+#pragma GCC unroll 4
+    for (std::size_t s = 0; s < S; ++s) {
+#pragma GCC unroll 2
+      for (std::size_t v = 0; v < kNV; ++v) {
+        const __m512bh bv = reinterpret_cast<__m512bh>(
+            _mm512_loadu_si512(b + s * b_strip + (p * kNR + v * kW) * 2));
+        acc[s][v] = _mm512_dpbf16_ps(acc[s][v], ai, bv);
+      }
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (std::size_t s = 0; s < S; ++s) {
+    for (std::size_t v = 0; v < kNV; ++v) {
+      const std::size_t j = s * kNR + v * kW;
+      if (j >= n) return;
+      const __mmask16 mask = lane_mask(n - j < kW ? n - j : kW);
+      __m512 x = _mm512_mul_ps(acc[s][v], va);
+      if constexpr (kBeta) {
+        x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask, c + j)));
+      }
+      _mm512_mask_storeu_ps(c + j, mask, x);
+    }
+  }
+}
+
+template <bool kBeta>
+void row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+          std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  switch ((n + kNR - 1) / kNR) {
+    case 1:
+      return row_strips<1, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    case 2:
+      return row_strips<2, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    case 3:
+      return row_strips<3, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    default:
+      return row_strips<4, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  }
+}
+
+void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                  std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  if (beta == 0.f) {
+    row1<false>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  } else {
+    row1<true>(kp, a, as, b, b_strip, c, n, alpha, beta);
+  }
+}
+
 }  // namespace
 }  // namespace gemm_bf16_avx512_bf16
 
@@ -88,6 +151,8 @@ const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
     &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
     &bf16_round_avx512::round_rows<gemm_bf16_avx512_bf16::avx512_bf16_tag>,
     &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
-    &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>};
+    &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>,
+    true,
+    &gemm_bf16_avx512_bf16::ukernel_row1};
 
 }  // namespace mha::detail
