@@ -3,7 +3,8 @@
 // caches, per-thread scratch) with one that fails the N-th allocation after
 // it is armed. Each operation of a scenario (attention create, forward self
 // and cross, with and without weights, KV-cache create, step and truncate,
-// sgemm packed and not, softmax, reshape) runs once for every N until an
+// sgemm packed and not, softmax, reshape; for a bf16 object, its forwards and
+// KV steps and the bf16 GEMMs) runs once for every N until an
 // armed run makes fewer than N allocations, on a fresh thread so that its
 // scratch starts empty, at 1 thread and inside a tbb::task_arena(4). Each
 // failed run must return MHA_OUT_OF_MEMORY with a message and leave every
@@ -231,11 +232,14 @@ struct Scenario {
   mha_weights weights{wq.data(),   wk.data(),   wv.data(),   wo.data(),
                       bias.data(), bias.data(), bias.data(), bias.data()};
   mha_config cfg{E, H, 0, 0, 0};
+  mha_attention_options options;
   mha_attention* attn = nullptr;
   std::vector<float> x = random_vector(B * L * E, 6), kv = random_vector(B * Lkv * E, 7);
   std::vector<float> out = sentinel(B * L * E), w = sentinel(B * H * L * Lkv);
 
-  Scenario() { REQUIRE(mha_attention_create(&cfg, &weights, &attn) == MHA_OK); }
+  explicit Scenario(mha_dtype compute) : options{sizeof(mha_attention_options), compute} {
+    REQUIRE(mha_attention_create_ex(&cfg, &weights, &options, &attn) == MHA_OK);
+  }
   ~Scenario() { mha_attention_destroy(attn); }
   Scenario(const Scenario&) = delete;
   Scenario& operator=(const Scenario&) = delete;
@@ -245,8 +249,9 @@ struct Scenario {
 template <class T>
 T* const kNoHandle = reinterpret_cast<T*>(std::uintptr_t{0x1234});
 
-void run_all(bool four_threads) {
-  Scenario s;
+// The attention object's operations, computing in `compute`.
+void run_attention(bool four_threads, mha_dtype compute) {
+  Scenario s(compute);
   constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L, Lkv = Scenario::Lkv;
   const auto reset_out = [&] {
     s.out = sentinel(s.out.size());
@@ -262,7 +267,7 @@ void run_all(bool four_threads) {
   run_injection(
       {"attention create", [&] { created = kNoHandle<mha_attention>; },
        [&] {
-         const mha_status st = mha_attention_create(&s.cfg, &s.weights, &created);
+         const mha_status st = mha_attention_create_ex(&s.cfg, &s.weights, &s.options, &created);
          // The handle itself is compared through the results of
          // other operations; here only "written or not" counts.
          if (st == MHA_OK) {
@@ -346,7 +351,10 @@ void run_all(bool four_threads) {
                  step_state, false},
                 four_threads);
   mha_kv_cache_destroy(cache);
+}
 
+void run_all(bool four_threads) {
+  run_attention(four_threads, MHA_FP32);
   constexpr std::size_t M = 128;
   std::vector<float> a = random_vector(M * M, 10), b = random_vector(M * M, 11);
   std::vector<float> c = sentinel(M * M), cbias = random_vector(M, 15);
@@ -404,6 +412,50 @@ void run_all(bool four_threads) {
                 four_threads);
 }
 
+// A bf16 object and the bf16 GEMMs, on the kernels MHA_BF16_KERNEL forces
+// (ctest runs this per kernel set) or the CPU's own.
+void run_bf16(bool four_threads) {
+  run_attention(four_threads, MHA_BF16);
+  constexpr std::size_t M = 160;
+  std::vector<std::uint16_t> a(M * M), b(M * M);
+  mha_fp32_to_bf16(a.size(), random_vector(a.size(), 16).data(), a.data());
+  mha_fp32_to_bf16(b.size(), random_vector(b.size(), 17).data(), b.data());
+  std::vector<float> a32 = random_vector(M * M, 18), c = sentinel(M * M);
+  const auto reset_c = [&] { c = sentinel(M * M); };
+  const auto c_state = [&] { return c; };
+  // beta 0: a run whose failed worker the caller absorbed is retried on its
+  // own output.
+  run_injection({"gemm_bf16 NT", reset_c,
+                 [&] {
+                   return mha_gemm_bf16('N', 'T', M, M, M, 0.5f, a.data(), M, b.data(), M, 0.f,
+                                        c.data(), M);
+                 },
+                 c_state},
+                four_threads);
+  mha_gemm_bf16_packed_b* packed = kNoHandle<mha_gemm_bf16_packed_b>;
+  run_injection(
+      {"gemm_bf16 pack_b", [&] { packed = kNoHandle<mha_gemm_bf16_packed_b>; },
+       [&] {
+         const mha_status st = mha_gemm_bf16_pack_b('T', M, M, b.data(), M, &packed);
+         if (st == MHA_OK) {
+           mha_gemm_bf16_packed_b_destroy(packed);
+           packed = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{packed == kNoHandle<mha_gemm_bf16_packed_b> ? 1.f : 0.f}; }},
+      four_threads);
+  REQUIRE(mha_gemm_bf16_pack_b('N', M, M, b.data(), M, &packed) == MHA_OK);
+  run_injection({"gemm_bf16 packed, fp32 A", reset_c,
+                 [&] {
+                   return mha_gemm_bf16_packed('N', M, 1.f, MHA_FP32, a32.data(), M, packed, 0.f,
+                                               c.data(), M);
+                 },
+                 c_state},
+                four_threads);
+  mha_gemm_bf16_packed_b_destroy(packed);
+}
+
 }  // namespace
 
 TEST_CASE("allocation failures at 1 thread: out of memory, nothing changed, retry exact",
@@ -420,4 +472,16 @@ TEST_CASE("allocation failures in a task_arena(4): out of memory, nothing change
     return;
   }
   run_all(true);
+}
+
+TEST_CASE("allocation failures, bf16: out of memory, nothing changed, retry exact",
+          "[hardening][oom][bf16]") {
+  mha_set_num_threads(1);
+  run_bf16(false);
+  mha_set_num_threads(0);
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped in a task_arena(4): no second thread may be started here");
+    return;
+  }
+  run_bf16(true);
 }
