@@ -69,17 +69,20 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, st
             std::uint32_t* dst) {
   const std::size_t kp = (k + 1) / 2, rp = a_row_pairs<Tag>(kp);
   for (std::size_t r0 = 0; r0 < m; r0 += kMR) {
+    const std::size_t rows = m - r0 < kMR ? m - r0 : kMR;
     std::uint32_t* d = dst + r0 / kMR * kMR * rp;
     for (std::size_t i = 0; i < kMR; ++i) {
-      for (std::size_t p = 0; p < rp; ++p) {
-        std::uint32_t lo = 0, hi = 0;
-        const std::size_t r = r0 + i, q = 2 * p;
-        if (r < m && q < k) {
-          lo = trans ? a[q * lda + r] : a[r * lda + q];
-          if (q + 1 < k) hi = trans ? a[(q + 1) * lda + r] : a[r * lda + q + 1];
-        }
-        d[i * rp + p] = lo | hi << 16;
+      std::uint32_t* row = d + i * rp;
+      std::size_t p = 0;
+      if (i < rows && !trans) {
+        const std::uint16_t* src = a + (r0 + i) * lda;  // the row's pairs are adjacent
+        for (; p < kp; ++p) row[p] = bf16_pack::pair_at<Tag>(src + 2 * p, 1, 2 * p + 1 == k);
+      } else if (i < rows) {
+        const std::uint16_t* src = a + r0 + i;  // op(A)(i, q) = a[q * lda + r0 + i]
+        for (; p < kp; ++p)
+          row[p] = bf16_pack::pair_at<Tag>(src + 2 * p * lda, lda, 2 * p + 1 == k);
       }
+      for (; p < rp; ++p) row[p] = 0;
     }
   }
 }
