@@ -213,6 +213,13 @@ extern const GemmBf16Kernels gemm_bf16_kernels_avx512_widen;
 // even element first), in AMX's order and rounding (above).
 float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std::size_t a_step,
                          const std::uint16_t* b, std::size_t b_step);
+// One BFMMLA (vbfmmlaq_f32, FEAT_BF16 without FEAT_EBF16), as its
+// registers hold the operands: c (2 x 2 fp32, row-major) += a (2 x 4 bf16,
+// row i at a + 4 * i) times b (4 x 2 bf16, held as its 2 columns, column j
+// at b + 4 * j); per output, BFDOT's step over k 0-1, then over k 2-3.
+// No kernel uses BFMMLA yet: this is the reference a neon_bfmmla set is
+// to be held to.
+void emulated_bfmmla(float* c, const std::uint16_t* a, const std::uint16_t* b);
 // round_rows of the flushing emulations: nearest even, a denormal input
 // becoming a zero of its sign, as vcvtneps2bf16.
 void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,

@@ -190,6 +190,21 @@ float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std
   return flush_denormal(c + flush_denormal(even + odd));
 }
 
+void emulated_bfmmla(float* c, const std::uint16_t* a, const std::uint16_t* b) {
+  // Pair q (k = 2q, 2q + 1) of row r of a 2 x 4 operand, its even k low, as
+  // BFDOT reads a 32-bit lane.
+  const auto pair = [](const std::uint16_t* x, std::size_t r, std::size_t q) {
+    return x[4 * r + 2 * q] | static_cast<std::uint32_t>(x[4 * r + 2 * q + 1]) << 16;
+  };
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (std::size_t j = 0; j < 2; ++j) {
+      float& acc = c[2 * i + j];
+      acc = gemm_bf16_emulated::bfdot_pair(acc, pair(a, i, 0), pair(b, j, 0));
+      acc = gemm_bf16_emulated::bfdot_pair(acc, pair(a, i, 1), pair(b, j, 1));
+    }
+  }
+}
+
 void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
                          void* out, std::size_t ldy) {
   auto* const y = static_cast<std::uint16_t*>(out);
