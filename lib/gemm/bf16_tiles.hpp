@@ -49,4 +49,34 @@ struct Dispatch {
   }
 };
 
+// ukernel_row1 over Rows::row_strips<S, kBeta>, one row of C against S <= 4
+// consecutive strips of NR columns (C read only with kBeta): the instance of
+// exactly the strips n spans.
+template <class Rows, std::size_t NR>
+struct RowDispatch {
+  template <bool kBeta>
+  static void run(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                  std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+    switch ((n + NR - 1) / NR) {
+      case 1:
+        return Rows::template row_strips<1, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+      case 2:
+        return Rows::template row_strips<2, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+      case 3:
+        return Rows::template row_strips<3, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+      default:
+        return Rows::template row_strips<4, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    }
+  }
+  static void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as,
+                           const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
+                           float alpha, float beta) {
+    if (beta == 0.f) {
+      run<false>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    } else {
+      run<true>(kp, a, as, b, b_strip, c, n, alpha, beta);
+    }
+  }
+};
+
 }  // namespace mha::detail::bf16_tiles

@@ -128,31 +128,6 @@ struct Widen {
     }
   }
 
-  template <bool kBeta>
-  static void row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
-                   std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
-    switch ((n + kNR - 1) / kNR) {
-      case 1:
-        return row_strips<1, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-      case 2:
-        return row_strips<2, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-      case 3:
-        return row_strips<3, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-      default:
-        return row_strips<4, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    }
-  }
-
-  static void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as,
-                           const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t n,
-                           float alpha, float beta) {
-    if (beta == 0.f) {
-      row1<false>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    } else {
-      row1<true>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    }
-  }
-
   static void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
                          void* out, std::size_t ldy) {
     auto* const y = static_cast<float*>(out);
@@ -181,7 +156,7 @@ struct Widen {
                            &bf16_pack::pack_a<Tag, MR, true>,
                            &bf16_pack::pack_b<Tag, kNR>,
                            false,
-                           &ukernel_row1,
+                           &bf16_tiles::RowDispatch<Widen, kNR>::ukernel_row1,
                            4};
   }
 };

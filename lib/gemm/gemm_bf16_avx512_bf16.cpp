@@ -113,29 +113,10 @@ void row_strips(std::size_t kp, const std::uint32_t* a, std::size_t as, const st
   }
 }
 
-template <bool kBeta>
-void row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
-          std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
-  switch ((n + kNR - 1) / kNR) {
-    case 1:
-      return row_strips<1, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    case 2:
-      return row_strips<2, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    case 3:
-      return row_strips<3, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-    default:
-      return row_strips<4, kBeta>(kp, a, as, b, b_strip, c, n, alpha, beta);
-  }
-}
-
-void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
-                  std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
-  if (beta == 0.f) {
-    row1<false>(kp, a, as, b, b_strip, c, n, alpha, beta);
-  } else {
-    row1<true>(kp, a, as, b, b_strip, c, n, alpha, beta);
-  }
-}
+struct Rows {
+  template <std::size_t S, bool kBeta>
+  static constexpr auto row_strips = &gemm_bf16_avx512_bf16::row_strips<S, kBeta>;
+};
 
 }  // namespace
 }  // namespace gemm_bf16_avx512_bf16
@@ -153,6 +134,7 @@ const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
     &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
     &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>,
     true,
-    &gemm_bf16_avx512_bf16::ukernel_row1};
+    &bf16_tiles::RowDispatch<gemm_bf16_avx512_bf16::Rows,
+                             gemm_bf16_avx512_bf16::kNR>::ukernel_row1};
 
 }  // namespace mha::detail
