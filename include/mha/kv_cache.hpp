@@ -15,6 +15,9 @@ class MHA_API KvCache {
   // A cache for `batch` sequences of up to `max_len` positions, bound to
   // `attn` (which must outlive it).
   KvCache(const MultiheadAttention& attn, std::size_t batch, std::size_t max_len);
+  // The same, storing K and V as `dtype` (mha_kv_cache_create_ex).
+  KvCache(const MultiheadAttention& attn, std::size_t batch, std::size_t max_len,
+          mha_kv_dtype dtype);
   ~KvCache();
   KvCache(KvCache&& other) noexcept;
   KvCache& operator=(KvCache&& other) noexcept;
@@ -22,6 +25,8 @@ class MHA_API KvCache {
   KvCache& operator=(const KvCache&) = delete;
 
   std::size_t length() const noexcept;
+  // Bytes of storage reserved (mha_kv_cache_bytes).
+  std::size_t bytes() const noexcept;
   // Drops positions >= len (len <= length()).
   void truncate(std::size_t len);
 
@@ -50,6 +55,9 @@ class MHA_API PagedKvCache {
   // positions, bound to `attn` (which must outlive it).
   PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots, std::size_t block_tokens,
                std::size_t num_blocks);
+  // The same, storing K and V as `dtype` (mha_kv_cache_create_paged_ex).
+  PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots, std::size_t block_tokens,
+               std::size_t num_blocks, mha_kv_dtype dtype);
   ~PagedKvCache();
   PagedKvCache(PagedKvCache&& other) noexcept;
   PagedKvCache& operator=(PagedKvCache&& other) noexcept;
@@ -58,6 +66,8 @@ class MHA_API PagedKvCache {
 
   std::size_t slot_length(std::size_t slot) const noexcept;
   std::size_t free_blocks() const noexcept;
+  // Bytes of the pool (mha_paged_kv_cache_bytes).
+  std::size_t bytes() const noexcept;
   // Empties the slot, returning its blocks to the pool.
   void reset_slot(std::size_t slot);
   // Drops the slot's positions >= len (len <= slot_length(slot)).

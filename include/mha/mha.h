@@ -568,6 +568,70 @@ MHA_API mha_status mha_attention_step_mods(const mha_attention* attn, mha_kv_cac
                                            size_t n_new, const float* query, const float* key,
                                            const float* value, const mha_mods* mods, float* out);
 
+/* ---- Quantized KV caches --------------------------------------------- */
+
+/* What a cache stores its keys and values in. */
+typedef enum {
+  /* What the object's core reads: fp32, or bf16 on a bf16 object whose
+   * core runs on bf16 kernels (mha_attention_create_ex). */
+  MHA_KV_DEFAULT = 0,
+  /* Symmetric int8 codes (-127..127) with scales. */
+  MHA_KV_INT8 = 1,
+  /* OCP FP8 E4M3FN codes (max 448, no infinities) with scales. */
+  MHA_KV_FP8_E4M3 = 2,
+  /* Not types; as mha_dtype's: an unknown value is MHA_INVALID_ARGUMENT. */
+  MHA_KV_DTYPE_MIN_ENUM = -0x7fffffff - 1,
+  MHA_KV_DTYPE_MAX_ENUM = 0x7fffffff
+} mha_kv_dtype;
+
+/* Options of mha_kv_cache_create_ex and mha_kv_cache_create_paged_ex; later
+ * versions append fields. struct_size follows mha_attention_options' rule
+ * (exactly sizeof(mha_kv_cache_options), else MHA_INVALID_ARGUMENT). */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_kv_cache_options) */
+  mha_kv_dtype dtype; /* MHA_KV_DEFAULT */
+} mha_kv_cache_options;
+
+/* Quantized caches (MHA_KV_INT8, MHA_KV_FP8_E4M3), on fp32 and bf16 objects
+ * alike, numerics of this version:
+ *  - a key and a value are quantized once, when their token enters the
+ *    cache (K after RoPE), per (token, kv head, group of 32 channels; the
+ *    last group of a head_dim that is not a multiple of 32 is shorter),
+ *    with a bf16 scale per group and each code x / scale rounded to nearest
+ *    even, saturating at +-127 or +-448. E4M3: the scale is max|x| / 448
+ *    rounded up (nothing saturates). int8: of max|x| / 127 rounded up and
+ *    the six bf16 values from just below max|x| / 128 up, the scale whose
+ *    codes have the least squared error of the group (bf16's coarse steps
+ *    would otherwise cost 2 % of RMS error against fp16 scales; the search
+ *    gains 6 %);
+ *  - a group holding a NaN or an infinity stores a NaN scale: its values
+ *    read as NaN, and the non-finite rule of mha_attention_forward follows
+ *    (a key's NaN makes NaN every row that keeps it; a value's, the rows
+ *    that read it);
+ *  - attention is computed as if K and V were the dequantized values
+ *    (code * scale, exact in fp32), each score and each P·V term an fp32
+ *    product summed in fp32 in a fixed order (one fused multiply-add chain
+ *    per element over the channels, or over the keys), the same bits on
+ *    every ISA, at any thread count, in a paged or a contiguous cache. Q and
+ *    P are not rounded, on a bf16 object either;
+ *  - storage per token and kv head (head_dim d, g = ceil(d / 32) groups),
+ *    int8 and E4M3 alike: K d + 2g bytes, V 34g (its channels padded to
+ *    whole groups); 136 in all at d = 64 and 272 at d = 128, against 4d
+ *    for bf16 and 8d for fp32.
+ * Against a cache of unrounded fp32 values, the output's error is that of
+ * llama.cpp's q8_0 cache for int8 (docs/performance.md has the figures). */
+
+/* As mha_kv_cache_create and mha_kv_cache_create_paged, with options (NULL:
+ * the defaults, which are exactly what the plain creators make). Neither
+ * writes *out on failure. */
+MHA_API mha_status mha_kv_cache_create_ex(const mha_attention* attn, size_t batch, size_t max_len,
+                                          const mha_kv_cache_options* options,
+                                          mha_kv_cache** out);
+
+/* Bytes of storage the cache reserves (values and scales; 0 for NULL), for
+ * sizing pools. */
+MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
+
 /* ---- Paged KV cache for continuous batching -------------------------- */
 
 /* Projected keys and values of `num_slots` independent sequences (one per
@@ -586,6 +650,13 @@ MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t n
                                              size_t block_tokens, size_t num_blocks,
                                              mha_paged_kv_cache** out);
 MHA_API void mha_paged_kv_cache_destroy(mha_paged_kv_cache* cache);
+/* mha_kv_cache_create_paged with options (see mha_kv_cache_create_ex). */
+MHA_API mha_status mha_kv_cache_create_paged_ex(const mha_attention* attn, size_t num_slots,
+                                                size_t block_tokens, size_t num_blocks,
+                                                const mha_kv_cache_options* options,
+                                                mha_paged_kv_cache** out);
+/* Bytes of storage the pool reserves (values and scales; 0 for NULL). */
+MHA_API size_t mha_paged_kv_cache_bytes(const mha_paged_kv_cache* cache);
 /* Positions held by `slot` (0 for NULL or a slot out of range). */
 MHA_API size_t mha_kv_cache_slot_length(const mha_paged_kv_cache* cache, size_t slot);
 /* Blocks in the pool that no slot holds (0 for NULL). */

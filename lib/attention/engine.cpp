@@ -31,6 +31,7 @@ namespace {
 class PerCallKv final : public KvStore {
  public:
   PerCallKv(const KvType& type, const AttentionShape& s) : type_(type), s_(s) {}
+  const KvType& type() const override { return type_; }
   std::size_t scratch_floats(const SeqSpans& seqs) const override {
     std::size_t bytes = 0;
     for (std::size_t i = 0; i < seqs.num; ++i) {
@@ -89,7 +90,9 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
       bf16 ? make_projections_bf16(gemm(), g16, shape, w) : make_projections_fp32(gemm(), shape, w);
   // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
   // products; elsewhere on fp32 ones (its weights stay bf16).
-  kv_ = pick_kv_type(gemm(), g16);
+  kv_[MHA_KV_DEFAULT] = pick_kv_type(gemm(), g16);
+  kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa);
+  kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa);
 }
 
 AttentionEngine::~AttentionEngine() = default;
@@ -162,7 +165,7 @@ AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
     }
   }
   f.rope = round_up(rope_table_floats(c.mods, positions), 16);
-  f.plan = plan_core(*kv_, gemm(), shape_, c.seqs, c.store->block_tokens(),
+  f.plan = plan_core(c.store->type(), gemm(), shape_, c.seqs, c.store->block_tokens(),
                      c.attn_weights != nullptr, c.average_weights, c.mods.window, c.arrays);
   return f;
 }
@@ -235,7 +238,7 @@ void AttentionEngine::run(const Call& c) const {
     // run_core writes the weights; the output projection must not then fail
     // for want of this thread's scratch (a call changes nothing or succeeds).
     if (c.attn_weights != nullptr) proj_->reserve_out(q_rows);
-    run_core(*kv_, softmax(), s, f.plan, call, core_ws);
+    run_core(c.store->type(), softmax(), s, f.plan, call, core_ws);
     proj_->project_out(q_rows, merged, c.out);
   } catch (...) {
     c.store->rollback(seqs);
@@ -269,19 +272,19 @@ AttentionEngine::Call AttentionEngine::forward_call(const ForwardArgs& a, KvStor
 }
 
 std::size_t AttentionEngine::forward_workspace_floats(const ForwardArgs& a) const {
-  PerCallKv store(*kv_, shape_);
+  PerCallKv store(kv_type(), shape_);
   return layout(forward_call(a, store)).total();
 }
 
 void AttentionEngine::forward(const ForwardArgs& a) const {
-  PerCallKv store(*kv_, shape_);
+  PerCallKv store(kv_type(), shape_);
   run(forward_call(a, store));
 }
 
 void AttentionEngine::forward_ragged(const SeqSpans& seqs, const float* query, const float* key,
                                      const float* value, const AttentionMods& mods,
                                      float* out) const {
-  PerCallKv store(*kv_, shape_);
+  PerCallKv store(kv_type(), shape_);
   run(Call(CoreArrays::take(seqs.num), seqs, seqs.kv_start, query, key, value, out, mods,
            mods.causal, store));
 }

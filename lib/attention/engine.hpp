@@ -58,6 +58,11 @@ struct ForwardArgs {
   AttentionMods mods;
 };
 
+// The dtype of cache options (NULL: MHA_KV_DEFAULT), validated: struct_size
+// exactly sizeof(mha_kv_cache_options), a known dtype; messages start with
+// fn. In kv_cache_api.cpp.
+mha_kv_dtype kv_dtype_of(const mha_kv_cache_options* options, const char* fn);
+
 class AttentionEngine;
 class KvType;
 struct KvView;
@@ -72,6 +77,8 @@ class PagedKvCache;
 class KvStore {
  public:
   virtual ~KvStore() = default;
+  // The element type the store holds K and V in, which the core reads.
+  virtual const KvType& type() const = 0;
   // Floats of the calling thread's scratch that append() writes into (a
   // per-call store), else 0.
   virtual std::size_t scratch_floats(const SeqSpans& seqs) const = 0;
@@ -88,12 +95,14 @@ class KvStore {
 
 // Projected K/V of every position decoded so far, for `batch` sequences of up
 // to `max_len` positions, stored in the layout of the engine's KV type (so a
-// decode step never repacks the cache). All batch rows have the same length.
+// decode step never repacks the cache: the engine's default type, or a
+// quantized one). All batch rows have the same length.
 // One cache serves one sequence stream: steps on one cache must not run
 // concurrently; different caches may.
 class KvCache final : public KvStore {
  public:
-  KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len);
+  KvCache(const AttentionEngine& engine, const KvType& type, std::size_t batch,
+          std::size_t max_len);
   ~KvCache() override;
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -102,10 +111,13 @@ class KvCache final : public KvStore {
   std::size_t batch() const { return batch_; }
   std::size_t max_len() const { return max_len_; }
   std::size_t length() const { return length_; }
+  // Bytes of storage reserved (values and scales).
+  std::size_t bytes() const;
   // Drops positions >= len (len <= length()), e.g. to roll back rejected
   // speculative tokens; truncate(0) empties the cache.
   void truncate(std::size_t len);
 
+  const KvType& type() const override { return type_; }
   std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
   void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k, const float* v,
               std::size_t ld, float* scratch, KvView* views) override;
@@ -117,6 +129,7 @@ class KvCache final : public KvStore {
   void clear(std::size_t from, std::size_t to) noexcept;
   KvView view(std::size_t row, std::size_t len) const;
   const AttentionEngine& engine_;
+  const KvType& type_;
   std::size_t batch_, max_len_, length_ = 0;
   struct Storage;
   std::unique_ptr<Storage> storage_;
@@ -170,10 +183,13 @@ class AttentionEngine {
   // on that ISA's kernels, whatever mha_set_isa chooses later.
   const GemmKernels& gemm() const { return gemm_kernels(isa_); }
   const SoftmaxKernels& softmax() const { return softmax_kernels(isa_); }
-  // The K/V element type of the core (and of every cache of this object),
-  // picked at create: bf16 for a bf16 object where the CPU has bf16 dot
-  // products, else fp32.
-  const KvType& kv_type() const { return *kv_; }
+  // The K/V element type of a cache of this object (and, as
+  // MHA_KV_DEFAULT, of every forward's core), picked at create: the default
+  // is bf16 for a bf16 object where the CPU has bf16 dot products, else
+  // fp32. dtype is a valid mha_kv_dtype.
+  const KvType& kv_type(mha_kv_dtype dtype = MHA_KV_DEFAULT) const {
+    return *kv_[static_cast<std::size_t>(dtype)];
+  }
 
  private:
   struct Call;
@@ -185,7 +201,7 @@ class AttentionEngine {
   Isa isa_;
   AttentionShape shape_;
   std::unique_ptr<Projections> proj_;
-  std::unique_ptr<KvType> kv_;
+  std::unique_ptr<KvType> kv_[3];  // by mha_kv_dtype
 };
 
 }  // namespace mha::detail

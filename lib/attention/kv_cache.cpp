@@ -16,12 +16,17 @@ struct KvCache::Storage {
   AlignedFloats data;
 };
 
-KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t max_len)
-    : engine_(engine), batch_(batch), max_len_(max_len), storage_(std::make_unique<Storage>()) {
+KvCache::KvCache(const AttentionEngine& engine, const KvType& type, std::size_t batch,
+                 std::size_t max_len)
+    : engine_(engine),
+      type_(type),
+      batch_(batch),
+      max_len_(max_len),
+      storage_(std::make_unique<Storage>()) {
   const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
   const AttentionShape& s = engine.shape();
   Storage& st = *storage_;
-  st.layout = engine.kv_type().layout(s.head_dim, max_len);
+  st.layout = type.layout(s.head_dim, max_len);
   const std::size_t blocks = checked_mul(batch, s.num_kv_heads, what);
   st.k_region = checked_mul(blocks, st.layout.k_bytes, what);
   const std::size_t bytes =
@@ -32,6 +37,11 @@ KvCache::KvCache(const AttentionEngine& engine, std::size_t batch, std::size_t m
 }
 
 KvCache::~KvCache() = default;
+
+std::size_t KvCache::bytes() const {
+  return batch_ * engine_.shape().num_kv_heads *
+         (storage_->layout.k_bytes + storage_->layout.v_bytes);
+}
 
 KvView KvCache::view(std::size_t row, std::size_t len) const {
   KvView v;
@@ -47,7 +57,7 @@ KvView KvCache::view(std::size_t row, std::size_t len) const {
 void KvCache::append(const SeqSpans& seqs, const std::size_t* key_start, const float* k,
                      const float* v, std::size_t ld, float*, KvView* views) {
   const AttentionShape& s = engine_.shape();
-  const KvType& type = engine_.kv_type();
+  const KvType& type = type_;
   const std::size_t d = s.head_dim;
   for (std::size_t b = 0; b < batch_; ++b) {
     const std::size_t n_new = key_start[b + 1] - key_start[b];
@@ -73,7 +83,7 @@ void KvCache::rollback(const SeqSpans& seqs) noexcept {
 
 void KvCache::clear(std::size_t from, std::size_t to) noexcept {
   const AttentionShape& s = engine_.shape();
-  const KvType& type = engine_.kv_type();
+  const KvType& type = type_;
   for (std::size_t b = 0; b < batch_; ++b) {
     const KvView all = view(b, max_len_);
     for (std::size_t g = 0; g < s.num_kv_heads; ++g) {

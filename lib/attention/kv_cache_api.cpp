@@ -11,18 +11,36 @@
 #include "common/error.hpp"
 
 namespace mha {
+namespace detail {
+
+mha_kv_dtype kv_dtype_of(const mha_kv_cache_options* options, const char* fn) {
+  if (options == nullptr) return MHA_KV_DEFAULT;
+  check_arg(options->struct_size == sizeof(mha_kv_cache_options), fn,
+            ": options->struct_size: expected sizeof(mha_kv_cache_options) (",
+            sizeof(mha_kv_cache_options), "), got ", options->struct_size);
+  const mha_kv_dtype d = options->dtype;
+  check_arg(d == MHA_KV_DEFAULT || d == MHA_KV_INT8 || d == MHA_KV_FP8_E4M3, fn,
+            ": options->dtype: expected MHA_KV_DEFAULT, MHA_KV_INT8 or MHA_KV_FP8_E4M3, got ",
+            static_cast<long>(d));
+  return d;
+}
+
+}  // namespace detail
 namespace {
 
 using detail::check_arg;
 
-mha_kv_cache* make_cache(const mha_attention* attn, std::size_t batch, std::size_t max_len) {
+mha_kv_cache* make_cache(const mha_attention* attn, std::size_t batch, std::size_t max_len,
+                         const mha_kv_cache_options* options = nullptr) {
   check_arg(attn != nullptr, "mha_kv_cache_create: attn must not be NULL");
+  const mha_kv_dtype dtype = detail::kv_dtype_of(options, "mha_kv_cache_create_ex");
   check_arg(batch > 0, "mha_kv_cache_create: batch must be > 0, got 0");
   check_arg(max_len > 0, "mha_kv_cache_create: max_len must be > 0, got 0");
   // The KvCache constructor sizes its padded layout with checked arithmetic
   // (kv_packing) and allocates without touching the pages.
   auto cache = std::make_unique<mha_kv_cache>();
-  cache->cache = std::make_unique<detail::KvCache>(*attn->engine, batch, max_len);
+  cache->cache = std::make_unique<detail::KvCache>(*attn->engine, attn->engine->kv_type(dtype),
+                                                   batch, max_len);
   return cache.release();
 }
 
@@ -69,6 +87,12 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
 
 KvCache::KvCache(const MultiheadAttention& attn, std::size_t batch, std::size_t max_len)
     : attn_(attn.handle()), handle_(make_cache(attn_, batch, max_len)) {}
+KvCache::KvCache(const MultiheadAttention& attn, std::size_t batch, std::size_t max_len,
+                 mha_kv_dtype dtype)
+    : attn_(attn.handle()) {
+  const mha_kv_cache_options options{sizeof(mha_kv_cache_options), dtype};
+  handle_ = make_cache(attn_, batch, max_len, &options);
+}
 KvCache::~KvCache() {
   delete handle_;
 }
@@ -81,6 +105,9 @@ KvCache& KvCache::operator=(KvCache&& other) noexcept {
 }
 std::size_t KvCache::length() const noexcept {
   return mha_kv_cache_length(handle_);
+}
+std::size_t KvCache::bytes() const noexcept {
+  return mha_kv_cache_bytes(handle_);
 }
 void KvCache::truncate(std::size_t len) {
   mha::truncate(handle_, len);
@@ -104,6 +131,18 @@ MHA_API mha_status mha_kv_cache_create(const mha_attention* attn, size_t batch, 
     mha::detail::check_arg(out != nullptr, "mha_kv_cache_create: out must not be NULL");
     *out = mha::make_cache(attn, batch, max_len);
   });
+}
+
+MHA_API mha_status mha_kv_cache_create_ex(const mha_attention* attn, size_t batch, size_t max_len,
+                                          const mha_kv_cache_options* options, mha_kv_cache** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(out != nullptr, "mha_kv_cache_create_ex: out must not be NULL");
+    *out = mha::make_cache(attn, batch, max_len, options);
+  });
+}
+
+MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache) {
+  return cache ? cache->cache->bytes() : 0;
 }
 
 MHA_API void mha_kv_cache_destroy(mha_kv_cache* cache) {

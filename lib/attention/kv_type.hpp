@@ -11,6 +11,7 @@
 
 #include "gemm/gemm.hpp"
 #include "gemm/gemm_bf16.hpp"
+#include "kvquant/format.hpp"
 
 namespace mha::detail {
 
@@ -130,5 +131,8 @@ std::unique_ptr<KvType> make_kv_fp32(const GemmKernels& g);
 // bf16 K and V (kv_bf16.cpp): both in g16's K-pair layout, on g16's dot
 // kernels; key tiles as fp32's on g, rounded to g16's strips.
 std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16);
+// int8 or fp8 E4M3 K and V with scales (kv_quant.cpp, kvquant/format.hpp),
+// on isa's kernels: the quantized caches' type on any object.
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa);
 
 }  // namespace mha::detail

@@ -7,12 +7,13 @@
 
 namespace mha::detail {
 
-PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
+PagedKvCache::PagedKvCache(const AttentionEngine& engine, const KvType& type, std::size_t num_slots,
                            std::size_t block_tokens, std::size_t num_blocks)
     : engine_(engine),
+      type_(type),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
-      layout_(engine.kv_type().layout(engine.shape().head_dim, block_tokens)),
+      layout_(type.layout(engine.shape().head_dim, block_tokens)),
       tables_(num_slots),
       first_block_(num_slots, 0),
       lengths_(num_slots, 0),
@@ -27,6 +28,10 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, std::size_t num_slots,
   // the pool's pages are only touched when a block is first taken.
   free_.resize(num_blocks);
   for (std::size_t i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
+}
+
+std::size_t PagedKvCache::bytes() const {
+  return num_blocks_ * engine_.shape().num_kv_heads * (layout_.k_bytes + layout_.v_bytes);
 }
 
 bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
@@ -50,7 +55,7 @@ KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
 
 void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) noexcept {
   const AttentionShape& s = engine_.shape();
-  const KvType& type = engine_.kv_type();
+  const KvType& type = type_;
   const std::size_t first = first_block_[slot];
   from = std::max(from, first * block_tokens_);
   to = std::min(to, (first + tables_[slot].size()) * block_tokens_);
@@ -111,7 +116,7 @@ void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
 void PagedKvCache::append(const std::size_t* slots, const SeqSpans& seqs, const float* k,
                           const float* v, std::size_t ld, KvView* views) const {
   const AttentionShape& s = engine_.shape();
-  const KvType& type = engine_.kv_type();
+  const KvType& type = type_;
   const std::size_t d = s.head_dim;
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t start = lengths_[slots[i]];

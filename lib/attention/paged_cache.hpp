@@ -18,12 +18,15 @@ namespace mha::detail {
 
 class PagedKvCache {
  public:
-  PagedKvCache(const AttentionEngine& engine, std::size_t num_slots, std::size_t block_tokens,
-               std::size_t num_blocks);
+  PagedKvCache(const AttentionEngine& engine, const KvType& type, std::size_t num_slots,
+               std::size_t block_tokens, std::size_t num_blocks);
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
 
   const AttentionEngine& engine() const { return engine_; }
+  const KvType& type() const { return type_; }
+  // Bytes of the pool (values and scales).
+  std::size_t bytes() const;
   std::size_t num_slots() const { return lengths_.size(); }
   std::size_t block_tokens() const { return block_tokens_; }
   std::size_t num_blocks() const { return num_blocks_; }
@@ -66,6 +69,7 @@ class PagedKvCache {
   void release(std::size_t slot, std::size_t len) noexcept;
 
   const AttentionEngine& engine_;
+  const KvType& type_;
   std::size_t block_tokens_, num_blocks_;
   KvLayout layout_;           // of a head-block of block_tokens keys
   std::size_t k_region_ = 0;  // bytes of the pool's K head-blocks, before the V ones
@@ -86,6 +90,7 @@ class PagedStep final : public KvStore {
  public:
   PagedStep(PagedKvCache& cache, const std::size_t* slots, std::size_t window)
       : cache_(cache), slots_(slots), window_(window) {}
+  const KvType& type() const override { return cache_.type(); }
   std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
   std::size_t block_tokens() const override { return cache_.block_tokens(); }
   void append(const SeqSpans& seqs, const std::size_t*, const float* k, const float* v,

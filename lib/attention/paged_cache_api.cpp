@@ -20,8 +20,10 @@ using detail::check_arg;
 using detail::checked_mul;
 
 mha_paged_kv_cache* make_paged(const mha_attention* attn, std::size_t num_slots,
-                               std::size_t block_tokens, std::size_t num_blocks) {
+                               std::size_t block_tokens, std::size_t num_blocks,
+                               const mha_kv_cache_options* options = nullptr) {
   check_arg(attn != nullptr, "mha_kv_cache_create_paged: attn must not be NULL");
+  const mha_kv_dtype dtype = detail::kv_dtype_of(options, "mha_kv_cache_create_paged_ex");
   check_arg(num_slots > 0, "mha_kv_cache_create_paged: num_slots must be > 0, got 0");
   check_arg(block_tokens > 0, "mha_kv_cache_create_paged: block_tokens must be > 0, got 0");
   check_arg(num_blocks > 0, "mha_kv_cache_create_paged: num_blocks must be > 0, got 0");
@@ -37,8 +39,8 @@ mha_paged_kv_cache* make_paged(const mha_attention* attn, std::size_t num_slots,
   checked_mul(checked_mul(tokens, s.kv_dim() + 16, "pool floats"), 2 * sizeof(float),
               "paged KV cache bytes");
   auto cache = std::make_unique<mha_paged_kv_cache>();
-  cache->cache =
-      std::make_unique<detail::PagedKvCache>(*attn->engine, num_slots, block_tokens, num_blocks);
+  cache->cache = std::make_unique<detail::PagedKvCache>(*attn->engine, attn->engine->kv_type(dtype),
+                                                        num_slots, block_tokens, num_blocks);
   return cache.release();
 }
 
@@ -118,6 +120,12 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
 PagedKvCache::PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots,
                            std::size_t block_tokens, std::size_t num_blocks)
     : attn_(attn.handle()), handle_(make_paged(attn_, num_slots, block_tokens, num_blocks)) {}
+PagedKvCache::PagedKvCache(const MultiheadAttention& attn, std::size_t num_slots,
+                           std::size_t block_tokens, std::size_t num_blocks, mha_kv_dtype dtype)
+    : attn_(attn.handle()) {
+  const mha_kv_cache_options options{sizeof(mha_kv_cache_options), dtype};
+  handle_ = make_paged(attn_, num_slots, block_tokens, num_blocks, &options);
+}
 PagedKvCache::~PagedKvCache() {
   delete handle_;
 }
@@ -133,6 +141,9 @@ std::size_t PagedKvCache::slot_length(std::size_t slot) const noexcept {
 }
 std::size_t PagedKvCache::free_blocks() const noexcept {
   return mha_kv_cache_free_blocks(handle_);
+}
+std::size_t PagedKvCache::bytes() const noexcept {
+  return mha_paged_kv_cache_bytes(handle_);
 }
 void PagedKvCache::reset_slot(std::size_t slot) {
   truncate_slot(slot, 0);
@@ -163,6 +174,20 @@ MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t n
     mha::detail::check_arg(out != nullptr, "mha_kv_cache_create_paged: out must not be NULL");
     *out = mha::make_paged(attn, num_slots, block_tokens, num_blocks);
   });
+}
+
+MHA_API mha_status mha_kv_cache_create_paged_ex(const mha_attention* attn, size_t num_slots,
+                                                size_t block_tokens, size_t num_blocks,
+                                                const mha_kv_cache_options* options,
+                                                mha_paged_kv_cache** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(out != nullptr, "mha_kv_cache_create_paged_ex: out must not be NULL");
+    *out = mha::make_paged(attn, num_slots, block_tokens, num_blocks, options);
+  });
+}
+
+MHA_API size_t mha_paged_kv_cache_bytes(const mha_paged_kv_cache* cache) {
+  return cache ? cache->cache->bytes() : 0;
 }
 
 MHA_API void mha_paged_kv_cache_destroy(mha_paged_kv_cache* cache) {

@@ -40,6 +40,33 @@ inline void Lanes<Avx2>::store_n(float* p, const V& v, std::size_t lanes) noexce
   _mm256_maskstore_ps(p, avx2::first_lanes(lanes), v);
 }
 
+namespace avx2 {
+inline __m256 e4m3_widen(__m256i sext) noexcept {
+  const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(sext, 20),
+                                        _mm256_set1_epi32(static_cast<int>(0x87F00000u)));
+  return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+}
+}  // namespace avx2
+template <>
+inline void Lanes<Avx2>::widen_i8x16(const std::uint8_t* p, V* out) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+template <>
+inline void Lanes<Avx2>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  out[0] = avx2::e4m3_widen(_mm256_cvtepi8_epi32(b));
+  out[1] = avx2::e4m3_widen(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
+}
+template <>
+inline void Lanes<Avx2>::widen_bf16x16(const std::uint16_t* p, V* out) noexcept {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
+  out[0] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(lo), 16));
+  out[1] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(hi), 16));
+}
+
 // 8 x 8: 4 x 4 transposes inside each 128-bit lane, then swap lane halves.
 template <>
 inline void Lanes<Avx2>::transpose(V* r) noexcept {

@@ -52,6 +52,25 @@ inline void Lanes<xsimd::avx512f>::store_n(float* p, const V& v, std::size_t lan
   _mm512_mask_storeu_ps(p, avx512::first_lanes(lanes), v);
 }
 
+template <>
+inline void Lanes<xsimd::avx512f>::widen_i8x16(const std::uint8_t* p, V* out) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+// Sign-extended, shifted by 20, masked to the sign, exponent and mantissa.
+template <>
+inline void Lanes<xsimd::avx512f>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m512i bits = _mm512_and_si512(_mm512_slli_epi32(_mm512_cvtepi8_epi32(b), 20),
+                                        _mm512_set1_epi32(static_cast<int>(0x87F00000u)));
+  out[0] = _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+}
+template <>
+inline void Lanes<xsimd::avx512f>::widen_bf16x16(const std::uint16_t* p, V* out) noexcept {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  out[0] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // 16 x 16: 4 x 4 transposes inside each 128-bit lane (unpack, shuffle), then a
 // 4 x 4 transpose of the lanes themselves (two shuffle_f32x4 rounds).
 template <>

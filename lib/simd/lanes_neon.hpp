@@ -20,6 +20,41 @@ inline float Lanes<xsimd::neon64>::reduce(const V& v) noexcept {
   return kMax ? (a < b ? b : a) : a + b;
 }
 
+namespace neon {
+inline void sext_x16(const std::uint8_t* p, int32x4_t* out) noexcept {
+  const int8x16_t b = vld1q_s8(reinterpret_cast<const std::int8_t*>(p));
+  const int16x8_t lo = vmovl_s8(vget_low_s8(b)), hi = vmovl_high_s8(b);
+  out[0] = vmovl_s16(vget_low_s16(lo));
+  out[1] = vmovl_high_s16(lo);
+  out[2] = vmovl_s16(vget_low_s16(hi));
+  out[3] = vmovl_high_s16(hi);
+}
+}  // namespace neon
+template <>
+inline void Lanes<xsimd::neon64>::widen_i8x16(const std::uint8_t* p, V* out) noexcept {
+  int32x4_t x[4];
+  neon::sext_x16(p, x);
+  for (int i = 0; i < 4; ++i) out[i] = vcvtq_f32_s32(x[i]);
+}
+template <>
+inline void Lanes<xsimd::neon64>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
+  int32x4_t x[4];
+  neon::sext_x16(p, x);
+  const int32x4_t mask = vdupq_n_s32(static_cast<std::int32_t>(0x87F00000u));
+  for (int i = 0; i < 4; ++i) {
+    const float32x4_t f = vreinterpretq_f32_s32(vandq_s32(vshlq_n_s32(x[i], 20), mask));
+    out[i] = vmulq_n_f32(f, 0x1p120f);
+  }
+}
+template <>
+inline void Lanes<xsimd::neon64>::widen_bf16x16(const std::uint16_t* p, V* out) noexcept {
+  const uint16x8_t lo = vld1q_u16(p), hi = vld1q_u16(p + 8);
+  out[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(lo), 16));
+  out[1] = vreinterpretq_f32_u32(vshll_high_n_u16(lo, 16));
+  out[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(hi), 16));
+  out[3] = vreinterpretq_f32_u32(vshll_high_n_u16(hi, 16));
+}
+
 template <>
 inline void Lanes<xsimd::neon64>::transpose(V* r) noexcept {
   const float32x4_t t0 = vtrn1q_f32(r[0], r[1]), t1 = vtrn2q_f32(r[0], r[1]);

@@ -1,0 +1,85 @@
+// The quantized K/V entries, int8 and fp8 E4M3 (kvquant/format.hpp): a key
+// is quantized once, when it enters the store, and both products dequantize
+// K and V in registers. Q and P stay fp32 (on a bf16 object too): the
+// products are fp32 FMAs, so rounding them would only lose accuracy.
+#include <algorithm>
+#include <cstring>
+
+#include "attention/kv_type.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+#include "kvquant/kernels.hpp"
+
+namespace mha::detail {
+namespace {
+
+class KvQuant final : public KvType {
+ public:
+  KvQuant(kvq::Code code, const KvQuantKernels& k) : code_(code), k_(k) {}
+  const char* name() const override { return code_ == kvq::Code::int8 ? "int8" : "fp8_e4m3"; }
+  std::size_t strip() const override { return kvq::kStrip; }
+  std::size_t key_tile() const override { return key_tile_for(kvq::kStrip); }
+
+  // Each head-block's K and V rounded up to whole cache lines.
+  KvLayout layout(std::size_t d, std::size_t capacity) const override {
+    const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
+    KvLayout l;
+    l.capacity = capacity;
+    l.k_bytes = float_bytes(
+        checked_round_up(
+            checked_mul(ceil_div(capacity, kvq::kStrip), kvq::key_strip_bytes(d), what), 64, what) /
+            sizeof(float),
+        what);
+    l.v_bytes = float_bytes(
+        checked_round_up(checked_mul(capacity, kvq::value_row_bytes(d), what), 64, what) /
+            sizeof(float),
+        what);
+    return l;
+  }
+
+  void put(const KvLayout&, void* k, void* v, std::size_t j, std::size_t d, const float* key,
+           const float* value) const override {
+    kvq::put_key(code_, d, bytes(k), bytes(v), j, key, value);
+  }
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
+                const float* value, std::size_t ld) const override {
+    for (std::size_t j = 0; j < n; ++j) put(l, k, v, j, d, key + j * ld, value + j * ld);
+  }
+  // V too: its rows are read, times a zero P, so they must not keep a stale
+  // NaN scale.
+  void clear(const KvLayout&, void* k, void* v, std::size_t j, std::size_t d) const override {
+    kvq::clear_key(d, bytes(k), bytes(v), j);
+  }
+
+  std::size_t query_floats(std::size_t rows, std::size_t d) const override { return rows * d; }
+  std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
+  void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                       float* qbuf) const override {
+    for (std::size_t r = 0; r < rows; ++r) std::copy_n(q + r * ldq, d, qbuf + r * d);
+  }
+  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
+              float* s, std::size_t lds) const override {
+    const auto* strips =
+        static_cast<const std::uint8_t*>(t.k) + t.j0 / kvq::kStrip * kvq::key_strip_bytes(d);
+    k_.scores[index()](rows, d, qbuf, d, strips, t.n, alpha, s, lds);
+  }
+  void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
+              float beta, float* o, std::size_t ldo, float*) const override {
+    const auto* rows_v = static_cast<const std::uint8_t*>(t.v) + t.j0 * kvq::value_row_bytes(d);
+    k_.values[index()](rows, d, p, ldp, rows_v, t.n, beta, o, ldo);
+  }
+
+ private:
+  static std::uint8_t* bytes(void* p) { return static_cast<std::uint8_t*>(p); }
+  std::size_t index() const { return static_cast<std::size_t>(code_); }
+  kvq::Code code_;
+  const KvQuantKernels& k_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa) {
+  return std::make_unique<KvQuant>(code, kv_quant_kernels(isa));
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,88 @@
+// The quantized KV formats (mha_kv_dtype MHA_KV_INT8, MHA_KV_FP8_E4M3): codes,
+// scales, the head-block layout both products read, and the scalar codecs
+// every kernel agrees with bit for bit.
+//
+// Granularity: one scale per (token, kv head, group of 32 channels), stored
+// in bf16: for E4M3 max|x| / 448 rounded up (nothing saturates); for int8
+// the bf16 value near max|x| / 127 with the least squared error of the
+// group (quantize_group). Groups of 32 are llama.cpp q8_0's blocks; bf16
+// keeps fp32's range (fp16 would overflow above 65504·127) and costs 2 bytes
+// per 32 channels.
+//
+// Layout of one head-block (capacity keys of one kv head):
+//   K: strips of kStrip keys, the keys in lanes, so Q·Kᵀ is one FMA chain
+//      per score over the channels in order, at any vector width:
+//        [group g][lane] bf16 scales, then [channel c][lane] codes.
+//   V: one row per key, channels in lanes for P·V:
+//        [group g] bf16 scales, then groups·32 codes (channels past
+//        head_dim hold code 0).
+// A non-finite value in a group makes the group's scale NaN (codes 0): the
+// dequantized group is NaN, which the non-finite rule then follows.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mha::detail::kvq {
+
+enum class Code : unsigned char { int8, e4m3 };
+
+inline constexpr std::size_t kStrip = 16;  // keys per K strip
+inline constexpr std::size_t kGroup = 32;  // channels per scale
+
+inline std::size_t groups(std::size_t d) {
+  return (d + kGroup - 1) / kGroup;
+}
+// Bytes of one K strip and of one V row.
+inline std::size_t key_strip_bytes(std::size_t d) {
+  return kStrip * (2 * groups(d) + d);
+}
+inline std::size_t value_row_bytes(std::size_t d) {
+  return groups(d) * (2 + kGroup);
+}
+
+// The largest code's value.
+inline constexpr float code_max(Code c) {
+  return c == Code::int8 ? 127.0f : 448.0f;
+}
+
+// The fp32 value of a bf16 bit pattern (exact).
+float bf16_value(std::uint16_t bits);
+// A code's value, before its scale (exact). E4M3 codes decode as
+// sign · bits(code << 20) · 2^120, the kernels' conversion, so 0x7F and 0xFF
+// (never written) read as ±480.
+float code_value(Code c, std::uint8_t code);
+
+// Quantizes x[0, n) (n <= kGroup) into codes[0, n) (x / scale rounded to
+// nearest even, saturating); returns the group's bf16 scale bits: E4M3,
+// max|x| / 448 rounded up; int8, of max|x| / 127 rounded up and the 6 bf16
+// values from just below max|x| / 128 up, the one whose codes have the least
+// squared error (the smallest on a tie).
+std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t* codes);
+// E4M3 of y (|y| <= 448 after scaling; larger saturates), nearest even.
+std::uint8_t e4m3_code(double y);
+
+// One key of a head-block: its head_dim values quantized into K lane j of
+// its strip and V row j (the first key of a strip zeroes the strip), and
+// read back dequantized; clear_key makes key j read as zero.
+void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j,
+             const float* key, const float* value);
+void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
+             std::size_t j, float* key, float* value);
+void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j);
+
+// The products on the layout above, as every kernel computes them (the
+// scalar emulation the kernels are tested against):
+//   s[r][j] = alpha · acc, acc = fma(q[r][c], k[j][c], acc) for c = 0 .. d-1
+//             from acc = 0, k the dequantized key (code · scale, exact);
+//   o[r][c] = beta == 0 ? acc : fma(beta, o[r][c], acc),
+//             acc = fma(p[r][j], v[j][c], acc) for j = 0 .. n-1 from 0.
+// strips: the K strip holding key 0 of the n keys; rows: V row of key 0.
+void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                     const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                     std::size_t lds);
+void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
+                     const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                     std::size_t ldo);
+
+}  // namespace mha::detail::kvq

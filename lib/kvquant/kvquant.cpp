@@ -1,0 +1,32 @@
+// The quantized-KV kernel tables by ISA; the scalar ISA's is the emulation.
+#include "dispatch/dispatch.hpp"
+#include "kvquant/kernels.hpp"
+
+namespace mha::detail {
+
+constinit const KvQuantKernels kv_quant_kernels_scalar = {
+    {[](std::size_t rows, std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* k,
+        std::size_t n, float alpha, float* s, std::size_t lds) {
+       kvq::scores_emulated(kvq::Code::int8, rows, d, q, ldq, k, n, alpha, s, lds);
+     },
+     [](std::size_t rows, std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* k,
+        std::size_t n, float alpha, float* s, std::size_t lds) {
+       kvq::scores_emulated(kvq::Code::e4m3, rows, d, q, ldq, k, n, alpha, s, lds);
+     }},
+    {[](std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* v,
+        std::size_t n, float beta, float* o, std::size_t ldo) {
+       kvq::values_emulated(kvq::Code::int8, rows, d, p, ldp, v, n, beta, o, ldo);
+     },
+     [](std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* v,
+        std::size_t n, float beta, float* o, std::size_t ldo) {
+       kvq::values_emulated(kvq::Code::e4m3, rows, d, p, ldp, v, n, beta, o, ldo);
+     }}};
+
+const KvQuantKernels& kv_quant_kernels(Isa isa) noexcept {
+  static const IsaTables<KvQuantKernels> tables{
+      &kv_quant_kernels_scalar, MHA_IF_BUILT_AVX2(kv_quant_kernels_avx2),
+      MHA_IF_BUILT_AVX512(kv_quant_kernels_avx512), MHA_IF_BUILT_NEON(kv_quant_kernels_neon)};
+  return tables(isa);
+}
+
+}  // namespace mha::detail

@@ -1,0 +1,215 @@
+// The quantized-KV products, written once against Lanes<Arch> and
+// instantiated per ISA (kvquant_<isa>.cpp). K and V are dequantized in
+// registers (code · scale, exact in fp32) and never written back; every
+// output element is one FMA chain in format.hpp's order, so the bits are
+// the scalar emulation's at any vector width and tile.
+//
+// Tiles: scores take kMr query rows by NS strips of 16 keys (keys in
+// lanes), values kMrV rows by NG groups of 32 channels; fewer rows take more
+// strips or groups (a decode row then keeps 3-4 independent chains). Each
+// tile is the largest that fits the register file with its scales and one
+// widened strip beside the accumulators.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kvquant/format.hpp"
+#include "kvquant/kernels.hpp"
+#include "simd/lanes.hpp"
+
+namespace mha::detail {
+
+template <class Arch, std::size_t kRegs, std::size_t kMr, std::size_t kMrV>
+struct KvQuantImpl {
+  using L = simd::Lanes<Arch>;
+  using V = typename L::V;
+  using Code = kvq::Code;
+  static constexpr std::size_t W = L::width;
+  static constexpr std::size_t VPS = kvq::kStrip / W;  // vectors per strip of keys
+  static constexpr std::size_t GV = kvq::kGroup / W;   // vectors per group of channels
+
+  static constexpr std::size_t strips_for(std::size_t mr) {
+    for (std::size_t ns = 4; ns > 1; --ns) {
+      if ((mr + 1) * ns * VPS + VPS + 1 <= kRegs) return ns;
+    }
+    return 1;
+  }
+  static constexpr std::size_t groups_for(std::size_t mr) {
+    for (std::size_t ng = 4; ng > 1; --ng) {
+      if (mr * ng * GV + VPS + 2 <= kRegs) return ng;
+    }
+    return 1;
+  }
+
+  template <Code C>
+  static void widen(const std::uint8_t* p, V* out) noexcept {
+    if constexpr (C == Code::int8) {
+      L::widen_i8x16(p, out);
+    } else {
+      L::widen_e4m3x16(p, out);
+    }
+  }
+  static const std::uint16_t* scales_at(const std::uint8_t* p) noexcept {
+    return reinterpret_cast<const std::uint16_t*>(p);
+  }
+
+  // Scores of MR rows against NS strips (n keys of them valid).
+  template <Code C, std::size_t MR, std::size_t NS>
+  static void score_tile(std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* strip,
+                         std::size_t sb, std::size_t n, float alpha, float* s,
+                         std::size_t lds) noexcept {
+    const std::size_t G = kvq::groups(d);
+    V acc[MR][NS * VPS];
+    for (auto& row : acc) {
+      for (V& a : row) a = L::splat(0.0f);
+    }
+    const std::uint8_t* codes = strip + 2 * kvq::kStrip * G;
+    for (std::size_t g = 0; g < G; ++g) {
+      V sc[NS * VPS];
+      for (std::size_t t = 0; t < NS; ++t) {
+        L::widen_bf16x16(scales_at(strip + t * sb) + g * kvq::kStrip, sc + t * VPS);
+      }
+      const std::size_t c1 = std::min(d, (g + 1) * kvq::kGroup);
+      for (std::size_t c = g * kvq::kGroup; c < c1; ++c) {
+        for (std::size_t t = 0; t < NS; ++t) {
+          V k[VPS];
+          widen<C>(codes + t * sb + c * kvq::kStrip, k);
+          for (std::size_t v = 0; v < VPS; ++v) {
+            k[v] = k[v] * sc[t * VPS + v];
+            for (std::size_t r = 0; r < MR; ++r) {
+              acc[r][t * VPS + v] = L::fma(L::splat(q[r * ldq + c]), k[v], acc[r][t * VPS + v]);
+            }
+          }
+        }
+      }
+    }
+    const V a = L::splat(alpha);
+    for (std::size_t t = 0; t < NS; ++t) {
+      for (std::size_t v = 0; v < VPS; ++v) {
+        const std::size_t col = t * kvq::kStrip + v * W;
+        if (col >= n) break;
+        for (std::size_t r = 0; r < MR; ++r) {
+          L::store_n(s + r * lds + col, acc[r][t * VPS + v] * a, std::min(W, n - col));
+        }
+      }
+    }
+  }
+
+  template <Code C, std::size_t MR>
+  static void score_rows(std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* strips,
+                         std::size_t n, float alpha, float* s, std::size_t lds) noexcept {
+    constexpr std::size_t NS = strips_for(MR);
+    const std::size_t sb = kvq::key_strip_bytes(d), strips_n = (n + kvq::kStrip - 1) / kvq::kStrip;
+    std::size_t t = 0;
+    for (; t + NS <= strips_n; t += NS) {
+      const std::size_t j = t * kvq::kStrip;
+      score_tile<C, MR, NS>(d, q, ldq, strips + t * sb, sb, n - j, alpha, s + j, lds);
+    }
+    for (; t < strips_n; ++t) {
+      const std::size_t j = t * kvq::kStrip;
+      score_tile<C, MR, 1>(d, q, ldq, strips + t * sb, sb, n - j, alpha, s + j, lds);
+    }
+  }
+
+  template <Code C, std::size_t MR = kMr>
+  static void score_dispatch(std::size_t mr, std::size_t d, const float* q, std::size_t ldq,
+                             const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                             std::size_t lds) noexcept {
+    if constexpr (MR > 1) {
+      if (mr < MR) return score_dispatch<C, MR - 1>(mr, d, q, ldq, strips, n, alpha, s, lds);
+    }
+    score_rows<C, MR>(d, q, ldq, strips, n, alpha, s, lds);
+  }
+
+  template <Code C>
+  static void scores(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                     const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                     std::size_t lds) noexcept {
+    for (std::size_t r0 = 0; r0 < rows; r0 += kMr) {
+      score_dispatch<C>(std::min(kMr, rows - r0), d, q + r0 * ldq, ldq, strips, n, alpha,
+                        s + r0 * lds, lds);
+    }
+  }
+
+  // P·V of MR rows over NG groups of channels from group g0.
+  template <Code C, std::size_t MR, std::size_t NG>
+  static void value_tile(std::size_t d, std::size_t g0, const float* p, std::size_t ldp,
+                         const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                         std::size_t ldo) noexcept {
+    const std::size_t G = kvq::groups(d), rb = kvq::value_row_bytes(d);
+    V acc[MR][NG * GV];
+    for (auto& row : acc) {
+      for (V& a : row) a = L::splat(0.0f);
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint8_t* row = rows_v + j * rb;
+      for (std::size_t g = 0; g < NG; ++g) {
+        std::uint16_t bits;
+        std::memcpy(&bits, row + 2 * (g0 + g), sizeof bits);
+        const V sc = L::splat(kvq::bf16_value(bits));
+        const std::uint8_t* codes = row + 2 * G + (g0 + g) * kvq::kGroup;
+        for (std::size_t h = 0; h < GV; h += VPS) {
+          V v[VPS];
+          widen<C>(codes + h * W, v);
+          for (std::size_t u = 0; u < VPS; ++u) {
+            v[u] = v[u] * sc;
+            for (std::size_t r = 0; r < MR; ++r) {
+              acc[r][g * GV + h + u] =
+                  L::fma(L::splat(p[r * ldp + j]), v[u], acc[r][g * GV + h + u]);
+            }
+          }
+        }
+      }
+    }
+    const V b = L::splat(beta);
+    for (std::size_t r = 0; r < MR; ++r) {
+      for (std::size_t i = 0; i < NG * GV; ++i) {
+        const std::size_t c = g0 * kvq::kGroup + i * W;
+        if (c >= d) break;
+        const std::size_t lanes = std::min(W, d - c);
+        float* out = o + r * ldo + c;
+        L::store_n(out, beta == 0.0f ? acc[r][i] : L::fma(b, L::load_n(out, lanes), acc[r][i]),
+                   lanes);
+      }
+    }
+  }
+
+  template <Code C, std::size_t MR>
+  static void value_rows(std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* rows_v,
+                         std::size_t n, float beta, float* o, std::size_t ldo) noexcept {
+    constexpr std::size_t NG = groups_for(MR);
+    const std::size_t G = kvq::groups(d);
+    std::size_t g = 0;
+    for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+    for (; g < G; ++g) value_tile<C, MR, 1>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+  }
+
+  template <Code C, std::size_t MR = kMrV>
+  static void value_dispatch(std::size_t mr, std::size_t d, const float* p, std::size_t ldp,
+                             const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                             std::size_t ldo) noexcept {
+    if constexpr (MR > 1) {
+      if (mr < MR) return value_dispatch<C, MR - 1>(mr, d, p, ldp, rows_v, n, beta, o, ldo);
+    }
+    value_rows<C, MR>(d, p, ldp, rows_v, n, beta, o, ldo);
+  }
+
+  template <Code C>
+  static void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
+                     const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                     std::size_t ldo) noexcept {
+    for (std::size_t r0 = 0; r0 < rows; r0 += kMrV) {
+      value_dispatch<C>(std::min(kMrV, rows - r0), d, p + r0 * ldp, ldp, rows_v, n, beta,
+                        o + r0 * ldo, ldo);
+    }
+  }
+
+  static constexpr KvQuantKernels table() {
+    return {{&scores<Code::int8>, &scores<Code::e4m3>}, {&values<Code::int8>, &values<Code::e4m3>}};
+  }
+};
+
+}  // namespace mha::detail

@@ -1,0 +1,287 @@
+// The quantized-KV formats and kernels (lib/kvquant): the codecs against
+// brute force, and each ISA's products (the one MHA_ISA selects) bit for bit
+// against the scalar emulation, and within fp32 rounding of a double
+// reference, on edge shapes and extreme values.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mha/isa.hpp>
+#include <random>
+#include <vector>
+
+#include "kvquant/format.hpp"
+#include "kvquant/kernels.hpp"
+
+namespace {
+
+namespace kvq = mha::detail::kvq;
+using kvq::Code;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+const mha::detail::KvQuantKernels& kernels() {
+  return mha::detail::kv_quant_kernels(mha::current_isa());
+}
+
+std::uint32_t bits(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+// The smallest bf16 >= s > 0.
+double bf16_up(double s) {
+  float f = static_cast<float>(s);
+  if (f < s) f = std::nextafter(f, FLT_MAX);
+  std::uint32_t b = bits(f);
+  if ((b & 0xFFFF) != 0) b = (b & 0xFFFF0000u) + 0x10000u;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// Every finite E4M3 value, by code 0x00..0x7E (positive).
+std::vector<double> e4m3_values() {
+  std::vector<double> v;
+  for (int c = 0; c <= 0x7E; ++c) {
+    const int e = c >> 3, m = c & 7;
+    v.push_back(e == 0 ? m * 0x1p-9 : std::ldexp(1.0 + m / 8.0, e - 7));
+  }
+  return v;
+}
+
+// The nearest E4M3 code to y >= 0, ties to the even code, saturating.
+int nearest_e4m3(double y, const std::vector<double>& v) {
+  int best = 0;
+  for (int c = 1; c < static_cast<int>(v.size()); ++c) {
+    const double db = std::fabs(v[best] - y), dc = std::fabs(v[c] - y);
+    if (dc < db || (dc == db && c % 2 == 0)) best = c;
+  }
+  return best;
+}
+
+// A head-block of n keys of dimension d, from key and value rows (ld d).
+struct Block {
+  std::vector<std::uint8_t> k, v;
+  Block(Code c, std::size_t d, std::size_t n, const std::vector<float>& keys,
+        const std::vector<float>& values)
+      : k((n + kvq::kStrip - 1) / kvq::kStrip * kvq::key_strip_bytes(d) + 64, 0xCD),
+        v(n * kvq::value_row_bytes(d) + 64, 0xCD) {
+    for (std::size_t j = 0; j < n; ++j) {
+      kvq::put_key(c, d, k.data(), v.data(), j, &keys[j * d], &values[j * d]);
+    }
+  }
+};
+
+std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& f : x) f = dist(rng);
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("kv quant: E4M3 codes are the nearest value, ties to even, saturating", "[kv_quant]") {
+  const std::vector<double> v = e4m3_values();
+  for (int c = 0; c <= 0x7E; ++c) {
+    CHECK(kvq::code_value(Code::e4m3, static_cast<std::uint8_t>(c)) == static_cast<float>(v[c]));
+    CHECK(kvq::code_value(Code::e4m3, static_cast<std::uint8_t>(c | 0x80)) ==
+          -static_cast<float>(v[c]));
+    CHECK(kvq::e4m3_code(v[c]) == c);
+    if (c < 0x7E) {  // the midpoint to the next value: ties to even
+      const double mid = (v[c] + v[c + 1]) / 2;
+      CHECK(kvq::e4m3_code(mid) == (c % 2 == 0 ? c : c + 1));
+      CHECK(kvq::e4m3_code(-mid) == (0x80 | (c % 2 == 0 ? c : c + 1)));
+    }
+  }
+  CHECK(kvq::e4m3_code(448.0) == 0x7E);
+  CHECK(kvq::e4m3_code(1e30) == 0x7E);
+  CHECK(kvq::e4m3_code(-1e30) == 0xFE);
+  CHECK(kvq::e4m3_code(-0.0) == 0x80);
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> expo(-12.0, 9.0);
+  for (int i = 0; i < 20000; ++i) {
+    const double y = std::exp2(expo(rng));
+    REQUIRE(kvq::e4m3_code(y) == nearest_e4m3(y, v));
+  }
+  for (int c = 0; c < 256; ++c) {
+    CHECK(kvq::code_value(Code::int8, static_cast<std::uint8_t>(c)) ==
+          static_cast<float>(static_cast<std::int8_t>(c)));
+  }
+}
+
+TEST_CASE("kv quant: a group's scale covers its largest value, and rounding is nearest",
+          "[kv_quant]") {
+  std::mt19937_64 rng(2);
+  for (Code c : {Code::int8, Code::e4m3}) {
+    const float qmax = kvq::code_max(c);
+    for (int trial = 0; trial < 2000; ++trial) {
+      const std::size_t n = 1 + trial % 32;
+      std::vector<float> x = random_floats(n, rng, std::ldexp(1.0f, trial % 200 - 100));
+      if (trial % 7 == 0) x[trial % n] *= 1000.0f;
+      std::uint8_t codes[32];
+      const std::uint16_t sb = kvq::quantize_group(c, x.data(), n, codes);
+      const double scale = kvq::bf16_value(sb);
+      double amax = 0;
+      for (float f : x) amax = std::max(amax, std::fabs(static_cast<double>(f)));
+      REQUIRE((scale == 0 || (bits(static_cast<float>(scale)) & 0xFFFF) == 0));
+      // E4M3: max|x| / 448 rounded up to bf16. int8: within the searched
+      // range (bf16 steps are at most 2^-7 relative), and no worse than the
+      // rounded-up scale.
+      if (c == Code::e4m3) {
+        REQUIRE(scale * qmax >= amax);
+        REQUIRE(scale * qmax <= amax * (1 + 0x1p-7));
+      } else {
+        REQUIRE(scale * 128 * (1 + 0x1p-7) >= amax);
+        REQUIRE(scale * 127 <= amax * (1 + 0x1p-7) * (1 + 6 * 0x1p-7));
+        double sse = 0, sse_up = 0;
+        const double up = bf16_up(amax / 127);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double e = kvq::code_value(c, codes[i]) * scale - x[i];
+          sse += e * e;
+          const double eu = std::nearbyint(x[i] / up) * up - x[i];
+          sse_up += eu * eu;
+        }
+        REQUIRE(sse <= sse_up * (1 + 1e-9) + 1e-300);
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const double y = x[i] / scale;
+        const double back = kvq::code_value(c, codes[i]);
+        if (c == Code::int8) {
+          REQUIRE(back == std::nearbyint(std::clamp(y, -127.0, 127.0)));
+        } else {
+          REQUIRE(codes[i] == ((y < 0 || std::signbit(y) ? 0x80 : 0) |
+                               nearest_e4m3(std::fabs(y), e4m3_values())));
+        }
+      }
+    }
+    // Zeros: a zero scale and zero codes. Non-finite: a NaN scale.
+    std::vector<float> z(32, 0.0f);
+    std::uint8_t codes[32];
+    CHECK(kvq::quantize_group(c, z.data(), 32, codes) == 0);
+    CHECK(std::all_of(codes, codes + 32, [](std::uint8_t b) { return b == 0; }));
+    for (float bad : {kNaN, kInf, -kInf}) {
+      z[5] = bad;
+      CHECK(std::isnan(kvq::bf16_value(kvq::quantize_group(c, z.data(), 32, codes))));
+    }
+    // The largest floats: the scale rounds down rather than overflow.
+    std::vector<float> big(4, FLT_MAX);
+    big[1] = -FLT_MAX;
+    const float s = kvq::bf16_value(kvq::quantize_group(c, big.data(), 4, codes));
+    CHECK(std::isfinite(s));
+    CHECK(std::isfinite(kvq::code_value(c, codes[0]) * s));
+    CHECK(kvq::code_value(c, codes[1]) * s == -kvq::code_value(c, codes[0]) * s);
+  }
+}
+
+TEST_CASE("kv quant: each ISA's products are the emulation's bits", "[kv_quant]") {
+  std::mt19937_64 rng(3);
+  const std::size_t dims[] = {1, 3, 16, 31, 32, 33, 64, 80, 128, 130};
+  const std::size_t lens[] = {1, 2, 15, 16, 17, 33, 64, 100, 256, 300};
+  int trial = 0;
+  for (Code c : {Code::int8, Code::e4m3}) {
+    const auto ci = static_cast<std::size_t>(c);
+    for (std::size_t d : dims) {
+      for (std::size_t n : lens) {
+        ++trial;
+        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 13;
+        CAPTURE(static_cast<int>(c), d, n, rows);
+        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+        // Extremes: one channel 1000x the others, zeros, and a rare NaN or
+        // infinity in a key or value group.
+        for (std::size_t j = 0; j < n; ++j) keys[j * d + (d - 1) / 2] *= 1000.0f;
+        if (trial % 5 == 0) std::fill_n(values.begin(), d, 0.0f);
+        if (trial % 11 == 0) keys[(n / 2) * d] = kNaN;
+        if (trial % 13 == 0) values[(n - 1) * d + d - 1] = kInf;
+        const Block b(c, d, n, keys, values);
+        // Odd strides and an unaligned start.
+        const std::size_t ldq = d + 3, lds = n + 5, ldp = n + 1, ldo = d + 7;
+        std::vector<float> qbuf(rows * ldq + 1), pbuf(rows * ldp + 1);
+        std::vector<float> q0 = random_floats(qbuf.size(), rng);
+        std::copy(q0.begin(), q0.end(), qbuf.begin());
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        for (float& f : pbuf) f = u(rng);
+        const float* q = qbuf.data() + 1;
+        const float* p = pbuf.data() + 1;
+        std::vector<float> s(rows * lds + 1, 7.0f), s_ref(s);
+        kernels().scores[ci](rows, d, q, ldq, b.k.data(), n, 0.125f, s.data() + 1, lds);
+        kvq::scores_emulated(c, rows, d, q, ldq, b.k.data(), n, 0.125f, s_ref.data() + 1, lds);
+        for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          std::vector<float> o(rows * ldo + 1, beta == 0.0f ? kNaN : 2.0f), o_ref(o);
+          kernels().values[ci](rows, d, p, ldp, b.v.data(), n, beta, o.data() + 1, ldo);
+          kvq::values_emulated(c, rows, d, p, ldp, b.v.data(), n, beta, o_ref.data() + 1, ldo);
+          for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
+        }
+      }
+    }
+  }
+}
+
+// Against double sums of the dequantized values: each score is a chain of d
+// fp32 FMAs, so |error| <= d·2^-24·Σ|q·k| (the standard bound for recursive
+// summation, gamma_d, with one rounding per step); likewise P·V over n keys.
+// The stored values themselves are checked against the inputs above.
+TEST_CASE("kv quant: products are within fp32 rounding of double ones", "[kv_quant]") {
+  std::mt19937_64 rng(4);
+  for (Code c : {Code::int8, Code::e4m3}) {
+    const auto ci = static_cast<std::size_t>(c);
+    for (std::size_t d : {5, 64, 96}) {
+      const std::size_t n = 70, rows = 9;
+      const std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+      const Block b(c, d, n, keys, values);
+      std::vector<float> kd(n * d), vd(n * d);
+      for (std::size_t j = 0; j < n; ++j) {
+        kvq::get_key(c, d, b.k.data(), b.v.data(), j, &kd[j * d], &vd[j * d]);
+      }
+      const std::vector<float> q = random_floats(rows * d, rng);
+      std::vector<float> p(rows * n);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (float& f : p) f = u(rng);
+      std::vector<float> s(rows * n), o(rows * d);
+      kernels().scores[ci](rows, d, q.data(), d, b.k.data(), n, 1.0f, s.data(), n);
+      kernels().values[ci](rows, d, p.data(), n, b.v.data(), n, 0.0f, o.data(), d);
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t j = 0; j < n; ++j) {
+          double exact = 0, mag = 0;
+          for (std::size_t i = 0; i < d; ++i) {
+            exact += static_cast<double>(q[r * d + i]) * kd[j * d + i];
+            mag += std::fabs(static_cast<double>(q[r * d + i]) * kd[j * d + i]);
+          }
+          REQUIRE(std::fabs(s[r * n + j] - exact) <= static_cast<double>(d) * 0x1p-24 * mag);
+        }
+        for (std::size_t i = 0; i < d; ++i) {
+          double exact = 0, mag = 0;
+          for (std::size_t j = 0; j < n; ++j) {
+            exact += static_cast<double>(p[r * n + j]) * vd[j * d + i];
+            mag += std::fabs(static_cast<double>(p[r * n + j]) * vd[j * d + i]);
+          }
+          REQUIRE(std::fabs(o[r * d + i] - exact) <= static_cast<double>(n) * 0x1p-24 * mag);
+        }
+      }
+      // The stored values: int8 within a step of max|x| / 127 (half a step,
+      // or the saturation of the top value under a smaller scale), E4M3
+      // within half a unit of its 3-bit mantissa (2^-4 relative) or half its
+      // subnormal step.
+      for (std::size_t j = 0; j < n; ++j) {
+        for (std::size_t i = 0; i < d; ++i) {
+          double amax = 0;
+          const std::size_t g0 = i / kvq::kGroup * kvq::kGroup;
+          for (std::size_t t = g0; t < std::min(d, g0 + kvq::kGroup); ++t) {
+            amax = std::max(amax, std::fabs(static_cast<double>(keys[j * d + t])));
+          }
+          const double scale = amax / kvq::code_max(c) * (1 + 0x1p-7);
+          const double err = std::fabs(kd[j * d + i] - static_cast<double>(keys[j * d + i]));
+          const double bound = c == Code::int8
+                                   ? scale
+                                   : std::max(std::fabs(keys[j * d + i]) * 0x1p-4, scale * 0x1p-10);
+          REQUIRE(err <= bound);
+        }
+      }
+    }
+  }
+}
