@@ -171,6 +171,18 @@ AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
 }
 
 void AttentionEngine::run(const Call& c) const {
+  // A failure anywhere, the scratch included, leaves the store as it was
+  // (a paged step has reserved its blocks before this call).
+  try {
+    run_stored(c);
+  } catch (...) {
+    c.store->rollback(c.seqs);
+    throw;
+  }
+  c.store->commit(c.seqs);
+}
+
+void AttentionEngine::run_stored(const Call& c) const {
   const AttentionShape& s = shape_;
   const SeqSpans& seqs = c.seqs;
   const std::size_t E = s.embed_dim, H = s.num_heads, q_rows = c.q_rows();
@@ -203,48 +215,42 @@ void AttentionEngine::run(const Call& c) const {
     proj_->finish_rotated(p, q_rows, c.kv_rows());
   }
   const mha_mask* mask = c.mask;
-  try {
-    // K and V stored once per (sequence, kv head) and shared by every query
-    // head of the group (GQA without copies).
-    c.store->append(seqs, c.key_start, p.k, p.v, p.ldkv, packed, c.arrays.views);
-    for (std::size_t i = 0; i < seqs.num; ++i) {
-      const std::size_t q_len = seqs.q_len(i), kv_len = seqs.kv_len(i);
-      CoreSeq& seq = c.arrays.seqs[i];
-      seq = CoreSeq{};
-      seq.q = p.q + seqs.q_start[i] * p.ldq;
-      seq.out = merged + seqs.q_start[i] * E;
-      seq.q_len = q_len;
-      seq.kv = c.arrays.views[i];
-      if (mask != nullptr && mask->key_padding != nullptr) {
-        seq.padding = mask->key_padding + i * kv_len;
-      }
-      if (mask != nullptr && mask->additive != nullptr) {
-        const std::size_t plane = q_len * kv_len;
-        seq.additive = mask->additive + (mask->additive_per_head ? i * H * plane : 0);
-        seq.additive_head_stride = mask->additive_per_head ? plane : 0;
-      }
-      if (c.mods.lse != nullptr) seq.lse = c.mods.lse + seqs.q_start[i] * H;
-      if (c.attn_weights != nullptr) {
-        seq.weights = c.attn_weights + i * (c.average_weights ? 1 : H) * q_len * kv_len;
-      }
+  // K and V stored once per (sequence, kv head) and shared by every query
+  // head of the group (GQA without copies).
+  c.store->append(seqs, c.key_start, p.k, p.v, p.ldkv, packed, c.arrays.views);
+  for (std::size_t i = 0; i < seqs.num; ++i) {
+    const std::size_t q_len = seqs.q_len(i), kv_len = seqs.kv_len(i);
+    CoreSeq& seq = c.arrays.seqs[i];
+    seq = CoreSeq{};
+    seq.q = p.q + seqs.q_start[i] * p.ldq;
+    seq.out = merged + seqs.q_start[i] * E;
+    seq.q_len = q_len;
+    seq.kv = c.arrays.views[i];
+    if (mask != nullptr && mask->key_padding != nullptr) {
+      seq.padding = mask->key_padding + i * kv_len;
     }
-    CoreCall call;
-    call.seqs = c.arrays.seqs;
-    call.num = seqs.num;
-    call.ldq = p.ldq;
-    call.ldo = E;
-    call.causal = c.causal;
-    call.mods = c.mods;
-    // run_core writes the weights; the output projection must not then fail
-    // for want of this thread's scratch (a call changes nothing or succeeds).
-    if (c.attn_weights != nullptr) proj_->reserve_out(q_rows);
-    run_core(c.store->type(), softmax(), s, f.plan, call, core_ws);
-    proj_->project_out(q_rows, merged, c.out);
-  } catch (...) {
-    c.store->rollback(seqs);
-    throw;
+    if (mask != nullptr && mask->additive != nullptr) {
+      const std::size_t plane = q_len * kv_len;
+      seq.additive = mask->additive + (mask->additive_per_head ? i * H * plane : 0);
+      seq.additive_head_stride = mask->additive_per_head ? plane : 0;
+    }
+    if (c.mods.lse != nullptr) seq.lse = c.mods.lse + seqs.q_start[i] * H;
+    if (c.attn_weights != nullptr) {
+      seq.weights = c.attn_weights + i * (c.average_weights ? 1 : H) * q_len * kv_len;
+    }
   }
-  c.store->commit(seqs);
+  CoreCall call;
+  call.seqs = c.arrays.seqs;
+  call.num = seqs.num;
+  call.ldq = p.ldq;
+  call.ldo = E;
+  call.causal = c.causal;
+  call.mods = c.mods;
+  // run_core writes the weights; the output projection must not then fail
+  // for want of this thread's scratch (a call changes nothing or succeeds).
+  if (c.attn_weights != nullptr) proj_->reserve_out(q_rows);
+  run_core(c.store->type(), softmax(), s, f.plan, call, core_ws);
+  proj_->project_out(q_rows, merged, c.out);
 }
 
 namespace {

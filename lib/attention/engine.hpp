@@ -195,7 +195,9 @@ class AttentionEngine {
   struct Call;
   struct Layout;
   Layout layout(const Call& c) const;
+  // Runs the call, then commits its store, or rolls it back and rethrows.
   void run(const Call& c) const;
+  void run_stored(const Call& c) const;
   Call forward_call(const ForwardArgs& a, KvStore& store) const;
 
   Isa isa_;

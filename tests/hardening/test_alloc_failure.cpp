@@ -249,6 +249,112 @@ struct Scenario {
 template <class T>
 T* const kNoHandle = reinterpret_cast<T*>(std::uintptr_t{0x1234});
 
+// A KV cache's operations on s's object: create, steps, truncate; a cache
+// of `dtype` (MHA_KV_DEFAULT: mha_kv_cache_create, else the _ex creator),
+// and for a quantized dtype the paged cache's create and step too.
+void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
+  constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L;
+  const auto reset_out = [&] { s.out = sentinel(s.out.size()); };
+  const mha_kv_cache_options options{sizeof(mha_kv_cache_options), dtype};
+  const std::string name = dtype == MHA_KV_DEFAULT ? "" : ", dtype " + std::to_string(dtype);
+  const auto create = [&](mha_kv_cache** out) {
+    return dtype == MHA_KV_DEFAULT ? mha_kv_cache_create(s.attn, B, L, out)
+                                   : mha_kv_cache_create_ex(s.attn, B, L, &options, out);
+  };
+  mha_kv_cache* cache_made = kNoHandle<mha_kv_cache>;
+  run_injection(
+      {"KV cache create" + name, [&] { cache_made = kNoHandle<mha_kv_cache>; },
+       [&] {
+         const mha_status st = create(&cache_made);
+         if (st == MHA_OK) {
+           mha_kv_cache_destroy(cache_made);
+           cache_made = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{cache_made == kNoHandle<mha_kv_cache> ? 1.f : 0.f}; }},
+      four_threads);
+
+  // Steps on a cache holding a 40-token prefix (the prepare step rebuilds it
+  // with truncate and a prefill, so every attempt starts from the same cache).
+  mha_kv_cache* cache = nullptr;
+  REQUIRE(create(&cache) == MHA_OK);
+  constexpr std::size_t kPrefix = 40, kChunk = 24;
+  std::vector<float> prefix = random_vector(B * kPrefix * E, 8),
+                     chunk = random_vector(B * kChunk * E, 9);
+  std::vector<float> scratch_out(B * kPrefix * E);
+  const auto with_prefix = [&] {
+    REQUIRE(mha_kv_cache_truncate(cache, 0) == MHA_OK);
+    REQUIRE(mha_attention_step(s.attn, cache, kPrefix, prefix.data(), prefix.data(), prefix.data(),
+                               scratch_out.data()) == MHA_OK);
+    reset_out();
+  };
+  const auto step_state = [&] {
+    std::vector<float> v(s.out.begin(), s.out.begin() + B * kChunk * E);
+    v.push_back(static_cast<float>(mha_kv_cache_length(cache)));
+    return v;
+  };
+  for (std::size_t n_new : {std::size_t{1}, kChunk}) {
+    run_injection({"KV step of " + std::to_string(n_new) + name, with_prefix,
+                   [&] {
+                     return mha_attention_step(s.attn, cache, n_new, chunk.data(), chunk.data(),
+                                               chunk.data(), s.out.data());
+                   },
+                   step_state},
+                  four_threads);
+  }
+  run_injection({"KV truncate" + name, with_prefix,
+                 [&] { return mha_kv_cache_truncate(cache, 17); }, step_state, false},
+                four_threads);
+  mha_kv_cache_destroy(cache);
+  if (dtype == MHA_KV_DEFAULT) return;
+
+  mha_paged_kv_cache* paged_made = kNoHandle<mha_paged_kv_cache>;
+  run_injection(
+      {"paged cache create" + name, [&] { paged_made = kNoHandle<mha_paged_kv_cache>; },
+       [&] {
+         const mha_status st =
+             mha_kv_cache_create_paged_ex(s.attn, 3, 32, 8, &options, &paged_made);
+         if (st == MHA_OK) {
+           mha_paged_kv_cache_destroy(paged_made);
+           paged_made = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{paged_made == kNoHandle<mha_paged_kv_cache> ? 1.f : 0.f}; }},
+      four_threads);
+  // Two slots: one prefilled with 40 tokens decodes one, the other takes a
+  // prefill of 24 (from empty, each attempt).
+  mha_paged_kv_cache* paged = nullptr;
+  REQUIRE(mha_kv_cache_create_paged_ex(s.attn, 3, 32, 8, &options, &paged) == MHA_OK);
+  const std::size_t slots[] = {2, 0}, q_start[] = {0, 1, 25};
+  std::vector<float> pre = random_vector(40 * E, 20), rows = random_vector(25 * E, 21);
+  std::vector<float> pre_out(40 * E);
+  const std::size_t one = 2, one_q[] = {0, 40};
+  const auto prepared = [&] {
+    REQUIRE(mha_kv_cache_reset_slot(paged, 0) == MHA_OK);
+    REQUIRE(mha_kv_cache_reset_slot(paged, 2) == MHA_OK);
+    REQUIRE(mha_attention_step_ragged(s.attn, paged, 1, &one, one_q, pre.data(), pre.data(),
+                                      pre.data(), pre_out.data()) == MHA_OK);
+    reset_out();
+  };
+  const auto paged_state = [&] {
+    std::vector<float> v(s.out.begin(), s.out.begin() + 25 * E);
+    v.push_back(static_cast<float>(mha_kv_cache_slot_length(paged, 0)));
+    v.push_back(static_cast<float>(mha_kv_cache_slot_length(paged, 2)));
+    v.push_back(static_cast<float>(mha_kv_cache_free_blocks(paged)));
+    return v;
+  };
+  run_injection({"paged step" + name, prepared,
+                 [&] {
+                   return mha_attention_step_ragged(s.attn, paged, 2, slots, q_start, rows.data(),
+                                                    rows.data(), rows.data(), s.out.data());
+                 },
+                 paged_state},
+                four_threads);
+  mha_paged_kv_cache_destroy(paged);
+}
+
 // The attention object's operations, computing in `compute`.
 void run_attention(bool four_threads, mha_dtype compute) {
   Scenario s(compute);
@@ -305,52 +411,7 @@ void run_attention(bool four_threads, mha_dtype compute) {
                  outputs},
                 four_threads);
 
-  mha_kv_cache* cache_made = kNoHandle<mha_kv_cache>;
-  run_injection(
-      {"KV cache create", [&] { cache_made = kNoHandle<mha_kv_cache>; },
-       [&] {
-         const mha_status st = mha_kv_cache_create(s.attn, B, L, &cache_made);
-         if (st == MHA_OK) {
-           mha_kv_cache_destroy(cache_made);
-           cache_made = nullptr;
-         }
-         return st;
-       },
-       [&] { return std::vector<float>{cache_made == kNoHandle<mha_kv_cache> ? 1.f : 0.f}; }},
-      four_threads);
-
-  // Steps on a cache holding a 40-token prefix (the prepare step rebuilds it
-  // with truncate and a prefill, so every attempt starts from the same cache).
-  mha_kv_cache* cache = nullptr;
-  REQUIRE(mha_kv_cache_create(s.attn, B, L, &cache) == MHA_OK);
-  constexpr std::size_t kPrefix = 40, kChunk = 24;
-  std::vector<float> prefix = random_vector(B * kPrefix * E, 8),
-                     chunk = random_vector(B * kChunk * E, 9);
-  std::vector<float> scratch_out(B * kPrefix * E);
-  const auto with_prefix = [&] {
-    REQUIRE(mha_kv_cache_truncate(cache, 0) == MHA_OK);
-    REQUIRE(mha_attention_step(s.attn, cache, kPrefix, prefix.data(), prefix.data(), prefix.data(),
-                               scratch_out.data()) == MHA_OK);
-    reset_out();
-  };
-  const auto step_state = [&] {
-    std::vector<float> v(s.out.begin(), s.out.begin() + B * kChunk * E);
-    v.push_back(static_cast<float>(mha_kv_cache_length(cache)));
-    return v;
-  };
-  for (std::size_t n_new : {std::size_t{1}, kChunk}) {
-    run_injection({"KV step of " + std::to_string(n_new), with_prefix,
-                   [&] {
-                     return mha_attention_step(s.attn, cache, n_new, chunk.data(), chunk.data(),
-                                               chunk.data(), s.out.data());
-                   },
-                   step_state},
-                  four_threads);
-  }
-  run_injection({"KV truncate", with_prefix, [&] { return mha_kv_cache_truncate(cache, 17); },
-                 step_state, false},
-                four_threads);
-  mha_kv_cache_destroy(cache);
+  run_cache(s, four_threads, MHA_KV_DEFAULT);
 }
 
 void run_all(bool four_threads) {
@@ -472,6 +533,22 @@ TEST_CASE("allocation failures in a task_arena(4): out of memory, nothing change
     return;
   }
   run_all(true);
+}
+
+TEST_CASE("allocation failures, quantized KV caches: out of memory, nothing changed, retry exact",
+          "[hardening][oom][kv_quant]") {
+  for (bool four_threads : {false, true}) {
+    if (four_threads && !mha::test::threads_allowed()) {
+      WARN("skipped in a task_arena(4): no second thread may be started here");
+      break;
+    }
+    mha_set_num_threads(four_threads ? 0 : 1);
+    for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+      Scenario s(compute);
+      for (mha_kv_dtype dtype : {MHA_KV_INT8, MHA_KV_FP8_E4M3}) run_cache(s, four_threads, dtype);
+    }
+  }
+  mha_set_num_threads(0);
 }
 
 TEST_CASE("allocation failures, bf16: out of memory, nothing changed, retry exact",
