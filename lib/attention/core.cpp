@@ -72,28 +72,39 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
       a.attend_materialized(h, q0, q1, p, kv_len, a.out_rows(h, q0), call.ldo, ts);
       return;
     }
-    // A split sequence's tasks per (head, query block): groups of its chunks.
+    // A split sequence's tasks per (heads, query block): groups of its chunks.
     const std::size_t chunks = plan.chunks_of[i];
     const std::size_t groups =
-        (plan.task_begin[i + 1] - plan.task_begin[i]) / ((plan.average ? 1 : H) * q_blocks);
+        (plan.task_begin[i + 1] - plan.task_begin[i]) / (H / plan.bundle * q_blocks);
     const std::size_t g = local % groups, qb = (local / groups) % q_blocks;
-    const std::size_t h = local / (groups * q_blocks);
-    const std::size_t q0 = qb * bq, q1 = std::min(seq.q_len, q0 + bq);
+    const std::size_t q0 = qb * bq;
+    const RowBlock b{local / (groups * q_blocks) * plan.bundle, plan.bundle, q0,
+                     std::min(seq.q_len, q0 + bq)};
     if (chunks == 1) {
-      float* o = a.out_rows(h, q0);
-      a.attend_online(h, q0, q1, 0, kv_len, o, call.ldo, ts.m, ts.l, ts);
-      a.normalize(h, q0, q1 - q0, o, call.ldo, ts.m, ts.l);
+      float* o = a.out_rows(b.h0, q0);
+      a.attend_online(b, 0, kv_len, o, a.out_ld(b), ts.m, ts.l, ts);
+      a.normalize(b, o, a.out_ld(b), ts.m, ts.l);
       return;
     }
-    // Chunks [c0, c1) of the key grid, each into its own partial.
+    // Chunks [c0, c1) of the key grid, each into its own partial (a bundle's
+    // rows, of different heads, through the task's scratch).
     const std::size_t per = ceil_div(chunks, groups);
     const std::size_t c0 = g * per, c1 = std::min(chunks, c0 + per);
     const Partials parts = partials(i);
     for (std::size_t ch = c0; ch < c1; ++ch) {
       const std::size_t k0 = (plan.chunk0[i] + ch) * plan.chunk_keys;
       const std::size_t k1 = std::min(kv_len, k0 + plan.chunk_keys);
-      a.attend_online(h, q0, q1, k0, k1, parts.o(h, ch) + q0 * d, d, parts.m(h, ch) + q0,
-                      parts.l(h, ch) + q0, ts);
+      if (b.heads == 1) {
+        a.attend_online(b, k0, k1, parts.o(b.h0, ch) + q0 * d, d, parts.m(b.h0, ch) + q0,
+                        parts.l(b.h0, ch) + q0, ts);
+        continue;
+      }
+      a.attend_online(b, k0, k1, ts.co, d, ts.m, ts.l, ts);
+      for (std::size_t r = 0; r < b.heads; ++r) {
+        std::copy_n(ts.co + r * d, d, parts.o(b.h0 + r, ch) + q0 * d);
+        parts.m(b.h0 + r, ch)[q0] = ts.m[r];
+        parts.l(b.h0 + r, ch)[q0] = ts.l[r];
+      }
     }
   });
   if (plan.chunks == 1) return;

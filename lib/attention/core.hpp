@@ -77,6 +77,9 @@ struct CoreArrays {
 // are bit-identical however a call is split.
 struct CorePlan {
   std::size_t q_block = 0;     // query rows per task
+  // Query heads per task: every query head of a K/V head where each query is
+  // a decode row (q_len <= 1, no weights), so they read K and V once; else 1.
+  std::size_t bundle = 1;
   std::size_t key_tile = 0;    // keys per online-softmax step
   std::size_t chunk_keys = 0;  // keys per fold of the key grid (a multiple of key_tile)
   std::size_t chunks = 1;      // the most split chunks of any sequence (1: none split)

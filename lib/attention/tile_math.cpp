@@ -26,7 +26,7 @@ constexpr auto kRamp = [] {
 
 TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
                                float* base) {
-  const std::size_t bq = plan.q_block;
+  const std::size_t bq = plan.q_block * plan.bundle;  // rows per task
   TaskScratch t;
   t.s = base;
   t.m = t.s + round_up(bq * plan.s_cols, 16);
@@ -75,31 +75,31 @@ bool SeqAttention::tile_all_padded(std::size_t k0, std::size_t k1) const {
   return std::all_of(seq_.padding + k0, seq_.padding + k1, [](unsigned char x) { return x != 0; });
 }
 
-// S rows (scores of rows q0.. for keys k0..k0+n, ld ldsc) get, in the order
+// S rows (scores of b's rows for keys k0..k0+n, ld ldsc) get, in the order
 // of mha_mods: scale, soft-capping, ALiBi and the additive mask, then -inf
 // for causal-, window- and padding-masked keys (after the cap, so a masked
 // key stays -inf). Each modifier costs one test per row when off.
-void SeqAttention::mask_scores(std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0,
-                               std::size_t n, float* sc, std::size_t ldsc) const {
+void SeqAttention::mask_scores(const RowBlock& b, std::size_t k0, std::size_t n, float* sc,
+                               std::size_t ldsc) const {
   const unsigned char* pad = seq_.padding ? seq_.padding + k0 : nullptr;
-  const float* additive =
-      seq_.additive ? seq_.additive + h * seq_.additive_head_stride + q0 * kv_len_ + k0 : nullptr;
-  for (std::size_t r = 0; r < rows; ++r) {
+  for (std::size_t r = 0; r < b.rows(); ++r) {
+    const std::size_t h = b.head(r), i = b.query(r);
     float* row = sc + r * ldsc;
-    const float* add = additive ? additive + r * kv_len_ : nullptr;
+    const float* add =
+        seq_.additive ? seq_.additive + h * seq_.additive_head_stride + i * kv_len_ + k0 : nullptr;
     if (mods_.softcap != 0.f) {
       sm_.soft_cap(row, n, mods_.softcap);
       if (add) sm_.scale_add(row, add, row, n, 1.0f);
     } else if (add) {
       sm_.scale_add(row, add, row, n, scale_);
     }
-    if (mods_.alibi != nullptr) add_alibi(h, q0 + r, k0, row, n);
+    if (mods_.alibi != nullptr) add_alibi(h, i, k0, row, n);
     if (pad) {
       for (std::size_t j = 0; j < n; ++j) {
         if (pad[j]) row[j] = kNegInf;
       }
     }
-    const std::size_t end = visible_end(q0 + r), begin = visible_begin(q0 + r);
+    const std::size_t end = visible_end(i), begin = visible_begin(i);
     if (end < k0 + n) std::fill(row + (end > k0 ? end - k0 : 0), row + n, kNegInf);
     if (begin > k0) std::fill(row, row + std::min(n, begin - k0), kNegInf);
   }
@@ -127,10 +127,9 @@ float SeqAttention::gemm_alpha() const {
   return seq_.additive && mods_.softcap == 0.f ? 1.0f : scale_;
 }
 
-void SeqAttention::attend_chunk(std::size_t h, std::size_t q0, std::size_t rows, std::size_t c0,
-                                std::size_t c1, float* o, std::size_t ldo, float* m, float* l,
-                                const TaskScratch& t) const {
-  const std::size_t d = s_.head_dim, bk = plan_.key_tile, gh = h / group();
+void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o,
+                                std::size_t ldo, float* m, float* l, const TaskScratch& t) const {
+  const std::size_t d = s_.head_dim, bk = plan_.key_tile, gh = b.h0 / group(), rows = b.rows();
   for (std::size_t r = 0; r < rows; ++r) {
     m[r] = kNegInf;
     l[r] = 0.0f;
@@ -141,7 +140,7 @@ void SeqAttention::attend_chunk(std::size_t h, std::size_t q0, std::size_t rows,
     if (tile_all_padded(k0, k1)) continue;
     const KvTile tile = seq_.kv.tile(gh, k0, k1);
     kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
-    mask_scores(h, q0, rows, k0, n, t.s, bk);
+    mask_scores(b, k0, n, t.s, bk);
     for (std::size_t r = 0; r < rows; ++r) {
       OnlineRow st{m[r], l[r]};
       online_rescale(sm_, o + r * ldo, d, online_update(sm_, st, t.s + r * bk, n));
@@ -152,30 +151,29 @@ void SeqAttention::attend_chunk(std::size_t h, std::size_t q0, std::size_t rows,
   }
 }
 
-void SeqAttention::attend_online(std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
-                                 std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
-                                 const TaskScratch& t) const {
-  const std::size_t rows = q1 - q0, d = s_.head_dim, bk = plan_.key_tile;
+void SeqAttention::attend_online(const RowBlock& b, std::size_t kbeg, std::size_t kend, float* o,
+                                 std::size_t ldo, float* m, float* l, const TaskScratch& t) const {
+  const std::size_t rows = b.rows(), d = s_.head_dim, bk = plan_.key_tile;
   const std::size_t grid = plan_.chunk_keys;
   // Keys past the last row's causal limit are masked for every row: stop.
-  kend = std::min(kend, visible_end(q1 - 1));
+  kend = std::min(kend, visible_end(b.last_query()));
   // Keys before the first row's window are masked for every row: start at
   // the tile holding its first key (on the key grid's tiles).
-  kbeg = std::max(kbeg, visible_begin(q0) / bk * bk);
+  kbeg = std::max(kbeg, visible_begin(b.q0) / bk * bk);
   if (kbeg >= kend) {
-    attend_chunk(h, q0, rows, kbeg, kbeg, o, ldo, m, l, t);
+    attend_chunk(b, kbeg, kbeg, o, ldo, m, l, t);
     return;
   }
   // The query block is prepared once and multiplies every key tile.
-  kv_.prepare_queries(rows, d, q_rows(h, q0), call_.ldq, t.qbuf);
+  kv_.prepare_queries(rows, d, q_rows(b.h0, b.q0), b.heads > 1 ? d : call_.ldq, t.qbuf);
   // The first chunk straight into (o, m, l); each later one from a fresh
   // state, then folded in.
   for (std::size_t c0 = kbeg; c0 < kend;) {
     const std::size_t c1 = std::min(kend, (c0 / grid + 1) * grid);
     if (c0 == kbeg) {
-      attend_chunk(h, q0, rows, c0, c1, o, ldo, m, l, t);
+      attend_chunk(b, c0, c1, o, ldo, m, l, t);
     } else {
-      attend_chunk(h, q0, rows, c0, c1, t.co, d, t.cm, t.cl, t);
+      attend_chunk(b, c0, c1, t.co, d, t.cm, t.cl, t);
       fold_rows(rows, o, ldo, m, l, t);
     }
     c0 = c1;
@@ -209,13 +207,13 @@ void SeqAttention::fold_rows(std::size_t rows, float* o, std::size_t ldo, float*
   }
 }
 
-void SeqAttention::normalize(std::size_t h, std::size_t q0, std::size_t rows, float* o,
-                             std::size_t ldo, const float* m, const float* l) const {
-  for (std::size_t r = 0; r < rows; ++r) {
+void SeqAttention::normalize(const RowBlock& b, float* o, std::size_t ldo, const float* m,
+                             const float* l) const {
+  for (std::size_t r = 0; r < b.rows(); ++r) {
     OnlineRow st{m[r], l[r]};
-    join_sink(h, st, o + r * ldo, s_.head_dim);
+    join_sink(b.head(r), st, o + r * ldo, s_.head_dim);
     online_finalize(sm_, st, o + r * ldo, s_.head_dim);
-    store_lse(h, q0 + r, st);
+    store_lse(b.head(r), b.query(r), st);
   }
 }
 
@@ -246,7 +244,7 @@ void SeqAttention::attend_materialized(std::size_t h, std::size_t q0, std::size_
   const KvTile all = seq_.kv.tile(h / group(), 0, kv_len_);
   kv_.prepare_queries(rows, d, q_rows(h, q0), call_.ldq, t.qbuf);
   kv_.scores(rows, d, t.qbuf, all, gemm_alpha(), p, ldp);
-  mask_scores(h, q0, rows, 0, kv_len_, p, ldp);
+  mask_scores({h, 1, q0, q1}, 0, kv_len_, p, ldp);
   for (std::size_t r = 0; r < rows; ++r) {
     float* row = p + r * ldp;
     OnlineRow st;

@@ -26,23 +26,33 @@ struct TaskScratch {
                            float* base);
 };
 
+// A task's query rows: rows [q0, q1) of head h0 (heads == 1), or row q0 of
+// heads [h0, h0 + heads), the query heads of one K/V head at a decode
+// position, which then read K and V once for all of them (plan.bundle).
+struct RowBlock {
+  std::size_t h0 = 0, heads = 1, q0 = 0, q1 = 0;
+  std::size_t rows() const { return heads * (q1 - q0); }
+  std::size_t head(std::size_t r) const { return heads > 1 ? h0 + r : h0; }
+  std::size_t query(std::size_t r) const { return heads > 1 ? q0 : q0 + r; }
+  std::size_t last_query() const { return q1 - 1; }
+};
+
 // Everything a task of one sequence needs, resolved once per task.
 class SeqAttention {
  public:
   SeqAttention(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,
                const CorePlan& plan, const CoreCall& call, const CoreSeq& seq);
 
-  // Flash-style pass over keys [kbeg, kend) for query rows [q0, q1) of head
-  // h: o (ld ldo) gets the unnormalized sum of exp(s - m)·v, and (m, l) the
-  // rows' online-softmax state, folded chunk by chunk of the key grid. Rows
-  // that see no key keep m = -inf, l = 0, o = 0.
-  void attend_online(std::size_t h, std::size_t q0, std::size_t q1, std::size_t kbeg,
-                     std::size_t kend, float* o, std::size_t ldo, float* m, float* l,
-                     const TaskScratch& t) const;
-  // o rows /= l (with head h's sink joined): zero for rows that saw no key,
-  // NaN for poisoned ones; their log-sum-exp to lse if asked.
-  void normalize(std::size_t h, std::size_t q0, std::size_t rows, float* o, std::size_t ldo,
-                 const float* m, const float* l) const;
+  // Flash-style pass over keys [kbeg, kend) for the rows of b: o (ld ldo)
+  // gets the unnormalized sum of exp(s - m)·v, and (m, l) the rows'
+  // online-softmax state, folded chunk by chunk of the key grid. Rows that
+  // see no key keep m = -inf, l = 0, o = 0.
+  void attend_online(const RowBlock& b, std::size_t kbeg, std::size_t kend, float* o,
+                     std::size_t ldo, float* m, float* l, const TaskScratch& t) const;
+  // o rows /= l (with each row's head's sink joined): zero for rows that saw
+  // no key, NaN for poisoned ones; their log-sum-exp to lse if asked.
+  void normalize(const RowBlock& b, float* o, std::size_t ldo, const float* m,
+                 const float* l) const;
   // Weights requested: the rows of P (p, ld ldp) are computed whole (scores,
   // mask, softmax) and then multiplied by V into o. No second pass over K.
   void attend_materialized(std::size_t h, std::size_t q0, std::size_t q1, float* p, std::size_t ldp,
@@ -57,6 +67,8 @@ class SeqAttention {
   float* out_rows(std::size_t h, std::size_t q0) const {
     return seq_.out + q0 * call_.ldo + h * s_.head_dim;
   }
+  // The rows of b in the output (a bundle's heads are head_dim apart).
+  std::size_t out_ld(const RowBlock& b) const { return b.heads > 1 ? s_.head_dim : call_.ldo; }
   const CoreSeq& seq() const { return seq_; }
 
  private:
@@ -67,13 +79,13 @@ class SeqAttention {
   std::size_t visible_end(std::size_t i) const;
   std::size_t visible_begin(std::size_t i) const;
   bool tile_all_padded(std::size_t k0, std::size_t k1) const;
-  void mask_scores(std::size_t h, std::size_t q0, std::size_t rows, std::size_t k0, std::size_t n,
-                   float* sc, std::size_t ldsc) const;
+  void mask_scores(const RowBlock& b, std::size_t k0, std::size_t n, float* sc,
+                   std::size_t ldsc) const;
   void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
   float gemm_alpha() const;
   // One chunk of the key grid, keys [c0, c1), from a fresh state into (o, m, l).
-  void attend_chunk(std::size_t h, std::size_t q0, std::size_t rows, std::size_t c0, std::size_t c1,
-                    float* o, std::size_t ldo, float* m, float* l, const TaskScratch& t) const;
+  void attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o, std::size_t ldo,
+                    float* m, float* l, const TaskScratch& t) const;
   void fold_rows(std::size_t rows, float* o, std::size_t ldo, float* m, float* l,
                  const TaskScratch& t) const;
   void join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const;
