@@ -98,19 +98,19 @@ struct KvQuantImpl {
     }
   }
 
-  template <Code C, std::size_t MR>
-  static void score_rows(std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* strips,
-                         std::size_t n, float alpha, float* s, std::size_t lds) noexcept {
-    constexpr std::size_t NS = strips_for(MR);
+  // Strips [t0, ceil(n / 16)) in tiles of NS, the last of fewer.
+  template <Code C, std::size_t MR, std::size_t NS = strips_for(MR)>
+  static void score_rows(std::size_t d, std::size_t t0, const float* q, std::size_t ldq,
+                         const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                         std::size_t lds) noexcept {
     const std::size_t sb = kvq::key_strip_bytes(d), strips_n = (n + kvq::kStrip - 1) / kvq::kStrip;
-    std::size_t t = 0;
+    std::size_t t = t0;
     for (; t + NS <= strips_n; t += NS) {
       const std::size_t j = t * kvq::kStrip;
       score_tile<C, MR, NS>(d, q, ldq, strips + t * sb, sb, n - j, alpha, s + j, lds);
     }
-    for (; t < strips_n; ++t) {
-      const std::size_t j = t * kvq::kStrip;
-      score_tile<C, MR, 1>(d, q, ldq, strips + t * sb, sb, n - j, alpha, s + j, lds);
+    if constexpr (NS > 1) {
+      if (t < strips_n) score_rows<C, MR, NS - 1>(d, t, q, ldq, strips, n, alpha, s, lds);
     }
   }
 
@@ -121,7 +121,7 @@ struct KvQuantImpl {
     if constexpr (MR > 1) {
       if (mr < MR) return score_dispatch<C, MR - 1>(mr, d, q, ldq, strips, n, alpha, s, lds);
     }
-    score_rows<C, MR>(d, q, ldq, strips, n, alpha, s, lds);
+    score_rows<C, MR>(d, 0, q, ldq, strips, n, alpha, s, lds);
   }
 
   template <Code C>
@@ -177,14 +177,18 @@ struct KvQuantImpl {
     }
   }
 
-  template <Code C, std::size_t MR>
-  static void value_rows(std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* rows_v,
-                         std::size_t n, float beta, float* o, std::size_t ldo) noexcept {
-    constexpr std::size_t NG = groups_for(MR);
+  // Groups [g0, G) in tiles of NG, the last of fewer (every output vector
+  // is a dependency chain over the keys: a decode row needs them all).
+  template <Code C, std::size_t MR, std::size_t NG = groups_for(MR)>
+  static void value_rows(std::size_t d, std::size_t g0, const float* p, std::size_t ldp,
+                         const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                         std::size_t ldo) noexcept {
     const std::size_t G = kvq::groups(d);
-    std::size_t g = 0;
+    std::size_t g = g0;
     for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(d, g, p, ldp, rows_v, n, beta, o, ldo);
-    for (; g < G; ++g) value_tile<C, MR, 1>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+    if constexpr (NG > 1) {
+      if (g < G) value_rows<C, MR, NG - 1>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+    }
   }
 
   template <Code C, std::size_t MR = kMrV>
@@ -194,7 +198,7 @@ struct KvQuantImpl {
     if constexpr (MR > 1) {
       if (mr < MR) return value_dispatch<C, MR - 1>(mr, d, p, ldp, rows_v, n, beta, o, ldo);
     }
-    value_rows<C, MR>(d, p, ldp, rows_v, n, beta, o, ldo);
+    value_rows<C, MR>(d, 0, p, ldp, rows_v, n, beta, o, ldo);
   }
 
   template <Code C>
