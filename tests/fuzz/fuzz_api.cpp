@@ -709,6 +709,32 @@ void fuzz_forward(Decoder& d, const Model& m) {
   }
 }
 
+// A cache's options, from the input: NULL, each dtype, an unknown dtype or
+// a wrong struct_size (those two must fail); and the tolerance of its steps
+// against the unquantized reference (values in [-1, 1]: an int8 group's
+// step is at most 1/127 of its largest value, an E4M3 value within 2^-4 of
+// its input).
+struct KvOptions {
+  mha_kv_cache_options o{sizeof(mha_kv_cache_options), MHA_KV_DEFAULT};
+  bool null = true, valid = true;
+  const mha_kv_cache_options* get() const { return null ? nullptr : &o; }
+  double tol(const Model& m) const {
+    return o.dtype == MHA_KV_INT8       ? std::max(m.tol, 3e-2)
+           : o.dtype == MHA_KV_FP8_E4M3 ? std::max(m.tol, 1.5e-1)
+                                        : m.tol;
+  }
+};
+KvOptions decode_kv_options(Decoder& d) {
+  KvOptions k;
+  const int how = d.p.ConsumeIntegralInRange<int>(0, 7);
+  k.null = how == 0;
+  if (how >= 1 && how <= 3) k.o.dtype = static_cast<mha_kv_dtype>(how - 1);
+  if (how == 4) k.o.dtype = static_cast<mha_kv_dtype>(d.p.ConsumeIntegral<int>() | 4);
+  if (how == 5) k.o.struct_size = d.p.ConsumeIntegralInRange<std::size_t>(0, 64) | 1;
+  k.valid = how <= 3 || how >= 6;
+  return k;
+}
+
 void fuzz_cache(Decoder& d, const Model& m) {
   const std::size_t batch = d.dim(3), max_len = d.dim(12);
   auto* const sentinel = reinterpret_cast<mha_kv_cache*>(std::uintptr_t{0x5e7});
@@ -719,8 +745,13 @@ void fuzz_cache(Decoder& d, const Model& m) {
       product({batch, max_len, m.cfg.num_kv_heads ? m.cfg.num_kv_heads : m.cfg.num_heads,
                m.E / m.cfg.num_heads});
   if (kv == SIZE_MAX || kv > (std::size_t{1} << 40)) e = Expect::fail;
+  const KvOptions ko = decode_kv_options(d);
+  if (!ko.valid) e = Expect::fail;
+  const double tol = ko.tol(m);
   prime_error();
-  const mha_status st = mha_kv_cache_create(m.attn, batch, max_len, &cache);
+  const mha_status st = ko.null && d.coin()
+                            ? mha_kv_cache_create(m.attn, batch, max_len, &cache)
+                            : mha_kv_cache_create_ex(m.attn, batch, max_len, ko.get(), &cache);
   check_expectation(st, e, "mha_kv_cache_create");
   if (st != MHA_OK) {
     FUZZ_CHECK(cache == sentinel, "mha_kv_cache_create failed but wrote *out");
@@ -795,7 +826,7 @@ void fuzz_cache(Decoder& d, const Model& m) {
     const mha::test::ReferenceResult ref = mha::test::reference_attention(
         m.cfg, m.w.view(), batch, n_new, S, rq.data(), rk.data(), rv.data(), &causal, false, false);
     const double err = mha::test::scaled_error(out, ref.out);
-    FUZZ_CHECK(err <= m.tol, "step out error %.3g (batch %zu n_new %zu length %zu)", err, batch,
+    FUZZ_CHECK(err <= tol, "step out error %.3g (batch %zu n_new %zu length %zu)", err, batch,
                n_new, S);
   }
   mha_kv_cache_destroy(cache);
@@ -867,7 +898,7 @@ Mods decode_mods(Decoder& d, const Model& m) {
 // out is the output bias and lse the sink or -inf (mha.h).
 void check_sequence(const Model& m, const Mods& mods, bool causal, std::size_t q_len,
                     std::size_t kv_len, const float* q, const float* k, const float* v,
-                    const float* out, const float* lse, const char* call) {
+                    const float* out, const float* lse, const char* call, double tol) {
   const std::size_t E = m.E, H = m.cfg.num_heads;
   if (q_len == 0) return;
   const mha_weights w = m.w.view();
@@ -891,10 +922,10 @@ void check_sequence(const Model& m, const Mods& mods, bool causal, std::size_t q
   const mha::test::ReferenceResult ref = mha::test::reference_attention(
       m.cfg, w, 1, q_len, kv_len, q, k, v, nullptr, false, false, &mm);
   const double err = mha::test::scaled_error(std::vector<float>(out, out + q_len * E), ref.out);
-  FUZZ_CHECK(err <= m.tol, "%s out error %.3g (q_len %zu kv_len %zu)", call, err, q_len, kv_len);
+  FUZZ_CHECK(err <= tol, "%s out error %.3g (q_len %zu kv_len %zu)", call, err, q_len, kv_len);
   if (lse != nullptr) {
     const double lerr = mha::test::lse_error(std::vector<float>(lse, lse + q_len * H), ref.lse);
-    FUZZ_CHECK(lerr <= m.tol, "%s lse error %.3g", call, lerr);
+    FUZZ_CHECK(lerr <= tol, "%s lse error %.3g", call, lerr);
   }
 }
 
@@ -966,7 +997,7 @@ void fuzz_ragged(Decoder& d, const Model& m) {
                    q.data() + q_start[i] * m.E, k.data() + kv_start[i] * m.kdim,
                    v.data() + kv_start[i] * m.vdim, out.data() + q_start[i] * m.E,
                    mods.m.lse ? lse.data() + q_start[i] * H : nullptr,
-                   "mha_attention_forward_ragged");
+                   "mha_attention_forward_ragged", m.tol);
   }
 }
 
@@ -985,8 +1016,14 @@ void fuzz_paged(Decoder& d, const Model& m) {
   if (num_slots > (std::size_t{1} << 20) || pool == SIZE_MAX || pool > (std::size_t{1} << 40))
     e = e == Expect::fail ? Expect::fail : Expect::either;
   if (pool == SIZE_MAX) e = Expect::fail;
+  const KvOptions ko = decode_kv_options(d);
+  if (!ko.valid) e = Expect::fail;
+  const double tol = ko.tol(m);
   prime_error();
-  const mha_status st = mha_kv_cache_create_paged(m.attn, num_slots, bt, num_blocks, &cache);
+  const mha_status st =
+      ko.null && d.coin()
+          ? mha_kv_cache_create_paged(m.attn, num_slots, bt, num_blocks, &cache)
+          : mha_kv_cache_create_paged_ex(m.attn, num_slots, bt, num_blocks, ko.get(), &cache);
   check_expectation(st, e, "mha_kv_cache_create_paged");
   if (st != MHA_OK) {
     FUZZ_CHECK(cache == sentinel, "mha_kv_cache_create_paged failed but wrote *out");
@@ -1080,7 +1117,7 @@ void fuzz_paged(Decoder& d, const Model& m) {
                  mha_kv_cache_slot_length(cache, s), L);
       check_sequence(m, mods, true, n, L, hq[s].data() + (L - n) * m.E, hk[s].data(), hv[s].data(),
                      out.data() + r0 * m.E, step_mods.m.lse ? lse.data() + r0 * H : nullptr,
-                     "mha_attention_step_ragged_mods");
+                     "mha_attention_step_ragged_mods", tol);
       if (mods.on && w != 0 && L + 1 > w) first[s] = std::max(first[s], (L + 1 - w) / bt * bt);
     }
   }
