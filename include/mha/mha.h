@@ -625,8 +625,7 @@ typedef struct {
  * the defaults, which are exactly what the plain creators make). Neither
  * writes *out on failure. */
 MHA_API mha_status mha_kv_cache_create_ex(const mha_attention* attn, size_t batch, size_t max_len,
-                                          const mha_kv_cache_options* options,
-                                          mha_kv_cache** out);
+                                          const mha_kv_cache_options* options, mha_kv_cache** out);
 
 /* Bytes of storage the cache reserves (values and scales; 0 for NULL), for
  * sizing pools. */
