@@ -193,13 +193,14 @@ TEST_CASE("quantized cache: paged steps give the contiguous cache's bits, with e
     for (mha_kv_dtype dt : kQuantized) {
       for (const auto& [name, base] : mods_cases.cases) {
         CAPTURE(compute, dt, name);
-        const std::size_t L = 700, E = 64, H = 8;
+        // Two blocks and more: a prefill of half, then steps of 1..7 tokens.
+        const std::size_t L = mha::test::scaled(700, 300), E = 64, H = 8;
         const std::vector<float> x = random_vector(L * E, 52);
         const Cache cache = make_cache(a.get(), 1, L, dt);
         // Blocks of one key tile (256 keys): the contiguous cache's key grid.
         const Paged paged = make_paged(a.get(), 3, 256, 4, dt);
         std::vector<float> lse_c(L * H), lse_p(L * H), out_c(L * E), out_p(L * E);
-        for (std::size_t t = 0, n = 300; t < L; t += n, n = 1 + t % 7) {
+        for (std::size_t t = 0, n = L / 2; t < L; t += n, n = 1 + t % 7) {
           n = std::min(n, L - t);
           mha_mods m = base;
           if (m.lse != nullptr) m.lse = &lse_c[t * H];
