@@ -49,6 +49,7 @@ inline std::vector<DecoderRequest> decoder_requests(std::size_t n, std::size_t p
 
 struct LoopStats {
   std::size_t tokens = 0;
+  std::size_t cache_bytes = 0;  // the paged pool's (mha_paged_kv_cache_bytes)
   std::vector<double> step_seconds;
   double seconds = 0;
   double percentile(double p) const {
@@ -137,23 +138,26 @@ inline void check(mha_status s) {
 // step over all slots in flight. `x` holds at least chunk rows of E.
 inline LoopStats paged_loop(const MultiheadAttention& attn, const std::vector<DecoderRequest>& reqs,
                             std::size_t slots, std::size_t chunk, std::size_t block_tokens,
-                            std::size_t num_blocks, const float* x, float* out) {
-  PagedKvCache cache(attn, slots, block_tokens, num_blocks);
+                            std::size_t num_blocks, const float* x, float* out,
+                            mha_kv_dtype dtype = MHA_KV_DEFAULT) {
+  PagedKvCache cache(attn, slots, block_tokens, num_blocks, dtype);
   Scheduler sch(reqs, slots, chunk);
   std::vector<std::size_t> ids, q_start;
-  return sch.run([](std::size_t, std::size_t) {},
-                 [&] {
-                   ids.clear();
-                   q_start.assign(1, 0);
-                   for (std::size_t s : sch.order()) {
-                     const std::size_t n = sch.take(static_cast<std::size_t>(sch.owner[s]));
-                     ids.push_back(s);
-                     q_start.push_back(q_start.back() + n);
-                   }
-                   cache.step(ids.size(), ids.data(), q_start.data(), x, x, x, out);
-                   return q_start.back();
-                 },
-                 [&](std::size_t s, std::size_t) { cache.reset_slot(s); });
+  LoopStats st = sch.run([](std::size_t, std::size_t) {},
+                         [&] {
+                           ids.clear();
+                           q_start.assign(1, 0);
+                           for (std::size_t s : sch.order()) {
+                             const std::size_t n = sch.take(static_cast<std::size_t>(sch.owner[s]));
+                             ids.push_back(s);
+                             q_start.push_back(q_start.back() + n);
+                           }
+                           cache.step(ids.size(), ids.data(), q_start.data(), x, x, x, out);
+                           return q_start.back();
+                         },
+                         [&](std::size_t s, std::size_t) { cache.reset_slot(s); });
+  st.cache_bytes = cache.bytes();
+  return st;
 }
 
 // The same requests through a one-batch-row mha_kv_cache each (allocated for
@@ -162,11 +166,13 @@ inline LoopStats paged_loop(const MultiheadAttention& attn, const std::vector<De
 inline LoopStats per_request_loop(const MultiheadAttention& attn,
                                   const std::vector<DecoderRequest>& reqs, std::size_t slots,
                                   std::size_t chunk, std::size_t max_len, const float* x,
-                                  float* out) {
+                                  float* out, mha_kv_dtype dtype = MHA_KV_DEFAULT) {
   std::vector<std::unique_ptr<KvCache>> caches(slots);
   Scheduler sch(reqs, slots, chunk);
   return sch.run(
-      [&](std::size_t s, std::size_t) { caches[s] = std::make_unique<KvCache>(attn, 1, max_len); },
+      [&](std::size_t s, std::size_t) {
+        caches[s] = std::make_unique<KvCache>(attn, 1, max_len, dtype);
+      },
       [&] {
         std::size_t tokens = 0;
         for (std::size_t s : sch.order()) {
