@@ -4,23 +4,24 @@
 
 namespace mha::detail {
 
+namespace {
+
+template <kvq::Code C>
+void scores_scalar(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
+                   const std::uint8_t* k, std::size_t n, float alpha, float* s, std::size_t lds) {
+  kvq::scores_emulated(C, rows, d, q, ldq, k, n, alpha, s, lds);
+}
+template <kvq::Code C>
+void values_scalar(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
+                   const std::uint8_t* v, std::size_t n, float beta, float* o, std::size_t ldo) {
+  kvq::values_emulated(C, rows, d, p, ldp, v, n, beta, o, ldo);
+}
+
+}  // namespace
+
 constinit const KvQuantKernels kv_quant_kernels_scalar = {
-    {[](std::size_t rows, std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* k,
-        std::size_t n, float alpha, float* s, std::size_t lds) {
-       kvq::scores_emulated(kvq::Code::int8, rows, d, q, ldq, k, n, alpha, s, lds);
-     },
-     [](std::size_t rows, std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* k,
-        std::size_t n, float alpha, float* s, std::size_t lds) {
-       kvq::scores_emulated(kvq::Code::e4m3, rows, d, q, ldq, k, n, alpha, s, lds);
-     }},
-    {[](std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* v,
-        std::size_t n, float beta, float* o, std::size_t ldo) {
-       kvq::values_emulated(kvq::Code::int8, rows, d, p, ldp, v, n, beta, o, ldo);
-     },
-     [](std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const std::uint8_t* v,
-        std::size_t n, float beta, float* o, std::size_t ldo) {
-       kvq::values_emulated(kvq::Code::e4m3, rows, d, p, ldp, v, n, beta, o, ldo);
-     }}};
+    {&scores_scalar<kvq::Code::int8>, &scores_scalar<kvq::Code::e4m3>},
+    {&values_scalar<kvq::Code::int8>, &values_scalar<kvq::Code::e4m3>}};
 
 const KvQuantKernels& kv_quant_kernels(Isa isa) noexcept {
   static const IsaTables<KvQuantKernels> tables{

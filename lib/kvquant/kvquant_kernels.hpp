@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kvquant/format.hpp"
 #include "kvquant/kernels.hpp"
@@ -114,24 +115,28 @@ struct KvQuantImpl {
     }
   }
 
-  template <Code C, std::size_t MR = kMr>
-  static void score_dispatch(std::size_t mr, std::size_t d, const float* q, std::size_t ldq,
-                             const std::uint8_t* strips, std::size_t n, float alpha, float* s,
-                             std::size_t lds) noexcept {
+  // Rows [0, rows) in blocks of kTop rows, the last of fewer: f(r0,
+  // std::integral_constant<size_t, rows of the block>).
+  template <std::size_t kTop, class F>
+  static void row_blocks(std::size_t rows, const F& f) noexcept {
+    for (std::size_t r0 = 0; r0 < rows; r0 += kTop) block<kTop>(std::min(kTop, rows - r0), r0, f);
+  }
+  template <std::size_t MR, class F>
+  static void block(std::size_t mr, std::size_t r0, const F& f) noexcept {
     if constexpr (MR > 1) {
-      if (mr < MR) return score_dispatch<C, MR - 1>(mr, d, q, ldq, strips, n, alpha, s, lds);
+      if (mr < MR) return block<MR - 1>(mr, r0, f);
     }
-    score_rows<C, MR>(d, 0, q, ldq, strips, n, alpha, s, lds);
+    f(r0, std::integral_constant<std::size_t, MR>{});
   }
 
   template <Code C>
   static void scores(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                      const std::uint8_t* strips, std::size_t n, float alpha, float* s,
                      std::size_t lds) noexcept {
-    for (std::size_t r0 = 0; r0 < rows; r0 += kMr) {
-      score_dispatch<C>(std::min(kMr, rows - r0), d, q + r0 * ldq, ldq, strips, n, alpha,
-                        s + r0 * lds, lds);
-    }
+    row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
+      score_rows<C, decltype(mr)::value>(d, 0, q + r0 * ldq, ldq, strips, n, alpha, s + r0 * lds,
+                                         lds);
+    });
   }
 
   // P·V of MR rows over NG groups of channels from group g0.
@@ -191,24 +196,14 @@ struct KvQuantImpl {
     }
   }
 
-  template <Code C, std::size_t MR = kMrV>
-  static void value_dispatch(std::size_t mr, std::size_t d, const float* p, std::size_t ldp,
-                             const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
-                             std::size_t ldo) noexcept {
-    if constexpr (MR > 1) {
-      if (mr < MR) return value_dispatch<C, MR - 1>(mr, d, p, ldp, rows_v, n, beta, o, ldo);
-    }
-    value_rows<C, MR>(d, 0, p, ldp, rows_v, n, beta, o, ldo);
-  }
-
   template <Code C>
   static void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
                      const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
                      std::size_t ldo) noexcept {
-    for (std::size_t r0 = 0; r0 < rows; r0 += kMrV) {
-      value_dispatch<C>(std::min(kMrV, rows - r0), d, p + r0 * ldp, ldp, rows_v, n, beta,
-                        o + r0 * ldo, ldo);
-    }
+    row_blocks<kMrV>(rows, [&](std::size_t r0, auto mr) {
+      value_rows<C, decltype(mr)::value>(d, 0, p + r0 * ldp, ldp, rows_v, n, beta, o + r0 * ldo,
+                                         ldo);
+    });
   }
 
   static constexpr KvQuantKernels table() {
