@@ -76,7 +76,7 @@ struct CoreArrays {
 // the object's alone (and the paged cache's block size), so that results
 // are bit-identical however a call is split.
 struct CorePlan {
-  std::size_t q_block = 0;     // query rows per task
+  std::size_t q_block = 0;  // query rows per task
   // Query heads per task: every query head of a K/V head where each query is
   // a decode row (q_len <= 1, no weights), so they read K and V once; else 1.
   std::size_t bundle = 1;
