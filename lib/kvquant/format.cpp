@@ -4,7 +4,6 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 namespace mha::detail::kvq {
 namespace {
@@ -45,7 +44,22 @@ std::uint8_t* key_strip(std::uint8_t* k_block, std::size_t d, std::size_t j) {
   return k_block + j / kStrip * key_strip_bytes(d);
 }
 
+std::uint16_t scale_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return bits;
+}
+
 }  // namespace
+
+float key_element(Code c, std::size_t d, const std::uint8_t* strip, std::size_t lane,
+                  std::size_t i) {
+  return code_value(c, strip[2 * kStrip * groups(d) + i * kStrip + lane]) *
+         bf16_value(scale_at(strip + (i / kGroup * kStrip + lane) * 2));
+}
+float value_element(Code c, std::size_t d, const std::uint8_t* row, std::size_t i) {
+  return code_value(c, row[2 * groups(d) + i]) * bf16_value(scale_at(row + 2 * (i / kGroup)));
+}
 
 float bf16_value(std::uint16_t bits) {
   return float_of(static_cast<std::uint32_t>(bits) << 16);
@@ -140,15 +154,11 @@ void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block
 
 void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
              std::size_t j, float* key, float* value) {
-  const std::size_t G = groups(d), lane = j % kStrip;
   const std::uint8_t* strip = k_block + j / kStrip * key_strip_bytes(d);
   const std::uint8_t* row = v_block + j * value_row_bytes(d);
   for (std::size_t i = 0; i < d; ++i) {
-    std::uint16_t ks, vs;
-    std::memcpy(&ks, strip + (i / kGroup * kStrip + lane) * 2, 2);
-    std::memcpy(&vs, row + 2 * (i / kGroup), 2);
-    key[i] = code_value(c, strip[2 * kStrip * G + i * kStrip + lane]) * bf16_value(ks);
-    value[i] = code_value(c, row[2 * G + i]) * bf16_value(vs);
+    key[i] = key_element(c, d, strip, j % kStrip, i);
+    value[i] = value_element(c, d, row, i);
   }
 }
 
@@ -163,19 +173,13 @@ void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std:
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                      const std::uint8_t* strips, std::size_t n, float alpha, float* s,
                      std::size_t lds) {
-  std::vector<float> key(d), value(d);
-  const std::size_t G = groups(d);
   for (std::size_t j = 0; j < n; ++j) {
     const std::uint8_t* strip = strips + j / kStrip * key_strip_bytes(d);
-    const std::size_t lane = j % kStrip;
-    for (std::size_t i = 0; i < d; ++i) {
-      std::uint16_t ks;
-      std::memcpy(&ks, strip + (i / kGroup * kStrip + lane) * 2, 2);
-      key[i] = code_value(c, strip[2 * kStrip * G + i * kStrip + lane]) * bf16_value(ks);
-    }
     for (std::size_t r = 0; r < rows; ++r) {
       float acc = 0.0f;
-      for (std::size_t i = 0; i < d; ++i) acc = std::fma(q[r * ldq + i], key[i], acc);
+      for (std::size_t i = 0; i < d; ++i) {
+        acc = std::fma(q[r * ldq + i], key_element(c, d, strip, j % kStrip, i), acc);
+      }
       s[r * lds + j] = alpha * acc;
     }
   }
@@ -184,15 +188,12 @@ void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, st
 void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
                      const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
                      std::size_t ldo) {
-  const std::size_t G = groups(d), rb = value_row_bytes(d);
+  const std::size_t rb = value_row_bytes(d);
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < d; ++i) {
       float acc = 0.0f;
       for (std::size_t j = 0; j < n; ++j) {
-        const std::uint8_t* row = rows_v + j * rb;
-        std::uint16_t vs;
-        std::memcpy(&vs, row + 2 * (i / kGroup), 2);
-        acc = std::fma(p[r * ldp + j], code_value(c, row[2 * G + i]) * bf16_value(vs), acc);
+        acc = std::fma(p[r * ldp + j], value_element(c, d, rows_v + j * rb, i), acc);
       }
       float& out = o[r * ldo + i];
       out = beta == 0.0f ? acc : std::fma(beta, out, acc);

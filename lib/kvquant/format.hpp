@@ -70,6 +70,11 @@ void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block
 void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
              std::size_t j, float* key, float* value);
 void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j);
+// Channel i of the key in lane `lane` of a K strip, and of a V row,
+// dequantized (code · scale, exact).
+float key_element(Code c, std::size_t d, const std::uint8_t* strip, std::size_t lane,
+                  std::size_t i);
+float value_element(Code c, std::size_t d, const std::uint8_t* row, std::size_t i);
 
 // The products on the layout above, as every kernel computes them (the
 // scalar emulation the kernels are tested against):
@@ -78,6 +83,7 @@ void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std:
 //   o[r][c] = beta == 0 ? acc : fma(beta, o[r][c], acc),
 //             acc = fma(p[r][j], v[j][c], acc) for j = 0 .. n-1 from 0.
 // strips: the K strip holding key 0 of the n keys; rows: V row of key 0.
+// They allocate nothing: they are the scalar ISA's kernels.
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                      const std::uint8_t* strips, std::size_t n, float alpha, float* s,
                      std::size_t lds);

@@ -104,7 +104,8 @@ struct Lanes {
   // 16 bytes or bf16 scales at p widened to fp32, exactly, into out[0, 16 /
   // width): int8 codes; E4M3 codes (their bits placed in an fp32 and scaled
   // by 2^120, which turns E4M3's subnormals into fp32's); bf16 bits. What the
-  // quantized KV cache reads (kvquant/format.hpp). Per ISA.
+  // quantized KV cache reads (kvquant/format.hpp). Per vector ISA (the
+  // scalar ISA runs format.cpp's emulation instead).
   static void widen_i8x16(const std::uint8_t* p, V* out) noexcept;
   static void widen_e4m3x16(const std::uint8_t* p, V* out) noexcept;
   static void widen_bf16x16(const std::uint16_t* p, V* out) noexcept;
@@ -157,23 +158,6 @@ struct Lanes<scalar_arch> {
 
   static V load_n(const float* p, std::size_t) noexcept { return *p; }
   static void store_n(float* p, V v, std::size_t) noexcept { *p = v; }
-  static void widen_i8x16(const std::uint8_t* p, V* out) noexcept {
-    for (int i = 0; i < 16; ++i) out[i] = static_cast<float>(static_cast<std::int8_t>(p[i]));
-  }
-  static void widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
-    for (int i = 0; i < 16; ++i) {
-      const auto sext = static_cast<std::uint32_t>(static_cast<std::int8_t>(p[i]));
-      out[i] = bits_float((sext << 20) & 0x87F00000u) * 0x1p120f;
-    }
-  }
-  static void widen_bf16x16(const std::uint16_t* p, V* out) noexcept {
-    for (int i = 0; i < 16; ++i) out[i] = bits_float(static_cast<std::uint32_t>(p[i]) << 16);
-  }
-  static float bits_float(std::uint32_t b) noexcept {
-    float x;
-    std::memcpy(&x, &b, sizeof x);
-    return x;
-  }
   static void transpose(V*) noexcept {}
 
   static constexpr bool has_stream() noexcept { return false; }

@@ -207,6 +207,16 @@ void check_entry_points(std::size_t threads) {
             cache.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
             cache.truncate(10);
           }) <= allowed);
+    // Quantized caches: their products (on the scalar ISA, the emulation)
+    // dequantize in registers, with no buffer.
+    for (mha_kv_dtype dtype : {MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+      mha::KvCache q(attn, B, 64, dtype);
+      q.step_self(10, prompt.data(), prompt_out.data());
+      CHECK(steady_allocations([&] {
+              q.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
+              q.truncate(10);
+            }) <= allowed);
+    }
 
     // A bf16 object: its projections round into the thread's scratch.
     mha_attention_options bf16{};
