@@ -12,6 +12,7 @@
 #include "attention/engine.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "attention/core.hpp"
 #include "attention/kv_type.hpp"
@@ -90,9 +91,19 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
       bf16 ? make_projections_bf16(gemm(), g16, shape, w) : make_projections_fp32(gemm(), shape, w);
   // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
   // products; elsewhere on fp32 ones (its weights stay bf16).
+  make_kv_types(g16);
+}
+
+AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape,
+                                 std::unique_ptr<Projections> proj, bool bf16)
+    : isa_(isa), shape_(shape), proj_(std::move(proj)) {
+  make_kv_types(bf16 ? gemm_bf16_kernels(isa) : nullptr);
+}
+
+void AttentionEngine::make_kv_types(const GemmBf16Kernels* g16) {
   kv_[MHA_KV_DEFAULT] = pick_kv_type(gemm(), g16);
-  kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa);
-  kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa);
+  kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa_);
+  kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa_);
 }
 
 AttentionEngine::~AttentionEngine() = default;

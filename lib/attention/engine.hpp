@@ -23,6 +23,9 @@ struct AttentionShape {
   std::size_t kdim = 0, vdim = 0;
   std::size_t num_kv_heads = 0;  // divides H
   std::size_t head_dim = 0;      // E / H
+  // The softmax scale: 0 means head_dim^-0.5 (an object whose heads are
+  // not what its scores are normalized by, MLA's, sets its own).
+  float scale = 0.f;
   std::size_t kv_dim() const { return num_kv_heads * head_dim; }
 };
 
@@ -37,6 +40,12 @@ struct AttentionMods {
   std::size_t rope_dim = 0;
   float rope_theta = 10000.f;
   bool rope_interleaved = false;
+  // Set only by objects that own them (MLA's YaRN), never from mha_mods:
+  // the rope_dim/2 frequencies (null: rope_theta's), the amplitude that
+  // multiplies cos and sin, and the position of a call's first token.
+  const double* rope_inv_freq = nullptr;
+  double rope_amplitude = 1.0;
+  std::ptrdiff_t rope_offset = 0;
   float* lse = nullptr;  // [rows, H]
 };
 
@@ -64,11 +73,12 @@ struct ForwardArgs {
 mha_kv_dtype kv_dtype_of(const mha_kv_cache_options* options, const char* fn);
 
 class AttentionEngine;
+struct GemmBf16Kernels;
 class KvType;
+class PagedKvCache;
 struct KvView;
 struct SeqSpans;
 class Projections;
-class PagedKvCache;
 
 // Where a call's new K and V go: packed for the call alone, or appended to a
 // cache. Sequence i of `seqs` gets new(i) = key_start[i+1] - key_start[i]
@@ -141,6 +151,10 @@ class AttentionEngine {
   // bf16: the weights are stored in bf16 and activations rounded to bf16
   // where they enter a projection or Q·Kᵀ (mha_attention_options).
   AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w, bool bf16 = false);
+  // With projections of the caller's own (MLA's), made for this isa and
+  // precision; shape.kdim/vdim are then the inputs' widths.
+  AttentionEngine(Isa isa, const AttentionShape& shape, std::unique_ptr<Projections> proj,
+                  bool bf16);
   ~AttentionEngine();
   AttentionEngine(const AttentionEngine&) = delete;
   AttentionEngine& operator=(const AttentionEngine&) = delete;
@@ -199,12 +213,30 @@ class AttentionEngine {
   void run(const Call& c) const;
   void run_stored(const Call& c) const;
   Call forward_call(const ForwardArgs& a, KvStore& store) const;
+  void make_kv_types(const GemmBf16Kernels* g16);
 
   Isa isa_;
   AttentionShape shape_;
   std::unique_ptr<Projections> proj_;
   std::unique_ptr<KvType> kv_[3];  // by mha_kv_dtype
 };
+
+// The cache creators every object family shares (kv_cache_api.cpp,
+// paged_cache_api.cpp): the options and sizes checked (messages start with
+// fn), then a cache of e's KV type for the options' dtype.
+mha_kv_cache* make_kv_cache(const AttentionEngine& e, std::size_t batch, std::size_t max_len,
+                            const mha_kv_cache_options* options, const char* fn);
+mha_paged_kv_cache* make_paged_cache(const AttentionEngine& e, std::size_t num_slots,
+                                     std::size_t block_tokens, std::size_t num_blocks,
+                                     const mha_kv_cache_options* options, const char* fn);
+// A paged step's checks on its slots: distinct and in range, with offsets
+// from 0 that never decrease (slots: marks them for this step)...
+void check_ragged_slots(PagedKvCache& c, std::size_t num, const std::size_t* slots,
+                        const std::size_t* q_start, const char* fn);
+// ...and room: no slot outgrows the pool or reaches, with `window` (0:
+// none), a position a window dropped.
+void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t* slots,
+                       const std::size_t* q_start, std::size_t window, const char* fn);
 
 }  // namespace mha::detail
 

@@ -25,6 +25,18 @@ mha_kv_dtype kv_dtype_of(const mha_kv_cache_options* options, const char* fn) {
   return d;
 }
 
+mha_kv_cache* make_kv_cache(const AttentionEngine& e, std::size_t batch, std::size_t max_len,
+                            const mha_kv_cache_options* options, const char* fn) {
+  const mha_kv_dtype dtype = kv_dtype_of(options, fn);
+  check_arg(batch > 0, fn, ": batch must be > 0, got 0");
+  check_arg(max_len > 0, fn, ": max_len must be > 0, got 0");
+  // The KvCache constructor sizes its padded layout with checked arithmetic
+  // (kv_packing) and allocates without touching the pages.
+  auto cache = std::make_unique<mha_kv_cache>();
+  cache->cache = std::make_unique<KvCache>(e, e.kv_type(dtype), batch, max_len);
+  return cache.release();
+}
+
 }  // namespace detail
 namespace {
 
@@ -33,15 +45,7 @@ using detail::check_arg;
 mha_kv_cache* make_cache(const mha_attention* attn, std::size_t batch, std::size_t max_len,
                          const mha_kv_cache_options* options = nullptr) {
   check_arg(attn != nullptr, "mha_kv_cache_create: attn must not be NULL");
-  const mha_kv_dtype dtype = detail::kv_dtype_of(options, "mha_kv_cache_create_ex");
-  check_arg(batch > 0, "mha_kv_cache_create: batch must be > 0, got 0");
-  check_arg(max_len > 0, "mha_kv_cache_create: max_len must be > 0, got 0");
-  // The KvCache constructor sizes its padded layout with checked arithmetic
-  // (kv_packing) and allocates without touching the pages.
-  auto cache = std::make_unique<mha_kv_cache>();
-  cache->cache = std::make_unique<detail::KvCache>(*attn->engine, attn->engine->kv_type(dtype),
-                                                   batch, max_len);
-  return cache.release();
+  return detail::make_kv_cache(*attn->engine, batch, max_len, options, "mha_kv_cache_create");
 }
 
 void truncate(mha_kv_cache* cache, std::size_t len) {

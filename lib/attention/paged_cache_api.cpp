@@ -14,6 +14,65 @@
 #include "common/error.hpp"
 
 namespace mha {
+namespace detail {
+
+mha_paged_kv_cache* make_paged_cache(const AttentionEngine& e, std::size_t num_slots,
+                                     std::size_t block_tokens, std::size_t num_blocks,
+                                     const mha_kv_cache_options* options, const char* fn) {
+  const mha_kv_dtype dtype = kv_dtype_of(options, fn);
+  check_arg(num_slots > 0, fn, ": num_slots must be > 0, got 0");
+  check_arg(block_tokens > 0, fn, ": block_tokens must be > 0, got 0");
+  check_arg(num_blocks > 0, fn, ": num_blocks must be > 0, got 0");
+  // Per slot: a block table and three counters, all allocated here.
+  constexpr std::size_t per_slot =
+      (sizeof(std::vector<std::size_t>) + 3 * sizeof(std::size_t)) / sizeof(float);
+  float_bytes(checked_mul(num_slots, per_slot, "num_slots (per-slot tables)"),
+              "num_slots (per-slot tables)");
+  const auto& s = e.shape();
+  // Each block's K is padded to whole strips and 16 floats; nr + 16 bounds it.
+  const std::size_t tokens =
+      checked_mul(num_blocks, block_tokens + e.gemm().nr + 16, "pool tokens");
+  checked_mul(checked_mul(tokens, s.kv_dim() + 16, "pool floats"), 2 * sizeof(float),
+              "paged KV cache bytes");
+  auto cache = std::make_unique<mha_paged_kv_cache>();
+  cache->cache =
+      std::make_unique<PagedKvCache>(e, e.kv_type(dtype), num_slots, block_tokens, num_blocks);
+  return cache.release();
+}
+
+void check_ragged_slots(PagedKvCache& c, std::size_t num, const std::size_t* slots,
+                        const std::size_t* q_start, const char* fn) {
+  check_arg(num == 0 || slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
+  check_arg(q_start != nullptr, fn, ": q_start must be [num + 1] offsets, got NULL");
+  check_arg(q_start[0] == 0, fn, ": q_start[0] must be 0, got ", q_start[0]);
+  const std::size_t step = c.next_step();
+  for (std::size_t i = 0; i < num; ++i) {
+    check_arg(slots[i] < c.num_slots(), fn, ": slots[", i, "] must be < num_slots (", c.num_slots(),
+              "), got ", slots[i]);
+    check_arg(c.mark(slots[i], step), fn, ": slots[", i, "] (", slots[i], ") appears twice");
+    check_arg(q_start[i + 1] >= q_start[i], fn, ": q_start[", i + 1, "] must be >= q_start[", i,
+              "] (", q_start[i], "), got ", q_start[i + 1]);
+  }
+}
+
+void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t* slots,
+                       const std::size_t* q_start, std::size_t window, const char* fn) {
+  for (std::size_t i = 0; i < num; ++i) {
+    const std::size_t slot = slots[i], len = c.length(slot), first = c.first_kept(slot);
+    check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - (len - first), fn,
+              ": slot ", slot, " would exceed the whole pool (", c.num_blocks(), " blocks of ",
+              c.block_tokens(), " tokens)");
+    // Its first new query (position len) must see no dropped position: its
+    // window reaches back len + 1 - window (first <= len, so no wrap).
+    if (first != 0 && (window == 0 || window > len + 1 - first)) {
+      fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
+           " on (a window dropped the ones before), but this step's window (", window,
+           "; 0 = none) reaches further back");
+    }
+  }
+}
+
+}  // namespace detail
 namespace {
 
 using detail::check_arg;
@@ -23,25 +82,8 @@ mha_paged_kv_cache* make_paged(const mha_attention* attn, std::size_t num_slots,
                                std::size_t block_tokens, std::size_t num_blocks,
                                const mha_kv_cache_options* options = nullptr) {
   check_arg(attn != nullptr, "mha_kv_cache_create_paged: attn must not be NULL");
-  const mha_kv_dtype dtype = detail::kv_dtype_of(options, "mha_kv_cache_create_paged_ex");
-  check_arg(num_slots > 0, "mha_kv_cache_create_paged: num_slots must be > 0, got 0");
-  check_arg(block_tokens > 0, "mha_kv_cache_create_paged: block_tokens must be > 0, got 0");
-  check_arg(num_blocks > 0, "mha_kv_cache_create_paged: num_blocks must be > 0, got 0");
-  // Per slot: a block table and three counters, all allocated here.
-  constexpr std::size_t per_slot =
-      (sizeof(std::vector<std::size_t>) + 3 * sizeof(std::size_t)) / sizeof(float);
-  detail::float_bytes(checked_mul(num_slots, per_slot, "num_slots (per-slot tables)"),
-                      "num_slots (per-slot tables)");
-  const auto& s = attn->engine->shape();
-  // Each block's K is padded to whole strips and 16 floats; nr + 16 bounds it.
-  const std::size_t tokens =
-      checked_mul(num_blocks, block_tokens + attn->engine->gemm().nr + 16, "pool tokens");
-  checked_mul(checked_mul(tokens, s.kv_dim() + 16, "pool floats"), 2 * sizeof(float),
-              "paged KV cache bytes");
-  auto cache = std::make_unique<mha_paged_kv_cache>();
-  cache->cache = std::make_unique<detail::PagedKvCache>(*attn->engine, attn->engine->kv_type(dtype),
-                                                        num_slots, block_tokens, num_blocks);
-  return cache.release();
+  return detail::make_paged_cache(*attn->engine, num_slots, block_tokens, num_blocks, options,
+                                  "mha_kv_cache_create_paged");
 }
 
 detail::PagedKvCache& slot_cache(mha_paged_kv_cache* cache, std::size_t slot, const char* fn) {
@@ -71,17 +113,7 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   detail::PagedKvCache& c = *cache->cache;
   check_arg(&c.engine() == attn->engine.get(), fn,
             ": cache was created for a different mha_attention");
-  check_arg(num == 0 || slots != nullptr, fn, ": slots must be [num] slot ids, got NULL");
-  check_arg(q_start != nullptr, fn, ": q_start must be [num + 1] offsets, got NULL");
-  check_arg(q_start[0] == 0, fn, ": q_start[0] must be 0, got ", q_start[0]);
-  const std::size_t step = c.next_step();
-  for (std::size_t i = 0; i < num; ++i) {
-    check_arg(slots[i] < c.num_slots(), fn, ": slots[", i, "] must be < num_slots (", c.num_slots(),
-              "), got ", slots[i]);
-    check_arg(c.mark(slots[i], step), fn, ": slots[", i, "] (", slots[i], ") appears twice");
-    check_arg(q_start[i + 1] >= q_start[i], fn, ": q_start[", i + 1, "] must be >= q_start[", i,
-              "] (", q_start[i], "), got ", q_start[i + 1]);
-  }
+  detail::check_ragged_slots(c, num, slots, q_start, fn);
   const auto& s = attn->engine->shape();
   const std::size_t rows = q_start[num];
   using detail::tensor_extent;
@@ -90,19 +122,7 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   const auto ev = tensor_extent(value, {rows, s.vdim}, "value [q_start[num], vdim]");
   const auto eo = tensor_extent(out, {rows, s.embed_dim}, "out [q_start[num], embed_dim]");
   const detail::AttentionMods m = detail::resolve_mods(mods, s, rows, {eq, ek, ev, eo}, fn);
-  for (std::size_t i = 0; i < num; ++i) {
-    const std::size_t slot = slots[i], len = c.length(slot), first = c.first_kept(slot);
-    check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - (len - first), fn,
-              ": slot ", slot, " would exceed the whole pool (", c.num_blocks(), " blocks of ",
-              c.block_tokens(), " tokens)");
-    // Its first new query (position len) must see no dropped position: its
-    // window reaches back len + 1 - window (first <= len, so no wrap).
-    if (first != 0 && (m.window == 0 || m.window > len + 1 - first)) {
-      detail::fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
-                   " on (a window dropped the ones before), but this step's window (", m.window,
-                   "; 0 = none) reaches further back");
-    }
-  }
+  detail::check_ragged_room(c, num, slots, q_start, m.window, fn);
   if (rows == 0) return;
   check_arg(query != nullptr, fn, ": query must not be NULL");
   check_arg(key != nullptr, fn, ": key must not be NULL");

@@ -35,7 +35,7 @@ class Projections {
   // over Wq|Wk|Wv packed back to back.
   bool fusable() const { return fused_; }
   // Scratch floats of project(); `fused`: the one product.
-  std::size_t scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const;
+  virtual std::size_t scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const;
   // Q, K and V of q_rows query and kv_rows key/value rows into dst.
   // `rope`: Q and K will be rotated, then finish_rotated.
   virtual Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,

@@ -21,15 +21,19 @@ std::size_t rope_table_floats(const AttentionMods& m, std::size_t positions) {
 
 void rope_table(const AttentionMods& m, std::ptrdiff_t first, std::size_t positions, float* table) {
   const std::size_t half = m.rope_dim / 2;
-  const double theta = m.rope_theta;
+  const double theta = m.rope_theta, amp = m.rope_amplitude;
   // One task per frequency: its pow once, then every position's angle.
   parallel_for(half, threads_for(half, 2 * positions), [&](std::size_t t) {
     const double inv_freq =
-        std::pow(theta, -2.0 * static_cast<double>(t) / static_cast<double>(m.rope_dim));
+        m.rope_inv_freq != nullptr
+            ? m.rope_inv_freq[t]
+            : std::pow(theta, -2.0 * static_cast<double>(t) / static_cast<double>(m.rope_dim));
     for (std::size_t p = 0; p < positions; ++p) {
-      const double angle = static_cast<double>(first + static_cast<std::ptrdiff_t>(p)) * inv_freq;
-      table[p * m.rope_dim + t] = static_cast<float>(std::cos(angle));
-      table[p * m.rope_dim + half + t] = static_cast<float>(std::sin(angle));
+      const double pos = static_cast<double>(m.rope_offset) +
+                         static_cast<double>(first + static_cast<std::ptrdiff_t>(p));
+      const double angle = pos * inv_freq;
+      table[p * m.rope_dim + t] = static_cast<float>(amp * std::cos(angle));
+      table[p * m.rope_dim + half + t] = static_cast<float>(amp * std::sin(angle));
     }
   });
 }

@@ -1,6 +1,7 @@
 // Rotary position embeddings (RoPE) on projected Q and K rows, in place: the
 // first rope_dim features of every head, pair t rotated by the angle
-// position · theta^(-2t/rope_dim) (mha_mods in mha.h).
+// position · theta^(-2t/rope_dim) (mha_mods in mha.h), or by an object's own
+// frequencies and amplitude (AttentionMods::rope_inv_freq, MLA's YaRN).
 #pragma once
 
 #include <cstddef>

@@ -49,7 +49,8 @@ SeqAttention::SeqAttention(const KvType& kv, const SoftmaxKernels& sm, const Att
       seq_(seq),
       mods_(call.mods),
       kv_len_(seq.kv.len),
-      scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))),
+      scale_(s.scale != 0.f ? s.scale
+                            : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)))),
       causal_offset_(static_cast<std::ptrdiff_t>(seq.kv.len) -
                      static_cast<std::ptrdiff_t>(seq.q_len)) {}
 

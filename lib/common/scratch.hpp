@@ -25,7 +25,8 @@ enum class ScratchSlot : unsigned {
   kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B
   kAttention,
   kAttentionTask,
-  kRagged,  // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
+  kRagged,      // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
+  kProjection,  // a projection's own intermediates (MLA's heads before o_proj)
   kCount
 };
 
