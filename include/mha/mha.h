@@ -713,6 +713,115 @@ MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
                                                   const float* value, const mha_mods* mods,
                                                   float* out);
 
+/* ---- Multi-head Latent Attention (DeepSeek-V2/V3/R1, Kimi K2) -------- */
+
+/* One MLA layer as Hugging Face transformers' DeepseekV3Attention computes
+ * it in eval mode (causal, no biases):
+ *   q      = q_b_proj(RMSNorm(q_a_proj(x))), or q_proj(x) when q_lora_rank
+ *            is 0; per head [q_nope (qk_nope_head_dim) | q_pe (qk_rope_head_dim)]
+ *   [c | k_pe] = kv_a_proj_with_mqa(x); c = RMSNorm(c) (kv_lora_rank values;
+ *            one k_pe per token, shared by every head)
+ *   [k_nope | v] per head = kv_b_proj(c)
+ *   RoPE on q_pe and k_pe at the token's position; scores = scale *
+ *   (q_nope.k_nope + q_pe.k_pe), causal softmax, times v, heads merged,
+ *   o_proj.
+ * RMSNorm(x) = weight * x / sqrt(mean(x^2) + rms_norm_eps) for both norms.
+ * RoPE: pair t of q_pe and k_pe, (x[2t], x[2t+1]) (every released DeepSeek
+ * and Kimi checkpoint) or (x[t], x[t + rope/2]) with rope_halves = 1, is
+ * rotated by position * inv_freq[t] and multiplied by an amplitude A:
+ * inv_freq[t] = rope_theta^(-2t/rope) and A = 1, or with yarn_factor f > 0,
+ * HF's YaRN: inv_freq ramps from the original frequency to it / f between
+ * the dimensions that make yarn_beta_fast and yarn_beta_slow rotations over
+ * yarn_original_max_position positions (floor and ceil, clamped), and
+ * A = m(f, yarn_mscale) / m(f, yarn_mscale_all_dim) where both are given,
+ * else m(f, 1), with m(f, s) = 0.1 * s * ln(f) + 1 (1 for f <= 1). Angles,
+ * cos and sin are computed in double and rounded once.
+ * scale = (qk_nope_head_dim + qk_rope_head_dim)^-0.5, times
+ * m(f, yarn_mscale_all_dim)^2 with YaRN and yarn_mscale_all_dim given
+ * (DeepSeek-V3 0.135234, DeepSeek-V2-Lite 0.114721, Kimi K2 0.130861). */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_mla_config) */
+  size_t hidden_size, num_heads;
+  size_t q_lora_rank; /* 0: q_proj */
+  size_t kv_lora_rank;
+  size_t qk_nope_head_dim, qk_rope_head_dim, v_head_dim; /* rope dim even, >= 2 */
+  float rms_norm_eps;                                    /* both latent norms; 0 means 1e-6 */
+  float rope_theta;                                      /* 0 means 10000 */
+  int rope_halves;   /* 0: interleaved pairs (every DeepSeek/Kimi checkpoint); 1: halves */
+  float yarn_factor; /* 0: plain RoPE */
+  size_t yarn_original_max_position;      /* required with yarn_factor > 0 */
+  float yarn_beta_fast, yarn_beta_slow;   /* 0 means 32, 1 */
+  float yarn_mscale, yarn_mscale_all_dim; /* 0 means absent */
+} mha_mla_config;
+
+/* Weights by HF name, PyTorch [out, in] layout, float32 (copied at create;
+ * with H = num_heads, E = hidden_size, r = kv_lora_rank, dn, dr, dv the
+ * head dims). */
+typedef struct {
+  size_t struct_size;              /* sizeof(mha_mla_weights) */
+  const float* q_proj;             /* [H*(dn+dr), E], iff q_lora_rank == 0 */
+  const float* q_a_proj;           /* [q_lora_rank, E] */
+  const float* q_a_layernorm;      /* [q_lora_rank] */
+  const float* q_b_proj;           /* [H*(dn+dr), q_lora_rank] */
+  const float* kv_a_proj_with_mqa; /* [r+dr, E] */
+  const float* kv_a_layernorm;     /* [r] */
+  const float* kv_b_proj;          /* [H*(dn+dv), r] */
+  const float* o_proj;             /* [E, H*dv] */
+} mha_mla_weights;
+
+typedef struct mha_mla mha_mla;
+
+/* An MLA layer. options: NULL for fp32, or an mha_attention_options with
+ * compute MHA_BF16: the weights stored in bf16 and every product a bf16
+ * one (its input rounded to bf16, fp32 accumulation), Q, K and V rounded to
+ * bf16 where they enter attention, RMSNorm and softmax in fp32.
+ * MHA_INVALID_ARGUMENT for a wrong struct_size, a size of 0 (q_lora_rank
+ * aside), an odd qk_rope_head_dim, a negative or non-finite float, YaRN
+ * without yarn_original_max_position, q_proj given with q_lora_rank != 0 or
+ * missing without it, any other weight missing, or sizes that overflow. */
+MHA_API mha_status mha_mla_create(const mha_mla_config* config, const mha_mla_weights* weights,
+                                  const mha_attention_options* options, mha_mla** out);
+MHA_API void mha_mla_destroy(mha_mla* mla);
+
+/* Prefill: x, out [batch, seq, hidden]; token i of each batch row at
+ * position position_offset + i, causal within the call. Computed in the
+ * model's own form (K and V decompressed per head). out may be x. */
+MHA_API mha_status mha_mla_forward(const mha_mla* mla, size_t batch, size_t seq,
+                                   size_t position_offset, const float* x, float* out);
+
+/* Latent caches: per token, [k_pe after RoPE | c after its norm] (dr + r
+ * values, shared by every head), in the layout and element type of
+ * mha_kv_cache_create_ex's options (MHA_KV_DEFAULT: fp32, or bf16 on a bf16
+ * object where the CPU has bf16 dot products; MHA_KV_INT8, MHA_KV_FP8_E4M3
+ * as for attention caches). This version stores the row twice, once as
+ * keys and once as values (mha_kv_cache_bytes says what it holds).
+ * mha_kv_cache_destroy, _length, _truncate, _bytes and the paged slot
+ * functions apply. A cache belongs to its mha_mla: one of an mha_attention,
+ * or of another mha_mla, is MHA_INVALID_ARGUMENT in these steps, and an
+ * MLA cache is in mha_attention_step. */
+MHA_API mha_status mha_mla_kv_cache_create(const mha_mla* mla, size_t batch, size_t max_len,
+                                           const mha_kv_cache_options* options, mha_kv_cache** out);
+MHA_API mha_status mha_mla_kv_cache_create_paged(const mha_mla* mla, size_t num_slots,
+                                                 size_t block_tokens, size_t num_blocks,
+                                                 const mha_kv_cache_options* options,
+                                                 mha_paged_kv_cache** out);
+
+/* Decode (n_new == 1) or a chunked prefill: x, out [batch, n_new, hidden];
+ * new token t of each batch row at cache position length + t. Computed in
+ * the absorbed form (q_lat[h] = W_UK[h]^T q_nope[h], scores over the latent
+ * rows, o[h] = W_UV[h] sum_j p_j c_j), which agrees with mha_mla_forward at
+ * positions from 0 within rounding (not bit for bit); bit-identical however
+ * the tokens are cut into steps, at any thread count, and in a paged cache
+ * with block_tokens a multiple of 256. Fails, changing nothing, as
+ * mha_attention_step does. out may be x. */
+MHA_API mha_status mha_mla_step(const mha_mla* mla, mha_kv_cache* cache, size_t n_new,
+                                const float* x, float* out);
+/* Continuous batching over a paged latent cache, as
+ * mha_attention_step_ragged: x, out [q_start[num], hidden]. */
+MHA_API mha_status mha_mla_step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, size_t num,
+                                       const size_t* slots, const size_t* q_start, const float* x,
+                                       float* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,404 @@
+#include "attention/mla.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "attention/projection.hpp"
+#include "common/aligned.hpp"
+#include "common/checked.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+#include "gemm/gemm.hpp"
+#include "gemm/gemm_bf16.hpp"
+
+namespace mha::detail {
+namespace {
+
+// One weight as op(B) [k x n], packed for the object's precision: fp32, or
+// rounded to bf16 for the bf16 GEMM (whose products round A to bf16).
+class Linear {
+ public:
+  // b: op(B) dense row-major, the caller's temporary.
+  Linear(const GemmKernels& g, const GemmBf16Kernels* g16, bool bf16, std::size_t k, std::size_t n,
+         const float* b)
+      : g_(&g), bf16_(bf16) {
+    if (bf16) {
+      // As ProjectionsBf16: (n + 64) x (k + 2) floats bound either layout.
+      float_bytes(checked_mul(checked_add(n, 64, "packed bf16 weights"),
+                              checked_add(k, 2, "packed bf16 weights"), "packed bf16 weights"),
+                  "packed bf16 weights");
+      data_ = alloc_floats(ceil_div(packed_bf16_b_bytes(g16, g, k, n), sizeof(float)));
+      std::vector<std::uint16_t> rounded(k * n);
+      fp32_to_bf16(k * n, b, rounded.data());
+      b16_ = pack_bf16_b(g16, g, Trans::N, k, n, rounded.data(), n, data_.get());
+    } else {
+      const std::size_t floats =
+          checked_mul(k, checked_round_up(n, g.nr, "packed weights"), "packed weights");
+      float_bytes(floats, "packed weights");
+      data_ = alloc_floats(floats);
+      b32_ = pack_b(g, Trans::N, k, n, b, n, data_.get());
+    }
+  }
+  // c [rows x n] = a [rows x k] · op(B).
+  void apply(std::size_t rows, const float* a, std::size_t lda, float* c, std::size_t ldc) const {
+    if (bf16_) {
+      gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, a, lda, b16_, 0.0f, c, ldc);
+    } else {
+      gemm_prepacked_b(*g_, Trans::N, rows, a, lda, b32_, 1.0f, 0.0f, c, ldc);
+    }
+  }
+  void reserve(std::size_t rows) const {
+    if (bf16_) {
+      reserve_gemm_bf16_packed(rows, b16_);
+    } else {
+      reserve_gemm_prepacked_b(*g_, rows, b32_);
+    }
+  }
+
+ private:
+  const GemmKernels* g_;
+  bool bf16_;
+  AlignedFloats data_;
+  PackedBView b32_;
+  PackedBf16B b16_;
+};
+
+// op(B) [k x n] of a weight whose row row(j) (k floats) makes output j:
+// the model's [out, in] matrices, their outputs reordered.
+template <class Row>
+std::vector<float> gather(std::size_t k, std::size_t n, Row row) {
+  std::vector<float> b(k * n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const float* w = row(j);
+    for (std::size_t i = 0; i < k; ++i) b[i * n + j] = w[i];
+  }
+  return b;
+}
+
+// x rows (n features at stride ld) = gamma · x / sqrt(mean(x²) + eps), the
+// sum of squares in double.
+void rms_norm(std::size_t rows, std::size_t n, const float* gamma, double eps, float* x,
+              std::size_t ld) {
+  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(n);
+  parallel_for(rows, threads_for({0, bytes}), [&](std::size_t i) {
+    float* xi = x + i * ld;
+    double ss = 0;
+    for (std::size_t j = 0; j < n; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    for (std::size_t j = 0; j < n; ++j) xi[j] = gamma[j] * static_cast<float>(xi[j] * inv);
+  });
+}
+
+// Rows of x rounded to bf16 (a bf16 object's Q, K and V entering the core).
+void round_rows(std::size_t rows, std::size_t cols, float* x, std::size_t ld) {
+  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
+  parallel_for(rows, threads_for({0, bytes}),
+               [&](std::size_t i) { add_bias_round_bf16(1, cols, nullptr, x + i * ld, ld); });
+}
+
+// Row copies: dst row i, columns [0, n) = src row i, with strides; the rest
+// of each dst head is zeroed by the caller's layout.
+void copy_cols(std::size_t rows, std::size_t n, const float* src, std::size_t lds, float* dst,
+               std::size_t ldd) {
+  for (std::size_t i = 0; i < rows; ++i) std::copy_n(src + i * lds, n, dst + i * ldd);
+}
+
+}  // namespace
+
+// The weights both forms share, packed once.
+class MlaWeights {
+ public:
+  MlaWeights(const GemmKernels& g, const GemmBf16Kernels* g16, bool bf16, const MlaShape& s,
+             const mha_mla_weights& w)
+      : s_(s), bf16_(bf16) {
+    const std::size_t E = s.E, H = s.H, dq = s.dn + s.dr, L = s.latent(), kvb = s.dn + s.dv;
+    const auto make = [&](std::size_t k, std::size_t n, const std::vector<float>& b) {
+      return std::make_unique<Linear>(g, g16, bf16, k, n, b.data());
+    };
+    // Each query head's outputs reordered to [q_pe | q_nope].
+    const std::size_t q_in = s.q_lora != 0 ? s.q_lora : E;
+    const float* wq = s.q_lora != 0 ? w.q_b_proj : w.q_proj;
+    const auto q_row = [&](std::size_t j) {
+      const std::size_t h = j / dq, t = j % dq;
+      return wq + (h * dq + (t < s.dr ? s.dn + t : t - s.dr)) * q_in;
+    };
+    if (s.q_lora != 0) {
+      qa_ =
+          make(E, s.q_lora, gather(E, s.q_lora, [&](std::size_t j) { return w.q_a_proj + j * E; }));
+      qa_norm_.assign(w.q_a_layernorm, w.q_a_layernorm + s.q_lora);
+    }
+    q_ = make(q_in, H * dq, gather(q_in, H * dq, q_row));
+    // The latent row reordered to [k_pe | c].
+    kva_ = make(E, L, gather(E, L, [&](std::size_t j) {
+                  return w.kv_a_proj_with_mqa + (j < s.dr ? s.r + j : j - s.dr) * E;
+                }));
+    kva_norm_.assign(w.kv_a_layernorm, w.kv_a_layernorm + s.r);
+    kvb_ = make(s.r, H * kvb,
+                gather(s.r, H * kvb, [&](std::size_t j) { return w.kv_b_proj + j * s.r; }));
+    for (std::size_t h = 0; h < H; ++h) {
+      const float* wk = w.kv_b_proj + h * kvb * s.r;
+      // W_UK[h] [dn x r] is op(B) as stored; W_UV[h]ᵀ [r x dv] gathered.
+      uk_.push_back(std::make_unique<Linear>(g, g16, bf16, s.dn, s.r, wk));
+      uv_.push_back(
+          make(s.r, s.dv, gather(s.r, s.dv, [&](std::size_t j) { return wk + (s.dn + j) * s.r; })));
+    }
+    o_ = make(H * s.dv, E,
+              gather(H * s.dv, E, [&](std::size_t j) { return w.o_proj + j * H * s.dv; }));
+  }
+
+  bool bf16() const { return bf16_; }
+  std::size_t query_floats(std::size_t rows) const {
+    return round_up(checked_mul(rows, s_.q_lora, "MLA scratch"), 16);
+  }
+  // q [rows, H·(dr + dn)], heads [q_pe | q_nope]; qa: query_floats(rows).
+  void query(std::size_t rows, const float* x, float* qa, float* q) const {
+    const std::size_t ldq = s_.H * (s_.dn + s_.dr);
+    if (qa_ == nullptr) {
+      q_->apply(rows, x, s_.E, q, ldq);
+      return;
+    }
+    qa_->apply(rows, x, s_.E, qa, s_.q_lora);
+    rms_norm(rows, s_.q_lora, qa_norm_.data(), s_.eps, qa, s_.q_lora);
+    q_->apply(rows, qa, s_.q_lora, q, ldq);
+  }
+  // kv [rows, ld >= dr + r] = [k_pe | RMSNorm(c)].
+  void latent(std::size_t rows, const float* x, float* kv, std::size_t ld) const {
+    kva_->apply(rows, x, s_.E, kv, ld);
+    rms_norm(rows, s_.r, kva_norm_.data(), s_.eps, kv + s_.dr, ld);
+  }
+  const Linear& kv_b() const { return *kvb_; }
+  const Linear& uk(std::size_t h) const { return *uk_[h]; }
+  const Linear& uv(std::size_t h) const { return *uv_[h]; }
+  const Linear& o() const { return *o_; }
+
+ private:
+  MlaShape s_;
+  bool bf16_;
+  std::unique_ptr<Linear> qa_, q_, kva_, kvb_, o_;
+  std::vector<std::unique_ptr<Linear>> uk_, uv_;
+  std::vector<float> qa_norm_, kva_norm_;
+};
+
+namespace {
+
+// What both forms' projections share: the weights, the final product.
+class MlaProjections : public Projections {
+ public:
+  MlaProjections(const GemmKernels& g, const AttentionShape& as, const MlaShape& s,
+                 const MlaWeights& w)
+      : Projections(g, as), m_(s), w_(&w) {}
+
+  void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
+    if (!w_->bf16()) return;
+    round_rows(q_rows, s_.embed_dim, p.q, p.ldq);
+    round_rows(kv_rows, s_.kv_dim(), p.k, p.ldkv);
+  }
+  void reserve_out(std::size_t rows) const override {
+    out_scratch(rows);
+    w_->o().reserve(rows);
+    reserve_heads(rows);
+  }
+
+ protected:
+  // The merged heads' values, [rows, H·dv], before o_proj.
+  float* out_scratch(std::size_t rows) const {
+    return thread_scratch(ScratchSlot::kProjection, checked_mul(rows, m_.H * m_.dv, "MLA scratch"));
+  }
+  void finish_out(std::size_t rows, const float* values, float* out) const {
+    w_->o().apply(rows, values, m_.H * m_.dv, out, m_.E);
+  }
+  virtual void reserve_heads(std::size_t) const {}
+  MlaShape m_;
+  const MlaWeights* w_;  // the model's, which outlives its engines
+};
+
+// The model's own form: heads of width m.head(), Q and K [rope | nope |
+// zeros], V [v | zeros], one kv head per query head.
+class MlaPrefill final : public MlaProjections {
+ public:
+  using MlaProjections::MlaProjections;
+
+  std::size_t scratch_floats(bool, std::size_t q_rows, std::size_t) const override {
+    const std::size_t n = q_rows, w = m_.H * m_.head();
+    std::size_t f = 3 * round_up(checked_mul(n, w, "MLA scratch"), 16);
+    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dr), "MLA scratch"), 16),
+                    "MLA scratch");
+    f = checked_add(f, round_up(checked_mul(n, m_.latent(), "MLA scratch"), 16), "MLA scratch");
+    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dv), "MLA scratch"), 16),
+                    "MLA scratch");
+    return checked_add(f, w_->query_floats(n), "MLA scratch");
+  }
+
+  Projected project(bool, bool, std::size_t rows, std::size_t, const float* x, const float*,
+                    const float*, float* dst) const override {
+    const std::size_t H = m_.H, hd = m_.head(), w = H * hd, dq = m_.dn + m_.dr;
+    const std::size_t L = m_.latent(), kvb = m_.dn + m_.dv;
+    float* q = dst;
+    float* k = q + round_up(rows * w, 16);
+    float* v = k + round_up(rows * w, 16);
+    float* tq = v + round_up(rows * w, 16);
+    float* kv = tq + round_up(rows * H * dq, 16);
+    float* tkv = kv + round_up(rows * L, 16);
+    float* qa = tkv + round_up(rows * H * kvb, 16);
+    w_->query(rows, x, qa, tq);
+    w_->latent(rows, x, kv, L);
+    w_->kv_b().apply(rows, kv + m_.dr, L, tkv, H * kvb);
+    const double bytes = 12.0 * static_cast<double>(rows * w);
+    parallel_for(rows, threads_for({0, bytes}), [&](std::size_t i) {
+      for (std::size_t h = 0; h < H; ++h) {
+        float* qi = q + i * w + h * hd;
+        float* ki = k + i * w + h * hd;
+        float* vi = v + i * w + h * hd;
+        const float* src = tkv + i * H * kvb + h * kvb;
+        std::fill_n(std::copy_n(tq + i * H * dq + h * dq, dq, qi), hd - dq, 0.0f);
+        std::copy_n(kv + i * L, m_.dr, ki);
+        std::fill_n(std::copy_n(src, m_.dn, ki + m_.dr), hd - dq, 0.0f);
+        std::fill_n(std::copy_n(src + m_.dn, m_.dv, vi), hd - m_.dv, 0.0f);
+      }
+    });
+    if (w_->bf16()) round_rows(rows, w, v, w);
+    return {q, k, v, w, w};
+  }
+
+  void project_out(std::size_t rows, const float* merged, float* out) const override {
+    float* values = out_scratch(rows);
+    const std::size_t H = m_.H, hd = m_.head(), dv = m_.dv;
+    for (std::size_t h = 0; h < H; ++h) {
+      copy_cols(rows, dv, merged + h * hd, H * hd, values + h * dv, H * dv);
+    }
+    finish_out(rows, values, out);
+  }
+};
+
+// The absorbed form: query heads [q_pe | q_lat] of width dr + r over one
+// latent kv head, whose V is its K (the same row); o_lat multiplied by
+// W_UV per head.
+class MlaAbsorbed final : public MlaProjections {
+ public:
+  using MlaProjections::MlaProjections;
+
+  std::size_t scratch_floats(bool, std::size_t q_rows, std::size_t) const override {
+    const std::size_t n = q_rows, L = m_.latent();
+    std::size_t f =
+        round_up(checked_mul(n, checked_mul(m_.H, L, "MLA scratch"), "MLA scratch"), 16);
+    f = checked_add(f, round_up(checked_mul(n, L, "MLA scratch"), 16), "MLA scratch");
+    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dr), "MLA scratch"), 16),
+                    "MLA scratch");
+    return checked_add(f, w_->query_floats(n), "MLA scratch");
+  }
+
+  Projected project(bool, bool, std::size_t rows, std::size_t, const float* x, const float*,
+                    const float*, float* dst) const override {
+    const std::size_t H = m_.H, L = m_.latent(), dq = m_.dn + m_.dr;
+    float* q = dst;
+    float* kv = q + round_up(rows * H * L, 16);
+    float* tq = kv + round_up(rows * L, 16);
+    float* qa = tq + round_up(rows * H * dq, 16);
+    w_->query(rows, x, qa, tq);
+    for (std::size_t h = 0; h < H; ++h) {
+      copy_cols(rows, m_.dr, tq + h * dq, H * dq, q + h * L, H * L);
+      w_->uk(h).apply(rows, tq + h * dq + m_.dr, H * dq, q + h * L + m_.dr, H * L);
+    }
+    w_->latent(rows, x, kv, L);
+    return {q, kv, kv, H * L, L};
+  }
+
+  void project_out(std::size_t rows, const float* merged, float* out) const override {
+    float* values = out_scratch(rows);
+    const std::size_t H = m_.H, L = m_.latent(), dv = m_.dv;
+    for (std::size_t h = 0; h < H; ++h) {
+      w_->uv(h).apply(rows, merged + h * L + m_.dr, H * L, values + h * dv, H * dv);
+    }
+    finish_out(rows, values, out);
+  }
+
+ private:
+  void reserve_heads(std::size_t rows) const override { w_->uv(0).reserve(rows); }
+};
+
+double yarn_mscale(double factor, double m) {
+  return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0;
+}
+
+// HF's YaRN frequencies (_compute_yarn_parameters), in double: a ramp
+// between interpolated (/factor) and original frequencies over the
+// dimensions whose wavelengths the original context did not hold.
+std::vector<double> rope_frequencies(const MlaShape& s) {
+  const std::size_t half = s.dr / 2;
+  const double dim = static_cast<double>(s.dr);
+  std::vector<double> f(half);
+  const auto correction = [&](double rotations) {
+    return dim * std::log(s.yarn_original / (rotations * 2.0 * M_PI)) / (2.0 * std::log(s.theta));
+  };
+  double low = std::max(std::floor(correction(s.beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction(s.beta_slow)), dim - 1.0);
+  if (low == high) high += 0.001;
+  for (std::size_t t = 0; t < half; ++t) {
+    const double extrapolated = std::pow(s.theta, -2.0 * static_cast<double>(t) / dim);
+    if (s.yarn_factor == 0.0) {
+      f[t] = extrapolated;
+      continue;
+    }
+    const double ramp = std::clamp((static_cast<double>(t) - low) / (high - low), 0.0, 1.0);
+    f[t] = extrapolated / s.yarn_factor * ramp + extrapolated * (1.0 - ramp);
+  }
+  return f;
+}
+
+}  // namespace
+
+MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf16)
+    : s_(s), inv_freq_(rope_frequencies(s)) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(s.dn + s.dr));
+  if (s.yarn_factor != 0.0) {
+    amplitude_ =
+        s.mscale != 0.0 && s.mscale_all_dim != 0.0
+            ? yarn_mscale(s.yarn_factor, s.mscale) / yarn_mscale(s.yarn_factor, s.mscale_all_dim)
+            : yarn_mscale(s.yarn_factor, 1.0);
+    if (s.mscale_all_dim != 0.0) {
+      const double m = yarn_mscale(s.yarn_factor, s.mscale_all_dim);
+      scale *= m * m;
+    }
+  }
+  scale_ = static_cast<float>(scale);
+  const GemmKernels& g = gemm_kernels(isa);
+  const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
+  weights_ = std::make_unique<MlaWeights>(g, g16, bf16, s, w);
+
+  AttentionShape p;
+  p.num_heads = p.num_kv_heads = s.H;
+  p.head_dim = s.head();
+  p.embed_dim = checked_mul(s.H, p.head_dim, "num_heads * head width");
+  p.kdim = p.vdim = s.E;
+  p.scale = scale_;
+  prefill_ = std::make_unique<AttentionEngine>(
+      isa, p, std::make_unique<MlaPrefill>(g, p, s, *weights_), bf16);
+
+  AttentionShape d;
+  d.num_heads = s.H;
+  d.num_kv_heads = 1;
+  d.head_dim = s.latent();
+  d.embed_dim = checked_mul(s.H, d.head_dim, "num_heads * (kv_lora_rank + qk_rope_head_dim)");
+  d.kdim = d.vdim = s.E;
+  d.scale = scale_;
+  decode_ = std::make_unique<AttentionEngine>(
+      isa, d, std::make_unique<MlaAbsorbed>(g, d, s, *weights_), bf16);
+}
+
+MlaModel::~MlaModel() = default;
+
+AttentionMods MlaModel::mods(std::ptrdiff_t position) const {
+  AttentionMods m;
+  m.causal = true;
+  m.rope_dim = s_.dr;
+  m.rope_theta = static_cast<float>(s_.theta);
+  m.rope_interleaved = !s_.halves;
+  m.rope_inv_freq = inv_freq_.data();
+  m.rope_amplitude = amplitude_;
+  m.rope_offset = position;
+  return m;
+}
+
+}  // namespace mha::detail
