@@ -1,0 +1,297 @@
+// Multi-head Latent Attention (mha_mla_*): the forward and the absorbed steps
+// against a double reference of HF's math on random layers, steps against
+// each other (chunking, paging, truncation: bitwise), failures that change
+// nothing, and thread invariance. The golden files (tests/golden, "[mla]")
+// hold the same math to PyTorch.
+//
+// Metric: max |ours - ref| / max(1, max |ref|). Limit 1e-5 on fp32
+// objects: every value is an fp32 dot product of at most a few hundred
+// terms of O(1) values (measured 1e-7 to 1e-6); the absorbed form
+// reassociates W_UK and W_UV through fp32, which stays within it.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <mha/mla.hpp>
+#include <vector>
+
+#include "support/mla_reference.hpp"
+
+namespace mha::test {
+namespace {
+
+double rel_error(const float* got, const std::vector<double>& ref) {
+  double scale = 1, err = 0;
+  for (double v : ref) scale = std::max(scale, std::abs(v));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::abs(double(got[i]) - ref[i]);
+    err = std::isnan(e) ? INFINITY : std::max(err, e);
+  }
+  return err / scale;
+}
+
+mha_mla_config small_config(std::size_t E, std::size_t H, std::size_t ql, std::size_t r,
+                            std::size_t dn, std::size_t dr, std::size_t dv) {
+  mha_mla_config c{};
+  c.struct_size = sizeof c;
+  c.hidden_size = E;
+  c.num_heads = H;
+  c.q_lora_rank = ql;
+  c.kv_lora_rank = r;
+  c.qk_nope_head_dim = dn;
+  c.qk_rope_head_dim = dr;
+  c.v_head_dim = dv;
+  return c;
+}
+
+mha_mla_config yarn(mha_mla_config c, float f, std::size_t orig, float ms, float ms_all) {
+  c.yarn_factor = f;
+  c.yarn_original_max_position = orig;
+  c.yarn_mscale = ms;
+  c.yarn_mscale_all_dim = ms_all;
+  return c;
+}
+
+// Odd sizes (none a multiple of a vector), both q forms, YaRN and plain,
+// both RoPE pairings, and the production head dims.
+std::vector<mha_mla_config> configs() {
+  std::vector<mha_mla_config> v;
+  v.push_back(yarn(small_config(40, 3, 24, 512, 128, 64, 128), 40, 4096, 1, 1));
+  v.push_back(yarn(small_config(24, 2, 0, 512, 128, 64, 128), 40, 4096, 0.707f, 0.707f));
+  mha_mla_config halves = small_config(13, 3, 7, 19, 5, 6, 9);
+  halves.rope_halves = 1;
+  halves.rope_theta = 50000;
+  v.push_back(halves);
+  v.push_back(yarn(small_config(9, 1, 0, 3, 1, 2, 1), 8, 64, 0.5f, 0));
+  mha_mla_config wide_v = small_config(16, 2, 5, 11, 3, 2, 17);  // dv > dn + dr
+  wide_v.rms_norm_eps = 1e-3f;
+  v.push_back(wide_v);
+  return v;
+}
+
+std::vector<float> step_all(const Mla& mla, std::size_t batch, std::size_t seq, const float* x,
+                            const std::vector<std::size_t>& chunks, mha_kv_dtype dtype,
+                            std::size_t E) {
+  MlaKvCache cache(mla, batch, seq, dtype);
+  std::vector<float> out(batch * seq * E);
+  std::size_t done = 0;
+  for (std::size_t n : chunks) {
+    std::vector<float> xs(batch * n * E), os(batch * n * E);
+    for (std::size_t b = 0; b < batch; ++b)
+      std::copy_n(x + (b * seq + done) * E, n * E, xs.data() + b * n * E);
+    cache.step(n, xs.data(), os.data());
+    for (std::size_t b = 0; b < batch; ++b)
+      std::copy_n(os.data() + b * n * E, n * E, out.data() + (b * seq + done) * E);
+    done += n;
+  }
+  REQUIRE(cache.length() == seq);
+  return out;
+}
+
+TEST_CASE("mla: forward and steps match the double reference", "[mla]") {
+  std::uint64_t seed = 100;
+  for (const mha_mla_config& c : configs()) {
+    const MlaLayer layer(c, seed += 10);
+    const Mla mla(layer.cfg, layer.view());
+    const std::size_t E = c.hidden_size, batch = 2, seq = 7;
+    const auto x = random_vector(batch * seq * E, seed + 9);
+    for (std::size_t offset : {std::size_t(0), std::size_t(3001)}) {
+      std::vector<float> out(x.size());
+      mla.forward(batch, seq, offset, x.data(), out.data());
+      const double err = rel_error(out.data(), mla_reference(layer, batch, seq, offset, x.data()));
+      INFO("E " << E << " r " << c.kv_lora_rank << " offset " << offset << " err " << err);
+      CHECK(err <= 1e-5);
+    }
+    const auto ref = mla_reference(layer, batch, seq, 0, x.data());
+    const auto decoded =
+        step_all(mla, batch, seq, x.data(), std::vector<std::size_t>(seq, 1), MHA_KV_DEFAULT, E);
+    CHECK(rel_error(decoded.data(), ref) <= 1e-5);
+    // Chunked prefill 3 + 1 + 3 and one step of all 7: the decode's bits.
+    CHECK(step_all(mla, batch, seq, x.data(), {3, 1, 3}, MHA_KV_DEFAULT, E) == decoded);
+    CHECK(step_all(mla, batch, seq, x.data(), {7}, MHA_KV_DEFAULT, E) == decoded);
+  }
+}
+
+TEST_CASE("mla: a bf16 object stays within bf16 rounding of the reference", "[mla][bf16]") {
+  const mha_mla_config c = yarn(small_config(40, 3, 24, 512, 128, 64, 128), 40, 4096, 1, 1);
+  const MlaLayer layer(c, 7);
+  const mha_attention_options opt{sizeof opt, MHA_BF16};
+  const Mla mla(layer.cfg, layer.view(), &opt);
+  const std::size_t E = c.hidden_size, seq = 6;
+  const auto x = random_vector(seq * E, 8);
+  const auto ref = mla_reference(layer, 1, seq, 0, x.data());
+  std::vector<float> out(x.size());
+  mla.forward(1, seq, 0, x.data(), out.data());
+  // A few bf16 units (2^-8) through four rounded products.
+  CHECK(rel_error(out.data(), ref) <= 0.03);
+  const auto stepped = step_all(mla, 1, seq, x.data(), {2, 4}, MHA_KV_DEFAULT, E);
+  CHECK(rel_error(stepped.data(), ref) <= 0.03);
+}
+
+TEST_CASE("mla: quantized latent caches", "[mla]") {
+  const mha_mla_config c = yarn(small_config(40, 3, 24, 512, 128, 64, 128), 40, 4096, 1, 1);
+  const MlaLayer layer(c, 17);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = c.hidden_size, seq = 9;
+  const auto x = random_vector(2 * seq * E, 18);
+  const auto ref = mla_reference(layer, 2, seq, 0, x.data());
+  // The quantized-KV tests' limits: int8 3e-2, E4M3 0.15 of the scale.
+  const auto i8 = step_all(mla, 2, seq, x.data(), {4, 1, 4}, MHA_KV_INT8, E);
+  CHECK(rel_error(i8.data(), ref) <= 3e-2);
+  const auto f8 = step_all(mla, 2, seq, x.data(), {4, 1, 4}, MHA_KV_FP8_E4M3, E);
+  CHECK(rel_error(f8.data(), ref) <= 0.15);
+  CHECK(step_all(mla, 2, seq, x.data(), std::vector<std::size_t>(seq, 1), MHA_KV_INT8, E) == i8);
+  MlaKvCache fp32(mla, 1, 10), int8(mla, 1, 10, MHA_KV_INT8);
+  CHECK(int8.bytes() < fp32.bytes() / 3);
+}
+
+TEST_CASE("mla: paged steps equal contiguous ones; truncate and re-step", "[mla]") {
+  const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
+  const MlaLayer layer(c, 27);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = c.hidden_size, seq = 10;
+  const auto x = random_vector(seq * E, 28);
+  const auto contiguous = step_all(mla, 1, seq, x.data(), {6, 4}, MHA_KV_DEFAULT, E);
+  for (std::size_t block : {std::size_t(256), std::size_t(4)}) {
+    MlaPagedKvCache paged(mla, 3, block, 16);
+    // Slot 2, beside a busy slot 0: its rows depend on neither.
+    const auto other = random_vector(5 * E, 29);
+    std::vector<float> out(seq * E), junk(5 * E);
+    const std::size_t s0[] = {0}, q0[] = {0, 5};
+    paged.step(1, s0, q0, other.data(), junk.data());
+    const std::size_t slots[] = {2, 0}, q_start[] = {0, 6, 7};
+    std::vector<float> xs(7 * E), os(7 * E);
+    std::copy_n(x.data(), 6 * E, xs.data());
+    std::copy_n(other.data(), E, xs.data() + 6 * E);
+    paged.step(2, slots, q_start, xs.data(), os.data());
+    std::copy_n(os.data(), 6 * E, out.data());
+    const std::size_t s2[] = {2}, q2[] = {0, 4};
+    paged.step(1, s2, q2, x.data() + 6 * E, out.data() + 6 * E);
+    INFO("block_tokens " << block);
+    if (block == 256) {
+      CHECK(out == contiguous);
+    } else {
+      CHECK(rel_error(out.data(), std::vector<double>(contiguous.begin(), contiguous.end())) <=
+            1e-6);
+    }
+  }
+  // Truncate 10 -> 6 and step the last 4 again: the same bits.
+  MlaKvCache cache(mla, 1, seq);
+  std::vector<float> out(seq * E);
+  cache.step(seq, x.data(), out.data());
+  cache.truncate(6);
+  std::vector<float> again(4 * E);
+  cache.step(4, x.data() + 6 * E, again.data());
+  CHECK(std::equal(again.begin(), again.end(), contiguous.begin() + 6 * E));
+}
+
+TEST_CASE("mla: failures change nothing", "[mla]") {
+  const mha_mla_config c = small_config(16, 2, 0, 8, 4, 2, 4);
+  const MlaLayer layer(c, 37);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = 16;
+  const auto x = random_vector(4 * E, 38);
+  MlaKvCache cache(mla, 1, 3);
+  std::vector<float> out(4 * E, 7.f);
+  cache.step(2, x.data(), out.data());
+  std::vector<float> before(4 * E, 5.f), after = before;
+  // A full cache: 2 + 2 > 3.
+  CHECK(mha_mla_step(mla.handle(), cache.handle(), 2, x.data(), after.data()) ==
+        MHA_INVALID_ARGUMENT);
+  CHECK(after == before);
+  CHECK(cache.length() == 2);
+  // The next token still gets the bits it would have had.
+  std::vector<float> full(3 * E), one(E);
+  MlaKvCache fresh(mla, 1, 3);
+  fresh.step(3, x.data(), full.data());
+  cache.step(1, x.data() + 2 * E, one.data());
+  CHECK(std::equal(one.begin(), one.end(), full.begin() + 2 * E));
+  // Another family's cache, another MLA's cache.
+  const Mla other(layer.cfg, layer.view());
+  CHECK(mha_mla_step(other.handle(), cache.handle(), 1, x.data(), after.data()) ==
+        MHA_INVALID_ARGUMENT);
+  CHECK(mha_attention_step(nullptr, cache.handle(), 1, x.data(), x.data(), x.data(),
+                           after.data()) == MHA_INVALID_ARGUMENT);
+  CHECK(after == before);
+  CHECK(cache.length() == 3);
+}
+
+TEST_CASE("mla: create rejects bad configs and weights", "[mla]") {
+  const mha_mla_config good = small_config(16, 2, 6, 8, 4, 2, 4);
+  const MlaLayer layer(good, 47);
+  mha_mla* m = reinterpret_cast<mha_mla*>(&m);
+  mha_mla* const untouched = m;
+  const auto bad = [&](mha_mla_config c, mha_mla_weights w) {
+    const mha_status s = mha_mla_create(&c, &w, nullptr, &m);
+    INFO(mha_last_error());
+    CHECK(s == MHA_INVALID_ARGUMENT);
+    CHECK(m == untouched);
+    CHECK(std::strlen(mha_last_error()) > 0);
+  };
+  const mha_mla_weights w = layer.view();
+  mha_mla_config c = good;
+  c.struct_size = 8;
+  bad(c, w);
+  c = good;
+  c.qk_rope_head_dim = 3;
+  bad(c, w);
+  c = good;
+  c.kv_lora_rank = 0;
+  bad(c, w);
+  c = good;
+  c.rope_halves = 2;
+  bad(c, w);
+  c = good;
+  c.rope_theta = NAN;
+  bad(c, w);
+  c = good;
+  c.yarn_factor = 4;  // no original max position
+  bad(c, w);
+  c = good;
+  c.yarn_mscale = -1;
+  bad(c, w);
+  c = good;
+  c.num_heads = SIZE_MAX / 2;
+  bad(c, w);
+  mha_mla_weights v = w;
+  v.q_proj = v.q_b_proj;  // both forms of q
+  bad(good, v);
+  v = w;
+  v.kv_b_proj = nullptr;
+  bad(good, v);
+  v = w;
+  v.struct_size = 0;
+  bad(good, v);
+  const mha_attention_options opt{sizeof opt, static_cast<mha_dtype>(7)};
+  CHECK(mha_mla_create(&good, &w, &opt, &m) == MHA_INVALID_ARGUMENT);
+  CHECK(m == untouched);
+}
+
+TEST_CASE("mla: bits do not depend on the thread count", "[mla]") {
+  const mha_mla_config c = yarn(small_config(48, 4, 16, 512, 128, 64, 128), 40, 4096, 1, 1);
+  const MlaLayer layer(c, 57);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = 48, seq = 300;  // keys past one tile: split-KV at 300
+  const auto x = random_vector(seq * E, 58);
+  std::vector<float> first_fwd, first_step;
+  for (std::size_t threads : {1, 2, 3, 8, 32}) {
+    mha_set_num_threads(threads);
+    std::vector<float> fwd(seq * E), stepped(E);
+    mla.forward(1, seq, 0, x.data(), fwd.data());
+    MlaKvCache cache(mla, 1, seq);
+    std::vector<float> prefix((seq - 1) * E);
+    cache.step(seq - 1, x.data(), prefix.data());
+    cache.step(1, x.data() + (seq - 1) * E, stepped.data());
+    if (first_fwd.empty()) {
+      first_fwd = fwd;
+      first_step = stepped;
+    }
+    INFO("threads " << threads);
+    CHECK(fwd == first_fwd);
+    CHECK(stepped == first_step);
+  }
+  mha_set_num_threads(0);
+}
+
+}  // namespace
+}  // namespace mha::test
