@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <mha/mla.hpp>
+#include <thread>
 #include <vector>
 
 #include "support/mla_reference.hpp"
@@ -268,6 +269,10 @@ TEST_CASE("mla: create rejects bad configs and weights", "[mla]") {
 }
 
 TEST_CASE("mla: bits do not depend on the thread count", "[mla]") {
+  if (!threads_allowed()) {
+    WARN("skipped: threads are not allowed here (qemu-user, MHA_TEST_SINGLE_THREAD=1)");
+    return;
+  }
   const mha_mla_config c = yarn(small_config(48, 4, 16, 512, 128, 64, 128), 40, 4096, 1, 1);
   const MlaLayer layer(c, 57);
   const Mla mla(layer.cfg, layer.view());
@@ -291,6 +296,28 @@ TEST_CASE("mla: bits do not depend on the thread count", "[mla]") {
     CHECK(stepped == first_step);
   }
   mha_set_num_threads(0);
+}
+
+TEST_CASE("mla: concurrent steps on one object, each on its own cache", "[mla][threads]") {
+  if (!threads_allowed()) {
+    WARN("skipped: threads are not allowed here (qemu-user, MHA_TEST_SINGLE_THREAD=1)");
+    return;
+  }
+  const mha_mla_config c = small_config(32, 4, 12, 40, 8, 4, 8);
+  const MlaLayer layer(c, 67);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = 32, seq = 20;
+  const auto x = random_vector(seq * E, 68);
+  const auto alone = step_all(mla, 1, seq, x.data(), {5, 1, 14}, MHA_KV_DEFAULT, E);
+  std::vector<std::vector<float>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& g : got) {
+    threads.emplace_back([&] {
+      g = step_all(mla, 1, seq, x.data(), {5, 1, 14}, MHA_KV_DEFAULT, E);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) CHECK(g == alone);
 }
 
 }  // namespace
