@@ -796,9 +796,9 @@ MHA_API mha_status mha_mla_forward(const mha_mla* mla, size_t batch, size_t seq,
  * as for attention caches). This version stores the row twice, once as
  * keys and once as values (mha_kv_cache_bytes says what it holds).
  * mha_kv_cache_destroy, _length, _truncate, _bytes and the paged slot
- * functions apply. A cache belongs to its mha_mla: one of an mha_attention,
- * or of another mha_mla, is MHA_INVALID_ARGUMENT in these steps, and an
- * MLA cache is in mha_attention_step. */
+ * functions apply. A cache belongs to its mha_mla: a cache of an
+ * mha_attention or of another mha_mla is MHA_INVALID_ARGUMENT in these
+ * steps, and so is an MLA cache in mha_attention_step. */
 MHA_API mha_status mha_mla_kv_cache_create(const mha_mla* mla, size_t batch, size_t max_len,
                                            const mha_kv_cache_options* options, mha_kv_cache** out);
 MHA_API mha_status mha_mla_kv_cache_create_paged(const mha_mla* mla, size_t num_slots,
