@@ -77,8 +77,10 @@ class PerCallKv final : public KvStore {
   const AttentionShape& s_;
 };
 
-std::unique_ptr<KvType> pick_kv_type(const GemmKernels& g, const GemmBf16Kernels* g16) {
-  return g16 != nullptr ? make_kv_bf16(g, *g16) : make_kv_fp32(g);
+std::unique_ptr<KvType> pick_kv_type(const GemmKernels& g, const GemmBf16Kernels* g16,
+                                     bool shared_kv) {
+  if (g16 != nullptr) return make_kv_bf16(g, *g16);
+  return shared_kv ? make_kv_latent_fp32(g) : make_kv_fp32(g);
 }
 
 }  // namespace
@@ -91,17 +93,17 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
       bf16 ? make_projections_bf16(gemm(), g16, shape, w) : make_projections_fp32(gemm(), shape, w);
   // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
   // products; elsewhere on fp32 ones (its weights stay bf16).
-  make_kv_types(g16);
+  make_kv_types(g16, false);
 }
 
 AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape,
-                                 std::unique_ptr<Projections> proj, bool bf16)
+                                 std::unique_ptr<Projections> proj, bool bf16, bool shared_kv)
     : isa_(isa), shape_(shape), proj_(std::move(proj)) {
-  make_kv_types(bf16 ? gemm_bf16_kernels(isa) : nullptr);
+  make_kv_types(bf16 ? gemm_bf16_kernels(isa) : nullptr, shared_kv);
 }
 
-void AttentionEngine::make_kv_types(const GemmBf16Kernels* g16) {
-  kv_[MHA_KV_DEFAULT] = pick_kv_type(gemm(), g16);
+void AttentionEngine::make_kv_types(const GemmBf16Kernels* g16, bool shared_kv) {
+  kv_[MHA_KV_DEFAULT] = pick_kv_type(gemm(), g16, shared_kv);
   kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa_);
   kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa_);
 }

@@ -152,9 +152,11 @@ class AttentionEngine {
   // where they enter a projection or Q·Kᵀ (mha_attention_options).
   AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w, bool bf16 = false);
   // With projections of the caller's own (MLA's), made for this isa and
-  // precision; shape.kdim/vdim are then the inputs' widths.
+  // precision; shape.kdim/vdim are then the inputs' widths. shared_kv: the
+  // projections' K and V are one array, which an fp32 default type then
+  // stores once.
   AttentionEngine(Isa isa, const AttentionShape& shape, std::unique_ptr<Projections> proj,
-                  bool bf16);
+                  bool bf16, bool shared_kv);
   ~AttentionEngine();
   AttentionEngine(const AttentionEngine&) = delete;
   AttentionEngine& operator=(const AttentionEngine&) = delete;
@@ -213,7 +215,7 @@ class AttentionEngine {
   void run(const Call& c) const;
   void run_stored(const Call& c) const;
   Call forward_call(const ForwardArgs& a, KvStore& store) const;
-  void make_kv_types(const GemmBf16Kernels* g16);
+  void make_kv_types(const GemmBf16Kernels* g16, bool shared_kv);
 
   Isa isa_;
   AttentionShape shape_;

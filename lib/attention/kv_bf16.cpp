@@ -93,8 +93,8 @@ class KvBf16 final : public KvType {
                        float* qbuf) const override {
     g16_.round_rows(rows, d, q, ldq, qbuf, round_up(d, 2));
   }
-  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
-              float* s, std::size_t lds) const override {
+  void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
+              std::size_t lds) const override {
     const std::size_t kp = ceil_div(d, 2);
     bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
               static_cast<const std::uint16_t*>(t.k) + key_strip_at(t.j0, d), kp * g16_.nr * 2, s,

@@ -59,8 +59,8 @@ class KvFp32 final : public KvType {
                        float* qbuf) const override {
     pack_a(g_, Trans::N, rows, d, q, ldq, qbuf);
   }
-  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
-              float* s, std::size_t lds) const override {
+  void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
+              std::size_t lds) const override {
     const PackedBView keys =
         PackedBView::whole(static_cast<const float*>(t.k), d, t.layout->capacity, g_.nr);
     gemm_serial_prepacked_ab(g_, rows, qbuf, keys.cols(t.j0, t.j0 + t.n), alpha, 0.0f, s, lds);

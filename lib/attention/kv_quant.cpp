@@ -57,8 +57,8 @@ class KvQuant final : public KvType {
                        float* qbuf) const override {
     for (std::size_t r = 0; r < rows; ++r) std::copy_n(q + r * ldq, d, qbuf + r * d);
   }
-  void scores(std::size_t rows, std::size_t d, const float* qbuf, const KvTile& t, float alpha,
-              float* s, std::size_t lds) const override {
+  void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
+              std::size_t lds) const override {
     const auto* strips =
         static_cast<const std::uint8_t*>(t.k) + t.j0 / kvq::kStrip * kvq::key_strip_bytes(d);
     k_.scores[index()](rows, d, qbuf, d, strips, t.n, alpha, s, lds);

@@ -110,12 +110,13 @@ class KvType {
   //   o = P·V + beta·o          values(), P rounded as the type needs into
   //                             `pbuf` (p_floats(rows, tile keys))
   // Both give, per element, bits that depend on neither the tile's rows nor
-  // its place in the block (the kernels' contract).
+  // its place in the block (the kernels' contract). qbuf is the task's own:
+  // scores() may use what query_floats reserves past the prepared rows.
   virtual std::size_t query_floats(std::size_t rows, std::size_t head_dim) const = 0;
   virtual std::size_t p_floats(std::size_t rows, std::size_t keys) const = 0;
   virtual void prepare_queries(std::size_t rows, std::size_t head_dim, const float* q,
                                std::size_t ldq, float* qbuf) const = 0;
-  virtual void scores(std::size_t rows, std::size_t head_dim, const float* qbuf, const KvTile& t,
+  virtual void scores(std::size_t rows, std::size_t head_dim, float* qbuf, const KvTile& t,
                       float alpha, float* s, std::size_t lds) const = 0;
   virtual void values(std::size_t rows, std::size_t head_dim, const float* p, std::size_t ldp,
                       const KvTile& t, float beta, float* o, std::size_t ldo,
@@ -131,6 +132,10 @@ std::unique_ptr<KvType> make_kv_fp32(const GemmKernels& g);
 // bf16 K and V (kv_bf16.cpp): both in g16's K-pair layout, on g16's dot
 // kernels; key tiles as fp32's on g, rounded to g16's strips.
 std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16);
+// fp32 rows that are both K and V (MLA's latent rows; put() keeps the
+// value alone), stored once and read in place by both products
+// (kv_latent.cpp).
+std::unique_ptr<KvType> make_kv_latent_fp32(const GemmKernels& g);
 // int8 or fp8 E4M3 K and V with scales (kv_quant.cpp, kvquant/format.hpp),
 // on isa's kernels: the quantized caches' type on any object.
 std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa);

@@ -374,7 +374,7 @@ MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf
   p.kdim = p.vdim = s.E;
   p.scale = scale_;
   prefill_ = std::make_unique<AttentionEngine>(
-      isa, p, std::make_unique<MlaPrefill>(g, p, s, *weights_), bf16);
+      isa, p, std::make_unique<MlaPrefill>(g, p, s, *weights_), bf16, false);
 
   AttentionShape d;
   d.num_heads = s.H;
@@ -384,7 +384,7 @@ MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf
   d.kdim = d.vdim = s.E;
   d.scale = scale_;
   decode_ = std::make_unique<AttentionEngine>(
-      isa, d, std::make_unique<MlaAbsorbed>(g, d, s, *weights_), bf16);
+      isa, d, std::make_unique<MlaAbsorbed>(g, d, s, *weights_), bf16, true);
 }
 
 MlaModel::~MlaModel() = default;
