@@ -49,13 +49,14 @@ void forward_ragged(const mha_attention* attn, const mha_ragged* seqs, const flo
   const auto eo = tensor_extent(out, {q_rows, s.embed_dim}, "out [q_start[num_seqs], E]");
   const detail::AttentionMods m =
       detail::resolve_mods(mods, s, q_rows, {eq, ek, ev, eo}, "mha_attention_forward_ragged");
-  if (q_rows == 0) return;
-  check_arg(query != nullptr, "query: expected a [q_start[num_seqs], embed_dim] array, got NULL");
-  check_arg(out != nullptr, "out: expected a [q_start[num_seqs], embed_dim] array, got NULL");
+  // Arrays with rows must be given even when no sequence has queries.
   check_arg(kv_rows == 0 || key != nullptr,
             "key: expected a [kv_start[num_seqs], kdim] array, got NULL");
   check_arg(kv_rows == 0 || value != nullptr,
             "value: expected a [kv_start[num_seqs], vdim] array, got NULL");
+  if (q_rows == 0) return;
+  check_arg(query != nullptr, "query: expected a [q_start[num_seqs], embed_dim] array, got NULL");
+  check_arg(out != nullptr, "out: expected a [q_start[num_seqs], embed_dim] array, got NULL");
   // out is written only after every input has been read: in place is safe.
   check_no_overlap(eo, eq, true, "out", "query");
   check_no_overlap(eo, ek, true, "out", "key");
