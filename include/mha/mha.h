@@ -777,7 +777,8 @@ typedef struct mha_mla mha_mla;
  * bf16 where they enter attention, RMSNorm and softmax in fp32.
  * MHA_INVALID_ARGUMENT for a wrong struct_size, a size of 0 (q_lora_rank
  * aside), an odd qk_rope_head_dim, a negative or non-finite float, YaRN
- * without yarn_original_max_position, q_proj given with q_lora_rank != 0 or
+ * without yarn_original_max_position, rope_theta 1 (no frequencies), q_proj
+ * given with q_lora_rank != 0 or
  * missing without it, any other weight missing, or sizes that overflow. */
 MHA_API mha_status mha_mla_create(const mha_mla_config* config, const mha_mla_weights* weights,
                                   const mha_attention_options* options, mha_mla** out);
@@ -785,7 +786,8 @@ MHA_API void mha_mla_destroy(mha_mla* mla);
 
 /* Prefill: x, out [batch, seq, hidden]; token i of each batch row at
  * position position_offset + i, causal within the call. Computed in the
- * model's own form (K and V decompressed per head). out may be x. */
+ * model's own form (K and V decompressed per head). out may be x.
+ * position_offset + seq must not exceed PTRDIFF_MAX. */
 MHA_API mha_status mha_mla_forward(const mha_mla* mla, size_t batch, size_t seq,
                                    size_t position_offset, const float* x, float* out);
 

@@ -214,8 +214,22 @@ TEST_CASE("mla: failures change nothing", "[mla]") {
   const Mla other(layer.cfg, layer.view());
   CHECK(mha_mla_step(other.handle(), cache.handle(), 1, x.data(), after.data()) ==
         MHA_INVALID_ARGUMENT);
-  CHECK(mha_attention_step(nullptr, cache.handle(), 1, x.data(), x.data(), x.data(),
-                           after.data()) == MHA_INVALID_ARGUMENT);
+  // An attention object of the same width: the cache is still not its own.
+  const std::vector<float> w = random_vector(4 * E * E, 39);
+  const mha_config ac{E, 2, 0, 0, 0};
+  const mha_weights aw{
+      w.data(), w.data() + E * E, w.data() + 2 * E * E, w.data() + 3 * E * E, nullptr, nullptr,
+      nullptr,  nullptr};
+  mha_attention* attn = nullptr;
+  REQUIRE(mha_attention_create(&ac, &aw, &attn) == MHA_OK);
+  CHECK(mha_attention_step(attn, cache.handle(), 1, x.data(), x.data(), x.data(), after.data()) ==
+        MHA_INVALID_ARGUMENT);
+  mha_kv_cache* attn_cache = nullptr;
+  REQUIRE(mha_kv_cache_create(attn, 1, 4, &attn_cache) == MHA_OK);
+  CHECK(mha_mla_step(mla.handle(), attn_cache, 1, x.data(), after.data()) == MHA_INVALID_ARGUMENT);
+  CHECK(mha_kv_cache_length(attn_cache) == 0);
+  mha_kv_cache_destroy(attn_cache);
+  mha_attention_destroy(attn);
   CHECK(after == before);
   CHECK(cache.length() == 3);
 }
