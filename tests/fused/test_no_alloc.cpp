@@ -1,9 +1,10 @@
 // "Hot paths do not allocate": after warm-up calls (which size the
-// thread-local scratch), steady-state calls of every public entry point make
-// no heap allocation at all. This binary replaces the C allocator (malloc and
-// friends, which operator new and the library's aligned scratch both reach)
-// with counting wrappers around glibc's own entry points, so it is a suite of
-// its own and is skipped under the sanitizers, whose runtimes own malloc.
+// thread-local scratch), steady-state calls of every public entry point (MLA's
+// forward and steps included) make no heap allocation at all. This binary
+// replaces the C allocator (malloc and friends, which operator new and the
+// library's aligned scratch both reach) with counting wrappers around glibc's
+// own entry points, so it is a suite of its own and is skipped under the
+// sanitizers, whose runtimes own malloc.
 #include <mha/mha.h>
 
 #include <atomic>
@@ -14,9 +15,11 @@
 #include <mha/attention.hpp>
 #include <mha/gemm.hpp>
 #include <mha/kv_cache.hpp>
+#include <mha/mla.hpp>
 #include <string>
 #include <vector>
 
+#include "support/mla_reference.hpp"
 #include "support/reference.hpp"
 
 #if defined(__GLIBC__) && !defined(MHA_ASAN) && !defined(MHA_TSAN)
@@ -258,6 +261,55 @@ void check_entry_points(std::size_t threads) {
     CHECK(steady_allocations([&] {
             paged.step_mods(2, slots, ones, x.data(), x.data(), x.data(), &mods, out.data());
           }) <= allowed);
+  }
+
+  // MLA: the forward, a decode step over a contiguous latent cache of each
+  // element type (truncated back after each step) and a ragged step over a
+  // paged one, on an fp32 and a bf16 object.
+  {
+    mha_mla_config c{};
+    c.struct_size = sizeof c;
+    c.hidden_size = 40;
+    c.num_heads = 4;
+    c.q_lora_rank = 24;
+    c.kv_lora_rank = 32;
+    c.qk_nope_head_dim = 8;
+    c.qk_rope_head_dim = 4;
+    c.v_head_dim = 12;
+    c.yarn_factor = 40;
+    c.yarn_original_max_position = 4096;
+    c.yarn_mscale = c.yarn_mscale_all_dim = 1;
+    const mha::test::MlaLayer layer(c, 12);
+    const std::size_t E = c.hidden_size, B = 2, S = 30;
+    const std::vector<float> x = random_vector(B * S * E, 13), tok = random_vector(B * E, 14);
+    std::vector<float> out(x.size()), tok_out(tok.size());
+    mha_attention_options bf16{};
+    bf16.struct_size = sizeof(mha_attention_options);
+    bf16.compute = MHA_BF16;
+    for (const mha_attention_options* options :
+         {(const mha_attention_options*)nullptr, (const mha_attention_options*)&bf16}) {
+      INFO("MLA, " << (options == nullptr ? "fp32" : "bf16"));
+      const mha::Mla mla(layer.cfg, layer.view(), options);
+      CHECK(steady_allocations([&] { mla.forward(B, S, 7, x.data(), out.data()); }) <= allowed);
+      for (mha_kv_dtype dtype : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+        INFO("latent cache dtype " << dtype);
+        mha::MlaKvCache cache(mla, B, 64, dtype);
+        cache.step(10, x.data(), out.data());
+        CHECK(steady_allocations([&] {
+                cache.step(1, tok.data(), tok_out.data());
+                cache.truncate(10);
+              }) <= allowed);
+      }
+      mha::MlaPagedKvCache paged(mla, 3, 16, 40);
+      const std::size_t slots[] = {2, 0, 1}, prompts[] = {0, 10, 25, 26}, ones[] = {0, 1, 2, 3};
+      paged.step(3, slots, prompts, x.data(), out.data());
+      CHECK(steady_allocations([&] {
+              paged.step(3, slots, ones, x.data(), out.data());
+              for (std::size_t i = 0; i < 3; ++i) {
+                paged.truncate_slot(slots[i], prompts[i + 1] - prompts[i]);
+              }
+            }) <= allowed);
+    }
   }
   mha_set_num_threads(0);
 }

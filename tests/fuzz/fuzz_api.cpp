@@ -3,9 +3,12 @@
 // The input is a little program: a few bytes pick the ISA and the thread
 // limit, then up to kMaxOps operations follow, each decoded from the bytes
 // into arguments, valid or not: sgemm, pack_b + sgemm_packed, softmax, the
-// three reshapes, and attention objects with forwards (padded and ragged,
-// with modifiers), KV-cache sequences (create, step, truncate, length,
-// destroy) and paged caches (random steps over slots, truncations, resets).
+// three reshapes, attention objects with forwards (padded and ragged, with
+// modifiers), KV-cache sequences (create, step, truncate, length, destroy)
+// and paged caches (random steps over slots, truncations, resets), and MLA
+// layers (small configs, one rule broken now and then) with forwards and
+// latent caches of every mha_kv_dtype, contiguous and paged, stepped,
+// truncated and reset.
 // Tensor contents come from a PRNG seeded by the input, so the bytes go to
 // shapes, strides, flags and masks.
 // Every tensor is a heap buffer of exactly the extent the call describes
@@ -33,6 +36,8 @@
 //    (tests/attention/attention_case.hpp), which hold there for larger
 //    shapes than the ones decoded here (E <= 32, kv_len <= 1110, inputs in
 //    [-1, 1], additive masks in [-3, 3] or -inf).
+//  - MLA: the forward against the double reference, each step against
+//    mha_mla_forward over the same tokens; see kMlaTol.
 //
 // Sizes are sometimes huge (2^61 .. SIZE_MAX, whose byte counts overflow or
 // cannot be allocated): each must be rejected, never wrapped to a small
@@ -57,6 +62,7 @@
 #include "attention/attention_case.hpp"
 #include "gemm/gemm_bf16.hpp"
 #include "support/attention_reference.hpp"
+#include "support/mla_reference.hpp"
 
 namespace {
 
@@ -1207,6 +1213,535 @@ void fuzz_attention(Decoder& d) {
   }
 }
 
+// ------------------------------------------------------------------ MLA ---
+
+// Forward against the double reference (tests/support/mla_reference.hpp)
+// and steps against mha_mla_forward over the same tokens, both by
+// scaled_error. fp32: 1e-4 (test_mla holds 1e-5 on its own shapes; here a
+// config takes any decoded eps, theta, pairing and YaRN setting, and a step
+// reassociates W_UK and W_UV through fp32: a margin of 10). bf16 objects:
+// test_mla's 3e-2 against the reference, twice that between the two forms,
+// which round different products. Quantized latent caches: the KV-quant
+// limits above (int8 3e-2, E4M3 0.15) added. Largest seen in ~150k runs:
+// fp32 4e-7 (forward and steps), bf16 1.4e-2 (forward), int8 9e-3, E4M3
+// 5.9e-2.
+constexpr double kMlaTol = 1e-4;
+constexpr double kBf16MlaTol = 3e-2;
+
+// An MLA object with the host copy of its weights, for the reference.
+struct MlaObject {
+  mha::test::MlaLayer layer;
+  mha_mla* mla = nullptr;
+  std::size_t E = 0, latent = 0;  // hidden_size, dr + r
+  bool bf16 = false;
+  double tol = kMlaTol;       // forward against the reference
+  double step_tol = kMlaTol;  // a step against the forward
+  MlaObject(const mha_mla_config& c, std::uint32_t seed) : layer(c, seed) {}
+  ~MlaObject() { mha_mla_destroy(mla); }
+};
+
+// Out of mha_mla_forward over rows [batch, seq, E] of x from position 0.
+std::vector<float> mla_forward_of(const MlaObject& m, std::size_t batch, std::size_t seq,
+                                  const std::vector<float>& x) {
+  std::vector<float> out(batch * seq * m.E, kSentinel);
+  FUZZ_CHECK(mha_mla_forward(m.mla, batch, seq, 0, x.data(), out.data()) == MHA_OK,
+             "mha_mla_forward failed on the tokens of a step that succeeded: %s", mha_last_error());
+  return out;
+}
+
+// Rows [from, from + n) of `ref` (ld E) against `got`, by scaled_error.
+void check_mla_rows(const MlaObject& m, const float* got, const std::vector<float>& ref,
+                    std::size_t from, std::size_t n, double tol, const char* call) {
+  const std::vector<float> ours(got, got + n * m.E);
+  const std::vector<double> want(ref.begin() + from * m.E, ref.begin() + (from + n) * m.E);
+  const double err = mha::test::scaled_error(ours, want);
+  FUZZ_CHECK(err <= tol, "%s: error %.3g against mha_mla_forward > %.0e (rows %zu..%zu, E %zu)",
+             call, err, tol, from, from + n, m.E);
+}
+
+// A step's tolerance: the object's, plus a quantized cache's (the two
+// errors add on a bf16 object).
+double mla_cache_tol(const MlaObject& m, const KvOptions& k) {
+  return m.step_tol + (k.o.dtype == MHA_KV_INT8       ? 3e-2
+                       : k.o.dtype == MHA_KV_FP8_E4M3 ? 1.5e-1
+                                                      : 0.0);
+}
+
+// A small attention object (E 2, one head), for calls that mix the
+// families: mha.h rejects an MLA cache in mha_attention_step and an
+// attention cache in mha_mla_step. Made once, on the first ISA asked.
+mha_attention* family_attention() {
+  static mha_attention* const attn = [] {
+    static const float w[4] = {1.f, 0.5f, -0.5f, 1.f};
+    const mha_config c{2, 1, 0, 0, 0};
+    const mha_weights ws{w, w, w, w, nullptr, nullptr, nullptr, nullptr};
+    mha_attention* a = nullptr;
+    FUZZ_CHECK(mha_attention_create(&c, &ws, &a) == MHA_OK, "mha_attention_create: %s",
+               mha_last_error());
+    return a;
+  }();
+  return attn;
+}
+
+bool untouched(const std::vector<float>& x) {
+  return std::all_of(x.begin(), x.end(), [](float y) { return y == kSentinel; });
+}
+
+void fuzz_mla_forward(Decoder& d, const MlaObject& m) {
+  const std::size_t batch = d.dim(3), seq = d.dim(6);
+  constexpr auto kMaxPos = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max());
+  // From 0, a few thousand on, or at the last positions a call may reach
+  // (PTRDIFF_MAX; one more must fail).
+  std::size_t offset = 0;
+  bool past_end = false;
+  switch (d.p.ConsumeIntegralInRange<int>(0, 7)) {
+    case 0:
+      offset = d.p.ConsumeIntegralInRange<std::size_t>(1, 5000);
+      break;
+    case 1:
+      past_end = d.coin();
+      offset = seq <= kMaxPos ? kMaxPos - seq + (past_end ? 1 : 0) : SIZE_MAX;
+      past_end = past_end || seq > kMaxPos;
+      break;
+    default:
+      break;
+  }
+  const std::size_t n = product({batch, seq, m.E});
+  Buffer x(n), out(n);
+  if (x.unallocated) return;
+  x.v = d.values(x.v.size());
+  const bool in_place = d.coin(4);
+  const int null_arg = d.p.ConsumeIntegralInRange<int>(0, 15);
+  Expect e = batch == 0 || seq == 0 || x.impossible ? Expect::fail : Expect::ok;
+  if (null_arg >= 1 && null_arg <= 3) e = Expect::fail;
+  // mha.h names no last position; the library stops at PTRDIFF_MAX.
+  if (past_end && e == Expect::ok) e = Expect::either;
+  const std::vector<float> x0 = x.v;
+  float* op = in_place ? x.v.data() : out.v.data();
+  prime_error();
+  const mha_status st =
+      mha_mla_forward(null_arg == 3 ? nullptr : m.mla, batch, seq, offset,
+                      null_arg == 1 ? nullptr : x.v.data(), null_arg == 2 ? nullptr : op);
+  check_expectation(st, e, "mha_mla_forward");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(untouched(out.v) && same_bits(x.v, x0), "mha_mla_forward failed but wrote out or x");
+    return;
+  }
+  // Angles at positions near PTRDIFF_MAX are rounded differently by any
+  // two orders of evaluation: only success is checked there.
+  if (offset > 5000) return;
+  const std::vector<double> ref = mha::test::mla_reference(m.layer, batch, seq, offset, x0.data());
+  const double err = mha::test::scaled_error(std::vector<float>(op, op + n), ref);
+  FUZZ_CHECK(err <= m.tol,
+             "mha_mla_forward error %.3g > %.0e (E %zu H %zu q_lora %zu r %zu dn %zu dr %zu dv %zu "
+             "batch %zu seq %zu offset %zu)",
+             err, m.tol, m.E, m.layer.cfg.num_heads, m.layer.cfg.q_lora_rank,
+             m.layer.cfg.kv_lora_rank, m.layer.cfg.qk_nope_head_dim, m.layer.cfg.qk_rope_head_dim,
+             m.layer.cfg.v_head_dim, batch, seq, offset);
+}
+
+// A contiguous latent cache through steps and truncations, against a host
+// copy of every batch row's tokens.
+void fuzz_mla_cache(Decoder& d, const MlaObject& m, const mha_mla* other) {
+  // Now and then (fp32, one batch row: the forward that checks each step
+  // then spans every position) long enough for the core's split-KV decode,
+  // which takes 1024 keys.
+  const bool long_cache = !m.bf16 && d.coin(16);
+  const std::size_t batch = long_cache ? 1 : d.dim(3), E = m.E;
+  const std::size_t max_len =
+      long_cache ? d.p.ConsumeIntegralInRange<std::size_t>(1000, 1100) : d.dim(12);
+  auto* const sentinel = reinterpret_cast<mha_kv_cache*>(std::uintptr_t{0x5e7});
+  mha_kv_cache* cache = sentinel;
+  Expect e = batch == 0 || max_len == 0 ? Expect::fail : Expect::ok;
+  const std::size_t kv = product({batch, max_len, m.latent, 2});
+  if (kv == SIZE_MAX || kv > (std::size_t{1} << 40)) e = Expect::fail;
+  const KvOptions ko = decode_kv_options(d);
+  if (!ko.valid) e = Expect::fail;
+  prime_error();
+  const mha_status st = mha_mla_kv_cache_create(m.mla, batch, max_len, ko.get(), &cache);
+  check_expectation(st, e, "mha_mla_kv_cache_create");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(cache == sentinel, "mha_mla_kv_cache_create failed but wrote *out");
+    return;
+  }
+  const double tol = mla_cache_tol(m, ko);
+  std::vector<std::vector<float>> hx(batch);
+  std::size_t len = 0;
+  FUZZ_CHECK(mha_kv_cache_length(cache) == 0, "a new latent cache has length %zu",
+             mha_kv_cache_length(cache));
+  for (int op = 0; op < 6 && d.p.remaining_bytes() > 0; ++op) {
+    if (d.coin(4)) {
+      const std::size_t to = d.p.ConsumeIntegralInRange<std::size_t>(0, len + 2);
+      prime_error();
+      const mha_status ts = mha_kv_cache_truncate(cache, to);
+      check_expectation(ts, to <= len ? Expect::ok : Expect::fail, "mha_kv_cache_truncate (MLA)");
+      if (ts == MHA_OK) {
+        len = to;
+        for (auto& h : hx) h.resize(len * E);
+      }
+      FUZZ_CHECK(mha_kv_cache_length(cache) == len, "latent cache length %zu, expected %zu",
+                 mha_kv_cache_length(cache), len);
+      continue;
+    }
+    const std::size_t n_new = d.coin(16) ? max_len - len : d.dim(5);  // sometimes a fill
+    const std::size_t nx = product({batch, n_new, E});
+    const bool fits = nx != SIZE_MAX && nx <= kMaxAlloc;
+    std::vector<float> x = d.values(fits ? nx : 16), out(fits ? nx : 16, kSentinel);
+    const bool in_place = d.coin(4);
+    // 1-2: NULL x or out, 3: a cache of another mha_mla, 4: NULL mla, 5: this
+    // cache in mha_attention_step, 6: an attention cache in mha_mla_step.
+    const int bad_arg = d.p.ConsumeIntegralInRange<int>(0, 15);
+    Expect se = !fits || n_new == 0 || n_new > max_len - len ? Expect::fail : Expect::ok;
+    if (bad_arg >= 1 && bad_arg <= 6) se = Expect::fail;
+    const std::vector<float> x0 = x;
+    float* o = in_place ? x.data() : out.data();
+    const mha_mla* mla = bad_arg == 3 ? other : bad_arg == 4 ? nullptr : m.mla;
+    mha_kv_cache* attention_cache = nullptr;
+    if (bad_arg == 6)
+      FUZZ_CHECK(mha_kv_cache_create(family_attention(), 1, 4, &attention_cache) == MHA_OK,
+                 "mha_kv_cache_create: %s", mha_last_error());
+    prime_error();
+    const mha_status ss =
+        bad_arg == 5
+            ? mha_attention_step(family_attention(), cache, n_new, x.data(), x.data(), x.data(), o)
+            : mha_mla_step(mla, bad_arg == 6 ? attention_cache : cache, n_new,
+                           bad_arg == 1 ? nullptr : x.data(), bad_arg == 2 ? nullptr : o);
+    check_expectation(ss, se, bad_arg == 5 ? "mha_attention_step (an MLA cache)" : "mha_mla_step");
+    if (attention_cache != nullptr) {
+      FUZZ_CHECK(mha_kv_cache_length(attention_cache) == 0,
+                 "mha_mla_step advanced an attention cache");
+      mha_kv_cache_destroy(attention_cache);
+    }
+    if (ss != MHA_OK) {
+      FUZZ_CHECK(untouched(out) && same_bits(x, x0), "mha_mla_step failed but wrote out or x");
+      FUZZ_CHECK(mha_kv_cache_length(cache) == len, "a failed mha_mla_step changed the length");
+      continue;
+    }
+    for (std::size_t b = 0; b < batch; ++b)
+      hx[b].insert(hx[b].end(), x0.begin() + b * n_new * E, x0.begin() + (b + 1) * n_new * E);
+    const std::size_t S = len + n_new;
+    FUZZ_CHECK(mha_kv_cache_length(cache) == S,
+               "latent cache length %zu after a step, expected %zu", mha_kv_cache_length(cache), S);
+    std::vector<float> all;
+    for (const auto& h : hx) all.insert(all.end(), h.begin(), h.end());
+    const std::vector<float> ref = mla_forward_of(m, batch, S, all);
+    for (std::size_t b = 0; b < batch; ++b) {
+      const std::vector<float> ref_b(ref.begin() + b * S * E, ref.begin() + (b + 1) * S * E);
+      check_mla_rows(m, o + b * n_new * E, ref_b, len, n_new, tol, "mha_mla_step");
+    }
+    len = S;
+  }
+  mha_kv_cache_destroy(cache);
+}
+
+// A paged latent cache through ragged steps, truncations and resets, against
+// a host copy of each slot's tokens.
+void fuzz_mla_paged(Decoder& d, const MlaObject& m, const mha_mla* other) {
+  // Now and then (fp32) blocks of 256, where paged steps are bit-identical
+  // to contiguous ones, in a pool that holds decode_lengths' long prompts.
+  const bool long_pool = !m.bf16 && d.coin(16);
+  const std::size_t num_slots = d.dim(4), E = m.E;
+  const std::size_t bt = long_pool ? 256 : d.dim(20);
+  const std::size_t num_blocks =
+      long_pool ? d.p.ConsumeIntegralInRange<std::size_t>(4, 10) : d.dim(12);
+  auto* const sentinel = reinterpret_cast<mha_paged_kv_cache*>(std::uintptr_t{0x5e7});
+  mha_paged_kv_cache* cache = sentinel;
+  const std::size_t pool = product({num_blocks, bt, m.latent, 2});
+  Expect e = num_slots == 0 || bt == 0 || num_blocks == 0 ? Expect::fail : Expect::ok;
+  if (num_slots > (std::size_t{1} << 20) || pool == SIZE_MAX || pool > (std::size_t{1} << 40))
+    e = e == Expect::fail ? Expect::fail : Expect::either;
+  if (pool == SIZE_MAX) e = Expect::fail;
+  const KvOptions ko = decode_kv_options(d);
+  if (!ko.valid) e = Expect::fail;
+  prime_error();
+  const mha_status st =
+      mha_mla_kv_cache_create_paged(m.mla, num_slots, bt, num_blocks, ko.get(), &cache);
+  check_expectation(st, e, "mha_mla_kv_cache_create_paged");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(cache == sentinel, "mha_mla_kv_cache_create_paged failed but wrote *out");
+    return;
+  }
+  if (num_slots > 8 || pool > kMaxAlloc) {  // created, but too big to step here
+    mha_paged_kv_cache_destroy(cache);
+    return;
+  }
+  const double tol = mla_cache_tol(m, ko);
+  std::vector<std::vector<float>> hx(num_slots);
+  const auto len = [&](std::size_t s) { return hx[s].size() / E; };
+  const auto blocks = [&](std::size_t s) { return (len(s) + bt - 1) / bt; };
+  for (int op = 0; op < 6 && d.p.remaining_bytes() > 0; ++op) {
+    std::size_t held = 0;
+    for (std::size_t s = 0; s < num_slots; ++s) held += blocks(s);
+    FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
+               "%zu free latent blocks, expected %zu from the slots' lengths",
+               mha_kv_cache_free_blocks(cache), num_blocks - held);
+    if (d.coin(4)) {
+      const std::size_t s = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+      const bool reset = d.coin();
+      const std::size_t to =
+          reset ? 0 : d.p.ConsumeIntegralInRange<std::size_t>(0, len(s % num_slots) + 1);
+      const bool ok = s < num_slots && to <= len(s);
+      prime_error();
+      check_expectation(
+          reset ? mha_kv_cache_reset_slot(cache, s) : mha_kv_cache_truncate_slot(cache, s, to),
+          ok ? Expect::ok : Expect::fail,
+          reset ? "mha_kv_cache_reset_slot (MLA)" : "mha_kv_cache_truncate_slot (MLA)");
+      if (ok) hx[s].resize(to * E);
+      continue;
+    }
+    // A step over a random subset of slots (sometimes one twice or out of
+    // range), each with 0..9 new tokens (now and then a prompt longer than
+    // any pool here).
+    const std::size_t num = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+    std::vector<std::size_t> slots(num);
+    for (std::size_t i = 0; i < num; ++i) slots[i] = (i + op) % num_slots;
+    bool bad = false;
+    if (num > 0 && d.coin(16)) {
+      slots[0] = d.coin() ? num_slots : slots[num - 1];
+      bad = slots[0] == num_slots || num > 1;
+    }
+    std::vector<std::size_t> q_start = offsets_of(decode_lengths(d, num));
+    if (corrupt_offsets(d, q_start)) bad = true;
+    const std::size_t rows = q_start.back();
+    const bool fits = !bad && rows <= (std::size_t{1} << 16);
+    std::vector<float> x = d.values(fits ? rows * E : 16), out(fits ? rows * E : 16, kSentinel);
+    const bool in_place = d.coin(4);
+    const int bad_arg = d.p.ConsumeIntegralInRange<int>(0, 15);  // as in fuzz_mla_cache
+    Expect se = bad ? Expect::fail : Expect::ok;
+    std::size_t need = 0;
+    for (std::size_t i = 0; se == Expect::ok && i < num; ++i) {
+      const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i];
+      if (n > num_blocks * bt - len(s)) se = Expect::fail;  // outgrows the pool
+      need += (len(s) + n + bt - 1) / bt - blocks(s);
+    }
+    if (se == Expect::ok && need > num_blocks - held) se = Expect::fail;  // MHA_OUT_OF_MEMORY
+    if ((bad_arg == 1 || bad_arg == 2) && rows > 0) se = Expect::fail;
+    if (bad_arg >= 3 && bad_arg <= 6) se = Expect::fail;
+    const std::vector<float> x0 = x;
+    float* o = in_place ? x.data() : out.data();
+    const mha_mla* mla = bad_arg == 3 ? other : bad_arg == 4 ? nullptr : m.mla;
+    mha_paged_kv_cache* attention_cache = nullptr;
+    if (bad_arg == 6)
+      FUZZ_CHECK(mha_kv_cache_create_paged(family_attention(), num_slots + 1, 4, 4,
+                                           &attention_cache) == MHA_OK,
+                 "mha_kv_cache_create_paged: %s", mha_last_error());
+    prime_error();
+    const mha_status ss =
+        bad_arg == 5
+            ? mha_attention_step_ragged(family_attention(), cache, num, slots.data(),
+                                        q_start.data(), x.data(), x.data(), x.data(), o)
+            : mha_mla_step_ragged(mla, bad_arg == 6 ? attention_cache : cache, num, slots.data(),
+                                  q_start.data(), bad_arg == 1 ? nullptr : x.data(),
+                                  bad_arg == 2 ? nullptr : o);
+    check_expectation(
+        ss, se, bad_arg == 5 ? "mha_attention_step_ragged (an MLA cache)" : "mha_mla_step_ragged");
+    if (attention_cache != nullptr) {
+      FUZZ_CHECK(mha_kv_cache_free_blocks(attention_cache) == 4,
+                 "mha_mla_step_ragged took blocks of an attention cache");
+      mha_paged_kv_cache_destroy(attention_cache);
+    }
+    if (ss != MHA_OK) {
+      FUZZ_CHECK(untouched(out) && same_bits(x, x0), "a failed mha_mla_step_ragged wrote out or x");
+      for (std::size_t s = 0; s < num_slots; ++s)
+        FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == len(s),
+                   "a failed mha_mla_step_ragged changed slot %zu", s);
+      FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
+                 "a failed mha_mla_step_ragged changed the free blocks");
+      continue;
+    }
+    for (std::size_t i = 0; i < num; ++i) {
+      const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], r0 = q_start[i];
+      hx[s].insert(hx[s].end(), x0.begin() + r0 * E, x0.begin() + (r0 + n) * E);
+      const std::size_t L = len(s);
+      FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == L,
+                 "latent slot %zu length %zu, expected %zu", s, mha_kv_cache_slot_length(cache, s),
+                 L);
+      if (n == 0) continue;
+      check_mla_rows(m, o + r0 * E, mla_forward_of(m, 1, L, hx[s]), L - n, n, tol,
+                     "mha_mla_step_ragged");
+    }
+  }
+  mha_paged_kv_cache_destroy(cache);
+}
+
+// A small MLA config from the input; `broken` names at most one rule of
+// mha.h's mha_mla_create to break: 0..6 a field of the config (then false),
+// 7..12 a weight or the options, which fuzz_mla breaks.
+bool decode_mla(Decoder& d, mha_mla_config& c, int& broken) {
+  const auto in = [&](std::size_t lo, std::size_t hi) {
+    return d.p.ConsumeIntegralInRange<std::size_t>(lo, hi);
+  };
+  c = mha_mla_config{};
+  c.struct_size = sizeof(mha_mla_config);
+  c.hidden_size = in(1, 8);
+  c.num_heads = in(1, 3);
+  // The latent norms' ranks from 3: RMSNorm amplifies its input's rounding by
+  // 1 / rms(x) (up to 1 / sqrt(eps) = 1000), and the rms of fewer than 3
+  // values comes near 0 too often for the tolerances below (a rank of 1 is
+  // x / sqrt(x^2 + eps): 0.6 off on a bf16 object, seen).
+  c.q_lora_rank = d.coin() ? 0 : in(3, 6);
+  c.kv_lora_rank = in(3, 8);
+  c.qk_nope_head_dim = in(1, 4);
+  c.qk_rope_head_dim = 2 * in(1, 3);
+  c.v_head_dim = in(1, 5);
+  static constexpr float kEps[] = {0.f, 1e-6f, 1e-3f, 0.25f};
+  static constexpr float kTheta[] = {0.f, 10000.f, 500.f, 50000.f, 2.5f};
+  c.rms_norm_eps = kEps[in(0, 3)];
+  c.rope_theta = kTheta[in(0, 4)];
+  c.rope_halves = d.coin() ? 1 : 0;
+  if (d.coin()) {
+    // YaRN: production settings and others (the mscales held to [0, 1.5],
+    // where the scores stay O(1) and the tolerances above hold).
+    static constexpr float kFactor[] = {40.f, 4.f, 1.f, 0.5f};
+    static constexpr std::size_t kOrig[] = {4096, 64, 2, 1};
+    static constexpr float kMscale[] = {0.f, 1.f, 0.707f, 1.5f};
+    c.yarn_factor = d.coin(5) ? d.uniform(1.f, 64.f) : kFactor[in(0, 3)];
+    c.yarn_original_max_position = kOrig[in(0, 3)];
+    c.yarn_beta_fast = d.coin() ? 0.f : d.uniform(1.f, 64.f);
+    c.yarn_beta_slow = d.coin() ? 0.f : d.uniform(0.5f, 4.f);
+    c.yarn_mscale = kMscale[in(0, 3)];
+    c.yarn_mscale_all_dim = kMscale[in(0, 3)];
+  }
+  broken = d.p.ConsumeIntegralInRange<int>(0, 31);
+  float* const floats[] = {&c.rms_norm_eps,       &c.rope_theta,     &c.yarn_factor,
+                           &c.yarn_beta_fast,     &c.yarn_beta_slow, &c.yarn_mscale,
+                           &c.yarn_mscale_all_dim};
+  std::size_t* const sizes[] = {&c.hidden_size,      &c.num_heads,        &c.kv_lora_rank,
+                                &c.qk_nope_head_dim, &c.qk_rope_head_dim, &c.v_head_dim,
+                                &c.q_lora_rank};
+  static constexpr float kBadFloat[] = {NAN, INFINITY, -INFINITY, -1.f, -1e-30f};
+  switch (broken) {
+    case 0:  // struct_size
+      c.struct_size = d.coin() ? 0 : sizeof(mha_mla_config) - 8;
+      return false;
+    case 1:  // a size of 0 (q_lora_rank aside)
+      *sizes[in(0, 5)] = 0;
+      return false;
+    case 2:  // an odd rope dim
+      c.qk_rope_head_dim = 2 * in(0, 2) + 1;
+      return false;
+    case 3:  // a negative or non-finite float
+      *floats[in(0, 6)] = kBadFloat[in(0, 4)];
+      return false;
+    case 4:
+      c.rope_halves = d.coin() ? 2 : -1;
+      return false;
+    case 5:  // YaRN without its original length
+      c.yarn_factor = 4.f;
+      c.yarn_original_max_position = 0;
+      return false;
+    case 6: {  // sizes whose products overflow
+      static constexpr std::size_t kHuge[] = {(std::size_t{1} << 61) + 1, std::size_t{1} << 62,
+                                              SIZE_MAX / 2, SIZE_MAX};
+      *sizes[in(0, 6)] = kHuge[in(0, 3)];
+      return false;
+    }
+    default:  // 7..12: a weight or the options (fuzz_mla); the rest: none
+      if (broken > 12) broken = -1;
+      return true;
+  }
+}
+
+void fuzz_mla(Decoder& d) {
+  mha_mla_config c{};
+  int broken = -1;
+  const bool config_ok = decode_mla(d, c, broken);
+  // Options: NULL, fp32, bf16, or (cases 11 and 12) an unknown compute type
+  // or a wrong struct_size.
+  const int how = d.p.ConsumeIntegralInRange<int>(0, 15);
+  mha_attention_options opt{sizeof(mha_attention_options), how >= 13 ? MHA_BF16 : MHA_FP32};
+  if (broken == 11) opt.compute = static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2);
+  if (broken == 12) opt.struct_size = d.coin() ? 0 : sizeof(mha_attention_options) + 4;
+  const bool use_opt = how >= 12 || broken == 11 || broken == 12;
+  // A bf16 object's inputs to the norms carry bf16 rounding (2^-9): ranks
+  // from 16, where an rms near 0 does not occur.
+  if (config_ok && opt.compute == MHA_BF16) {
+    if (c.q_lora_rank != 0) c.q_lora_rank += 13;
+    c.kv_lora_rank += 13;
+  }
+  // The weights are those of the valid config the input began with (a broken
+  // size or rope dim must be rejected before any weight is read).
+  mha_mla_config safe = c;
+  if (!config_ok) {
+    safe = mha_mla_config{};
+    safe.hidden_size = safe.num_heads = safe.kv_lora_rank = safe.qk_nope_head_dim = 1;
+    safe.qk_rope_head_dim = 2;
+    safe.v_head_dim = 1;
+  }
+  MlaObject m(safe, d.p.ConsumeIntegral<std::uint32_t>());
+  mha_mla_weights w = m.layer.view();
+  bool valid = config_ok;
+  switch (broken) {
+    case 7:  // q_proj given with q_lora_rank != 0, or missing without it
+      if (c.q_lora_rank != 0) {
+        w.q_proj = w.q_b_proj;
+      } else {
+        w.q_proj = nullptr;
+      }
+      valid = false;
+      break;
+    case 8: {  // another weight missing
+      const float** const required[] = {
+          &w.kv_a_proj_with_mqa, &w.kv_a_layernorm, &w.kv_b_proj, &w.o_proj,
+          &w.q_a_proj,           &w.q_a_layernorm,  &w.q_b_proj};
+      *required[d.p.ConsumeIntegralInRange<int>(0, c.q_lora_rank != 0 ? 6 : 3)] = nullptr;
+      valid = false;
+      break;
+    }
+    case 9:
+      w.struct_size = d.coin() ? 0 : sizeof(mha_mla_weights) + 8;
+      valid = false;
+      break;
+    case 10:  // q_lora_rank 0 with q_a_* given: mha.h names no rule against them
+      if (c.q_lora_rank == 0) w.q_a_proj = w.q_a_layernorm = w.kv_a_layernorm;
+      break;
+    default:
+      break;
+  }
+  if (broken == 11 || broken == 12) valid = false;
+  const bool bf16 = use_opt && opt.compute == MHA_BF16 && valid;
+  const bool emulated = bf16 && d.coin();
+  if (emulated)
+    mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
+  auto* const sentinel = reinterpret_cast<mha_mla*>(std::uintptr_t{0x5e7});
+  mha_mla* mla = sentinel;
+  prime_error();
+  const mha_status st = mha_mla_create(&c, &w, use_opt ? &opt : nullptr, &mla);
+  // A second object of the same layer: its caches are not m's.
+  mha_mla* other = nullptr;
+  if (st == MHA_OK) mha_mla_create(&c, &w, use_opt ? &opt : nullptr, &other);
+  if (emulated) mha::detail::set_gemm_bf16_kernels_override(nullptr);
+  check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_mla_create");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(mla == sentinel, "mha_mla_create failed but wrote *out");
+    return;
+  }
+  FUZZ_CHECK(other != nullptr, "a second mha_mla_create of the same layer failed: %s",
+             mha_last_error());
+  m.mla = mla;
+  m.E = c.hidden_size;
+  m.latent = c.qk_rope_head_dim + c.kv_lora_rank;
+  if (bf16) {
+    m.bf16 = true;
+    m.tol = kBf16MlaTol;
+    m.step_tol = 2 * kBf16MlaTol;
+  }
+  for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
+    switch (d.p.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0:
+        fuzz_mla_cache(d, m, other);
+        break;
+      case 1:
+        fuzz_mla_paged(d, m, other);
+        break;
+      default:
+        fuzz_mla_forward(d, m);
+        break;
+    }
+  }
+  mha_mla_destroy(other);
+}
+
 std::vector<std::string> supported_isas() {
   std::vector<std::string> out;
   for (const char* isa : {"avx512", "avx2", "neon", "scalar"})
@@ -1225,7 +1760,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static constexpr std::size_t kThreads[] = {1, 0, 2};
   mha_set_num_threads(kThreads[p.ConsumeIntegralInRange<int>(0, 2)]);
   for (int op = 0; op < kMaxOps && p.remaining_bytes() > 0; ++op) {
-    switch (p.ConsumeIntegralInRange<int>(0, 4)) {
+    // One byte: 250..255 pick MLA, the rest `% 5` as this byte did before
+    // MLA joined, so that the committed corpus keeps its meaning.
+    const int pick = p.ConsumeIntegralInRange<int>(0, 255);
+    if (pick >= 250) {
+      fuzz_mla(d);
+      continue;
+    }
+    switch (pick % 5) {
       case 0:
         fuzz_sgemm(d);
         break;

@@ -4,7 +4,8 @@
 // it is armed. Each operation of a scenario (attention create, forward self
 // and cross, with and without weights, KV-cache create, step and truncate,
 // sgemm packed and not, softmax, reshape; for a bf16 object, its forwards and
-// KV steps and the bf16 GEMMs) runs once for every N until an
+// KV steps and the bf16 GEMMs; an MLA layer's create, forward and latent
+// caches, contiguous and paged, fp32 and int8) runs once for every N until an
 // armed run makes fewer than N allocations, on a fresh thread so that its
 // scratch starts empty, at 1 thread and inside a tbb::task_arena(4). Each
 // failed run must return MHA_OUT_OF_MEMORY with a message and leave every
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/mla_reference.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -355,6 +357,152 @@ void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
   mha_paged_kv_cache_destroy(paged);
 }
 
+// An MLA layer's operations (mha_mla_*): create, forward (to its own buffer
+// and in place), and a latent cache of `dtype`, contiguous and paged:
+// create and steps. Sizes where every product packs and the core tiles.
+void run_mla(bool four_threads, mha_kv_dtype dtype) {
+  constexpr std::size_t E = 48, B = 2, L = 64;
+  mha_mla_config c{};
+  c.struct_size = sizeof c;
+  c.hidden_size = E;
+  c.num_heads = 4;
+  c.q_lora_rank = 24;
+  c.kv_lora_rank = 32;
+  c.qk_nope_head_dim = 8;
+  c.qk_rope_head_dim = 4;
+  c.v_head_dim = 12;
+  c.yarn_factor = 40;
+  c.yarn_original_max_position = 4096;
+  c.yarn_mscale = c.yarn_mscale_all_dim = 1;
+  const mha::test::MlaLayer layer(c, 30);
+  const mha_mla_weights weights = layer.view();
+  const std::string name = ", dtype " + std::to_string(dtype);
+
+  mha_mla* made = kNoHandle<mha_mla>;
+  run_injection({"MLA create", [&] { made = kNoHandle<mha_mla>; },
+                 [&] {
+                   const mha_status st = mha_mla_create(&layer.cfg, &weights, nullptr, &made);
+                   if (st == MHA_OK) {
+                     mha_mla_destroy(made);
+                     made = nullptr;
+                   }
+                   return st;
+                 },
+                 [&] { return std::vector<float>{made == kNoHandle<mha_mla> ? 1.f : 0.f}; }},
+                four_threads);
+  mha_mla* mla = nullptr;
+  REQUIRE(mha_mla_create(&layer.cfg, &weights, nullptr, &mla) == MHA_OK);
+
+  constexpr std::size_t kSeq = 24;
+  const std::vector<float> x = random_vector(B * L * E, 31);
+  std::vector<float> out = sentinel(B * L * E), buf;
+  const auto reset_out = [&] { out = sentinel(out.size()); };
+  if (dtype == MHA_KV_DEFAULT) {
+    run_injection({"MLA forward", reset_out,
+                   [&] { return mha_mla_forward(mla, B, kSeq, 5, x.data(), out.data()); },
+                   [&] { return out; }},
+                  four_threads);
+    run_injection({"MLA forward in place", [&] { buf = x; },
+                   [&] { return mha_mla_forward(mla, B, kSeq, 5, buf.data(), buf.data()); },
+                   [&] { return buf; }},
+                  four_threads);
+  }
+
+  const mha_kv_cache_options options{sizeof(mha_kv_cache_options), dtype};
+  mha_kv_cache* cache_made = kNoHandle<mha_kv_cache>;
+  run_injection(
+      {"MLA cache create" + name, [&] { cache_made = kNoHandle<mha_kv_cache>; },
+       [&] {
+         const mha_status st = mha_mla_kv_cache_create(mla, B, L, &options, &cache_made);
+         if (st == MHA_OK) {
+           mha_kv_cache_destroy(cache_made);
+           cache_made = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{cache_made == kNoHandle<mha_kv_cache> ? 1.f : 0.f}; }},
+      four_threads);
+  // Steps on a cache holding a 20-token prefix, rebuilt by each prepare.
+  mha_kv_cache* cache = nullptr;
+  REQUIRE(mha_mla_kv_cache_create(mla, B, L, &options, &cache) == MHA_OK);
+  constexpr std::size_t kPrefix = 20, kChunk = 12;
+  const std::vector<float> prefix = random_vector(B * kPrefix * E, 32),
+                           chunk = random_vector(B * kChunk * E, 33);
+  std::vector<float> prefix_out(prefix.size());
+  const auto with_prefix = [&] {
+    REQUIRE(mha_kv_cache_truncate(cache, 0) == MHA_OK);
+    REQUIRE(mha_mla_step(mla, cache, kPrefix, prefix.data(), prefix_out.data()) == MHA_OK);
+    reset_out();
+    buf = chunk;
+  };
+  const auto step_state = [&] {
+    std::vector<float> v(out.begin(), out.begin() + B * kChunk * E);
+    v.insert(v.end(), buf.begin(), buf.end());
+    v.push_back(static_cast<float>(mha_kv_cache_length(cache)));
+    return v;
+  };
+  for (std::size_t n_new : {std::size_t{1}, kChunk}) {
+    run_injection(
+        {"MLA step of " + std::to_string(n_new) + name, with_prefix,
+         [&] { return mha_mla_step(mla, cache, n_new, chunk.data(), out.data()); }, step_state},
+        four_threads);
+  }
+  run_injection(
+      {"MLA step in place" + name, with_prefix,
+       [&] { return mha_mla_step(mla, cache, kChunk, buf.data(), buf.data()); }, step_state},
+      four_threads);
+  mha_kv_cache_destroy(cache);
+
+  mha_paged_kv_cache* paged_made = kNoHandle<mha_paged_kv_cache>;
+  run_injection(
+      {"MLA paged cache create" + name, [&] { paged_made = kNoHandle<mha_paged_kv_cache>; },
+       [&] {
+         const mha_status st = mha_mla_kv_cache_create_paged(mla, 3, 16, 8, &options, &paged_made);
+         if (st == MHA_OK) {
+           mha_paged_kv_cache_destroy(paged_made);
+           paged_made = nullptr;
+         }
+         return st;
+       },
+       [&] { return std::vector<float>{paged_made == kNoHandle<mha_paged_kv_cache> ? 1.f : 0.f}; }},
+      four_threads);
+  // Slot 2 prefilled with 20 tokens decodes one; slot 0 takes a prefill of
+  // 12 (from empty, each attempt).
+  mha_paged_kv_cache* paged = nullptr;
+  REQUIRE(mha_mla_kv_cache_create_paged(mla, 3, 16, 8, &options, &paged) == MHA_OK);
+  const std::size_t slots[] = {2, 0}, q_start[] = {0, 1, 1 + kChunk};
+  const std::size_t two = 2, prefix_q[] = {0, kPrefix};
+  const std::vector<float> rows = random_vector((1 + kChunk) * E, 34);
+  const auto prepared = [&] {
+    REQUIRE(mha_kv_cache_reset_slot(paged, 0) == MHA_OK);
+    REQUIRE(mha_kv_cache_reset_slot(paged, 2) == MHA_OK);
+    REQUIRE(mha_mla_step_ragged(mla, paged, 1, &two, prefix_q, prefix.data(), prefix_out.data()) ==
+            MHA_OK);
+    reset_out();
+    buf = rows;
+  };
+  const auto paged_state = [&] {
+    std::vector<float> v(out.begin(), out.begin() + (1 + kChunk) * E);
+    v.insert(v.end(), buf.begin(), buf.end());
+    v.push_back(static_cast<float>(mha_kv_cache_slot_length(paged, 0)));
+    v.push_back(static_cast<float>(mha_kv_cache_slot_length(paged, 2)));
+    v.push_back(static_cast<float>(mha_kv_cache_free_blocks(paged)));
+    return v;
+  };
+  run_injection(
+      {"MLA paged step" + name, prepared,
+       [&] { return mha_mla_step_ragged(mla, paged, 2, slots, q_start, rows.data(), out.data()); },
+       paged_state},
+      four_threads);
+  run_injection(
+      {"MLA paged step in place" + name, prepared,
+       [&] { return mha_mla_step_ragged(mla, paged, 2, slots, q_start, buf.data(), buf.data()); },
+       paged_state},
+      four_threads);
+  mha_paged_kv_cache_destroy(paged);
+  mha_mla_destroy(mla);
+}
+
 // The attention object's operations, computing in `compute`.
 void run_attention(bool four_threads, mha_dtype compute) {
   Scenario s(compute);
@@ -561,4 +709,17 @@ TEST_CASE("allocation failures, bf16: out of memory, nothing changed, retry exac
     return;
   }
   run_bf16(true);
+}
+
+TEST_CASE("allocation failures, MLA: out of memory, nothing changed, retry exact",
+          "[hardening][oom][mla]") {
+  for (bool four_threads : {false, true}) {
+    if (four_threads && !mha::test::threads_allowed()) {
+      WARN("skipped in a task_arena(4): no second thread may be started here");
+      break;
+    }
+    mha_set_num_threads(four_threads ? 0 : 1);
+    for (mha_kv_dtype dtype : {MHA_KV_DEFAULT, MHA_KV_INT8}) run_mla(four_threads, dtype);
+  }
+  mha_set_num_threads(0);
 }
