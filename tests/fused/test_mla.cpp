@@ -21,7 +21,9 @@
 namespace mha::test {
 namespace {
 
-double rel_error(const float* got, const std::vector<double>& ref) {
+// Infinite where got is not ref's size (a failed step_all) or has a NaN.
+double rel_error(const std::vector<float>& got, const std::vector<double>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
   double scale = 1, err = 0;
   for (double v : ref) scale = std::max(scale, std::abs(v));
   for (std::size_t i = 0; i < ref.size(); ++i) {
@@ -70,6 +72,8 @@ std::vector<mha_mla_config> configs() {
   return v;
 }
 
+// The rows of `seq` tokens stepped in `chunks` through a fresh cache (empty
+// if the cache did not end at seq). No Catch macros: threads call it.
 std::vector<float> step_all(const Mla& mla, std::size_t batch, std::size_t seq, const float* x,
                             const std::vector<std::size_t>& chunks, mha_kv_dtype dtype,
                             std::size_t E) {
@@ -85,7 +89,7 @@ std::vector<float> step_all(const Mla& mla, std::size_t batch, std::size_t seq, 
       std::copy_n(os.data() + b * n * E, n * E, out.data() + (b * seq + done) * E);
     done += n;
   }
-  REQUIRE(cache.length() == seq);
+  if (cache.length() != seq) out.clear();
   return out;
 }
 
@@ -99,14 +103,14 @@ TEST_CASE("mla: forward and steps match the double reference", "[mla]") {
     for (std::size_t offset : {std::size_t(0), std::size_t(3001)}) {
       std::vector<float> out(x.size());
       mla.forward(batch, seq, offset, x.data(), out.data());
-      const double err = rel_error(out.data(), mla_reference(layer, batch, seq, offset, x.data()));
+      const double err = rel_error(out, mla_reference(layer, batch, seq, offset, x.data()));
       INFO("E " << E << " r " << c.kv_lora_rank << " offset " << offset << " err " << err);
       CHECK(err <= 1e-5);
     }
     const auto ref = mla_reference(layer, batch, seq, 0, x.data());
     const auto decoded =
         step_all(mla, batch, seq, x.data(), std::vector<std::size_t>(seq, 1), MHA_KV_DEFAULT, E);
-    CHECK(rel_error(decoded.data(), ref) <= 1e-5);
+    CHECK(rel_error(decoded, ref) <= 1e-5);
     // Chunked prefill 3 + 1 + 3 and one step of all 7: the decode's bits.
     CHECK(step_all(mla, batch, seq, x.data(), {3, 1, 3}, MHA_KV_DEFAULT, E) == decoded);
     CHECK(step_all(mla, batch, seq, x.data(), {7}, MHA_KV_DEFAULT, E) == decoded);
@@ -124,9 +128,9 @@ TEST_CASE("mla: a bf16 object stays within bf16 rounding of the reference", "[ml
   std::vector<float> out(x.size());
   mla.forward(1, seq, 0, x.data(), out.data());
   // A few bf16 units (2^-8) through four rounded products.
-  CHECK(rel_error(out.data(), ref) <= 0.03);
+  CHECK(rel_error(out, ref) <= 0.03);
   const auto stepped = step_all(mla, 1, seq, x.data(), {2, 4}, MHA_KV_DEFAULT, E);
-  CHECK(rel_error(stepped.data(), ref) <= 0.03);
+  CHECK(rel_error(stepped, ref) <= 0.03);
 }
 
 TEST_CASE("mla: quantized latent caches", "[mla]") {
@@ -138,9 +142,9 @@ TEST_CASE("mla: quantized latent caches", "[mla]") {
   const auto ref = mla_reference(layer, 2, seq, 0, x.data());
   // The quantized-KV tests' limits: int8 3e-2, E4M3 0.15 of the scale.
   const auto i8 = step_all(mla, 2, seq, x.data(), {4, 1, 4}, MHA_KV_INT8, E);
-  CHECK(rel_error(i8.data(), ref) <= 3e-2);
+  CHECK(rel_error(i8, ref) <= 3e-2);
   const auto f8 = step_all(mla, 2, seq, x.data(), {4, 1, 4}, MHA_KV_FP8_E4M3, E);
-  CHECK(rel_error(f8.data(), ref) <= 0.15);
+  CHECK(rel_error(f8, ref) <= 0.15);
   CHECK(step_all(mla, 2, seq, x.data(), std::vector<std::size_t>(seq, 1), MHA_KV_INT8, E) == i8);
   // fp32 latent rows stored once: (r + dr) floats a token; int8 keeps K
   // and V codes (2 x 612 bytes a token at 576).
@@ -175,8 +179,7 @@ TEST_CASE("mla: paged steps equal contiguous ones; truncate and re-step", "[mla]
     if (block == 256) {
       CHECK(out == contiguous);
     } else {
-      CHECK(rel_error(out.data(), std::vector<double>(contiguous.begin(), contiguous.end())) <=
-            1e-6);
+      CHECK(rel_error(out, std::vector<double>(contiguous.begin(), contiguous.end())) <= 1e-6);
     }
   }
   // Truncate 10 -> 6 and step the last 4 again: the same bits.
@@ -330,10 +333,15 @@ TEST_CASE("mla: concurrent steps on one object, each on its own cache", "[mla][t
   std::vector<std::thread> threads;
   for (auto& g : got) {
     threads.emplace_back([&] {
-      g = step_all(mla, 1, seq, x.data(), {5, 1, 14}, MHA_KV_DEFAULT, E);
+      try {
+        g = step_all(mla, 1, seq, x.data(), {5, 1, 14}, MHA_KV_DEFAULT, E);
+      } catch (const Error&) {
+        g.clear();  // fails the comparison below
+      }
     });
   }
   for (auto& t : threads) t.join();
+  REQUIRE(alone.size() == seq * E);
   for (const auto& g : got) CHECK(g == alone);
 }
 
