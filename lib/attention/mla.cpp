@@ -1,6 +1,7 @@
 #include "attention/mla.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -91,13 +92,6 @@ void rms_norm(std::size_t rows, std::size_t n, const float* gamma, double eps, f
   });
 }
 
-// Rows of x rounded to bf16 (a bf16 object's Q, K and V entering the core).
-void round_rows(std::size_t rows, std::size_t cols, float* x, std::size_t ld) {
-  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
-  parallel_for(rows, threads_for({0, bytes}),
-               [&](std::size_t i) { add_bias_round_bf16(1, cols, nullptr, x + i * ld, ld); });
-}
-
 // Row copies: dst row i, columns [0, n) = src row i, with strides; the rest
 // of each dst head is zeroed by the caller's layout.
 void copy_cols(std::size_t rows, std::size_t n, const float* src, std::size_t lds, float* dst,
@@ -149,10 +143,7 @@ class MlaWeights {
   }
 
   bool bf16() const { return bf16_; }
-  std::size_t query_floats(std::size_t rows) const {
-    return round_up(checked_mul(rows, s_.q_lora, "MLA scratch"), 16);
-  }
-  // q [rows, H·(dr + dn)], heads [q_pe | q_nope]; qa: query_floats(rows).
+  // q [rows, H·(dr + dn)], heads [q_pe | q_nope]; qa [rows, q_lora].
   void query(std::size_t rows, const float* x, float* qa, float* q) const {
     const std::size_t ldq = s_.H * (s_.dn + s_.dr);
     if (qa_ == nullptr) {
@@ -192,8 +183,8 @@ class MlaProjections : public Projections {
 
   void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
     if (!w_->bf16()) return;
-    round_rows(q_rows, s_.embed_dim, p.q, p.ldq);
-    round_rows(kv_rows, s_.kv_dim(), p.k, p.ldkv);
+    finish_rows(q_rows, s_.embed_dim, nullptr, p.q, p.ldq, true);
+    finish_rows(kv_rows, s_.kv_dim(), nullptr, p.k, p.ldkv, true);
   }
   void reserve_out(std::size_t rows) const override {
     out_scratch(rows);
@@ -210,6 +201,20 @@ class MlaProjections : public Projections {
     w_->o().apply(rows, values, m_.H * m_.dv, out, m_.E);
   }
   virtual void reserve_heads(std::size_t) const {}
+  // Scratch regions of rows x widths[i] floats back to back, each rounded
+  // to 16 floats: their offsets, then the total; scratch_floats() and
+  // project() both carve with it.
+  template <std::size_t N>
+  static std::array<std::size_t, N + 1> regions(std::size_t rows,
+                                                const std::array<std::size_t, N>& widths) {
+    std::array<std::size_t, N + 1> at{};
+    for (std::size_t i = 0; i < N; ++i) {
+      const std::size_t floats =
+          checked_round_up(checked_mul(rows, widths[i], "MLA scratch"), 16, "MLA scratch");
+      at[i + 1] = checked_add(at[i], floats, "MLA scratch");
+    }
+    return at;
+  }
   MlaShape m_;
   const MlaWeights* w_;  // the model's, which outlives its engines
 };
@@ -221,27 +226,21 @@ class MlaPrefill final : public MlaProjections {
   using MlaProjections::MlaProjections;
 
   std::size_t scratch_floats(bool, std::size_t q_rows, std::size_t) const override {
-    const std::size_t n = q_rows, w = m_.H * m_.head();
-    std::size_t f = 3 * round_up(checked_mul(n, w, "MLA scratch"), 16);
-    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dr), "MLA scratch"), 16),
-                    "MLA scratch");
-    f = checked_add(f, round_up(checked_mul(n, m_.latent(), "MLA scratch"), 16), "MLA scratch");
-    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dv), "MLA scratch"), 16),
-                    "MLA scratch");
-    return checked_add(f, w_->query_floats(n), "MLA scratch");
+    return layout(q_rows).back();
   }
 
   Projected project(bool, bool, std::size_t rows, std::size_t, const float* x, const float*,
                     const float*, float* dst) const override {
     const std::size_t H = m_.H, hd = m_.head(), w = H * hd, dq = m_.dn + m_.dr;
     const std::size_t L = m_.latent(), kvb = m_.dn + m_.dv;
-    float* q = dst;
-    float* k = q + round_up(rows * w, 16);
-    float* v = k + round_up(rows * w, 16);
-    float* tq = v + round_up(rows * w, 16);
-    float* kv = tq + round_up(rows * H * dq, 16);
-    float* tkv = kv + round_up(rows * L, 16);
-    float* qa = tkv + round_up(rows * H * kvb, 16);
+    const auto at = layout(rows);
+    float* q = dst + at[0];
+    float* k = dst + at[1];
+    float* v = dst + at[2];
+    float* tq = dst + at[3];
+    float* kv = dst + at[4];
+    float* tkv = dst + at[5];
+    float* qa = dst + at[6];
     w_->query(rows, x, qa, tq);
     w_->latent(rows, x, kv, L);
     w_->kv_b().apply(rows, kv + m_.dr, L, tkv, H * kvb);
@@ -258,7 +257,7 @@ class MlaPrefill final : public MlaProjections {
         std::fill_n(std::copy_n(src + m_.dn, m_.dv, vi), hd - m_.dv, 0.0f);
       }
     });
-    if (w_->bf16()) round_rows(rows, w, v, w);
+    if (w_->bf16()) finish_rows(rows, w, nullptr, v, w, true);
     return {q, k, v, w, w};
   }
 
@@ -270,6 +269,15 @@ class MlaPrefill final : public MlaProjections {
     }
     finish_out(rows, values, out);
   }
+
+ private:
+  // Q, K, V [rows, H·head]; q as projected; the latent rows; kv_b's
+  // [k_nope | v] per head; q_a's output.
+  std::array<std::size_t, 8> layout(std::size_t rows) const {
+    const std::size_t H = m_.H, w = H * m_.head();
+    return regions<7>(rows,
+                      {w, w, w, H * (m_.dn + m_.dr), m_.latent(), H * (m_.dn + m_.dv), m_.q_lora});
+  }
 };
 
 // The absorbed form: query heads [q_pe | q_lat] of width dr + r over one
@@ -280,22 +288,17 @@ class MlaAbsorbed final : public MlaProjections {
   using MlaProjections::MlaProjections;
 
   std::size_t scratch_floats(bool, std::size_t q_rows, std::size_t) const override {
-    const std::size_t n = q_rows, L = m_.latent();
-    std::size_t f =
-        round_up(checked_mul(n, checked_mul(m_.H, L, "MLA scratch"), "MLA scratch"), 16);
-    f = checked_add(f, round_up(checked_mul(n, L, "MLA scratch"), 16), "MLA scratch");
-    f = checked_add(f, round_up(checked_mul(n, m_.H * (m_.dn + m_.dr), "MLA scratch"), 16),
-                    "MLA scratch");
-    return checked_add(f, w_->query_floats(n), "MLA scratch");
+    return layout(q_rows).back();
   }
 
   Projected project(bool, bool, std::size_t rows, std::size_t, const float* x, const float*,
                     const float*, float* dst) const override {
     const std::size_t H = m_.H, L = m_.latent(), dq = m_.dn + m_.dr;
-    float* q = dst;
-    float* kv = q + round_up(rows * H * L, 16);
-    float* tq = kv + round_up(rows * L, 16);
-    float* qa = tq + round_up(rows * H * dq, 16);
+    const auto at = layout(rows);
+    float* q = dst + at[0];
+    float* kv = dst + at[1];
+    float* tq = dst + at[2];
+    float* qa = dst + at[3];
     w_->query(rows, x, qa, tq);
     for (std::size_t h = 0; h < H; ++h) {
       copy_cols(rows, m_.dr, tq + h * dq, H * dq, q + h * L, H * L);
@@ -316,6 +319,12 @@ class MlaAbsorbed final : public MlaProjections {
 
  private:
   void reserve_heads(std::size_t rows) const override { w_->uv(0).reserve(rows); }
+  // Query heads [q_pe | q_lat]; the latent rows (K and V); q as projected;
+  // q_a's output.
+  std::array<std::size_t, 5> layout(std::size_t rows) const {
+    const std::size_t H = m_.H;
+    return regions<4>(rows, {H * m_.latent(), m_.latent(), H * (m_.dn + m_.dr), m_.q_lora});
+  }
 };
 
 double yarn_mscale(double factor, double m) {

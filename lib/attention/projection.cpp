@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/checked.hpp"
+#include "common/parallel.hpp"
 
 namespace mha::detail {
 
@@ -25,6 +26,23 @@ void Projections::copy_biases(const mha_weights& w) {
     out_bias_ = alloc_floats(E);
     std::copy_n(w.out_bias, E, out_bias_.get());
   }
+}
+
+// In blocks of 32 rows per task.
+void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
+                 bool round) {
+  constexpr std::size_t kRows = 32;
+  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
+  parallel_for(ceil_div(rows, kRows), threads_for({0, bytes}), [&](std::size_t t) {
+    const std::size_t r0 = t * kRows, n = std::min(kRows, rows - r0);
+    float* xr = x + r0 * ld;
+    if (round) {
+      add_bias_round_bf16(n, cols, bias, xr, ld);
+    } else if (bias != nullptr) {
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < cols; ++j) xr[i * ld + j] += bias[j];
+    }
+  });
 }
 
 std::size_t Projections::scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const {

@@ -66,6 +66,12 @@ class Projections {
   bool fused_ = false;
 };
 
+// x[i][j] += bias[j] (bias may be null) and, if `round`, rounded to bf16,
+// over rows [rows x cols] at stride ld, in parallel (elementwise: the same
+// bits at any thread count). The bf16 projections' epilogue.
+void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
+                 bool round);
+
 // Copies and packs the weights for g's kernels.
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
                                                    const mha_weights& w);

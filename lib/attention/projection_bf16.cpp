@@ -9,29 +9,9 @@
 
 #include "attention/projection.hpp"
 #include "common/checked.hpp"
-#include "common/parallel.hpp"
 
 namespace mha::detail {
 namespace {
-
-// x[i][j] += bias[j] (bias may be null) and, if `round`, rounded to bf16,
-// over rows [rows x cols] at stride ld, in parallel over blocks of rows
-// (elementwise, so the same bits at any thread count).
-void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
-                 bool round) {
-  constexpr std::size_t kRows = 32;
-  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
-  parallel_for(ceil_div(rows, kRows), threads_for({0, bytes}), [&](std::size_t t) {
-    const std::size_t r0 = t * kRows, n = std::min(kRows, rows - r0);
-    float* xr = x + r0 * ld;
-    if (round) {
-      add_bias_round_bf16(n, cols, bias, xr, ld);
-    } else if (bias != nullptr) {
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t j = 0; j < cols; ++j) xr[i * ld + j] += bias[j];
-    }
-  });
-}
 
 class ProjectionsBf16 final : public Projections {
  public:
