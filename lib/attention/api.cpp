@@ -119,16 +119,7 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
                                            const mha_attention_options* options = nullptr) {
   const detail::AttentionShape shape = resolve_shape(config);
   check_weights(weights);
-  bool bf16 = false;
-  if (options != nullptr) {
-    check_arg(options->struct_size == sizeof(mha_attention_options),
-              "options->struct_size: expected sizeof(mha_attention_options) (",
-              sizeof(mha_attention_options), "), got ", options->struct_size);
-    check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16,
-              "options->compute: expected MHA_FP32 or MHA_BF16, got ",
-              static_cast<long>(options->compute));
-    bf16 = options->compute == MHA_BF16;
-  }
+  const bool bf16 = detail::bf16_compute(options, "");
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
   handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights, bf16);
@@ -157,6 +148,17 @@ void forward_mods(const detail::AttentionEngine& e, std::size_t batch, std::size
 }  // namespace
 
 namespace detail {
+
+bool bf16_compute(const mha_attention_options* options, const char* prefix) {
+  if (options == nullptr) return false;
+  check_arg(options->struct_size == sizeof(mha_attention_options), prefix,
+            "options->struct_size: expected sizeof(mha_attention_options) (",
+            sizeof(mha_attention_options), "), got ", options->struct_size);
+  check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16, prefix,
+            "options->compute: expected MHA_FP32 or MHA_BF16, got ",
+            static_cast<long>(options->compute));
+  return options->compute == MHA_BF16;
+}
 
 AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size_t rows,
                            std::initializer_list<Extent> arrays, const char* fn) {

@@ -67,6 +67,11 @@ struct ForwardArgs {
   AttentionMods mods;
 };
 
+// Whether options (NULL: fp32) ask for bf16 compute, validated:
+// struct_size exactly sizeof(mha_attention_options), a known compute type;
+// messages start with prefix. In api.cpp.
+bool bf16_compute(const mha_attention_options* options, const char* prefix);
+
 // The dtype of cache options (NULL: MHA_KV_DEFAULT), validated: struct_size
 // exactly sizeof(mha_kv_cache_options), a known dtype; messages start with
 // fn. In kv_cache_api.cpp.

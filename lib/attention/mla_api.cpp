@@ -120,16 +120,7 @@ mha_mla* make_mla(const mha_mla_config* config, const mha_mla_weights* weights,
                   const mha_attention_options* options) {
   const detail::MlaShape s = resolve(config);
   check_weights(weights, s);
-  bool bf16 = false;
-  if (options != nullptr) {
-    check_arg(options->struct_size == sizeof(mha_attention_options),
-              "mha_mla_create: options->struct_size: expected sizeof(mha_attention_options) (",
-              sizeof(mha_attention_options), "), got ", options->struct_size);
-    check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16,
-              "mha_mla_create: options->compute: expected MHA_FP32 or MHA_BF16, got ",
-              static_cast<long>(options->compute));
-    bf16 = options->compute == MHA_BF16;
-  }
+  const bool bf16 = detail::bf16_compute(options, "mha_mla_create: ");
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_mla>();
   handle->model = std::make_unique<detail::MlaModel>(isa, s, *weights, bf16);
