@@ -35,6 +35,9 @@ set(MHA_EXTENSION_BASE_avx2_widen avx2)
 # FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.
 set(MHA_ISA_FLAGS_neon_bf16 -march=armv8.2-a+bf16)
 set(MHA_EXTENSION_BASE_neon_bf16 neon)
+# BFMMLA is FEAT_BF16's too (HWCAP2_BF16), with the same flags.
+set(MHA_ISA_FLAGS_neon_bfmmla ${MHA_ISA_FLAGS_neon_bf16})
+set(MHA_EXTENSION_BASE_neon_bfmmla neon)
 
 # mha_isa_sources(<target> <isa> <file>...): add the files to <target>, compiled
 # with that ISA's flags, with MHA_ISA_<isa>=1 defined. Files for ISAs this build

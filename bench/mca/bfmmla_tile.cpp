@@ -1,6 +1,6 @@
-// Candidate BFMMLA register tiles for a neon_bfmmla kernel set, for
-// bench/mca/run-mca only (no library code uses BFMMLA yet). Layouts as the
-// design proposes: A packed in row pairs, per 4-deep k group one q-register
+// Candidate BFMMLA register tiles, for bench/mca/run-mca only: the shapes
+// neon_bfmmla's 8 x 8 (lib/gemm/gemm_bf16_neon_bfmmla.cpp) was chosen from.
+// Layouts as the library's: A packed in row pairs, per 4-deep k group one q-register
 // per pair (row 2r's 4 k, then row 2r+1's); B per k group one q-register per
 // column pair (column 2c's 4 k, then column 2c+1's). Each accumulator holds
 // a 2 x 2 block of C.

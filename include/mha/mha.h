@@ -169,7 +169,8 @@ typedef enum {
  *    there; half the fp32 rate on Intel's);
  *  - "avx512_widen", "avx2_widen": kernels that keep B in bf16 and widen it
  *    to fp32 in registers (other AVX-512 CPUs; AVX2 CPUs);
- *  - "neon_bf16": Arm FEAT_BF16's BFDOT, where the CPU has it;
+ *  - "neon_bfmmla": Arm FEAT_BF16's BFMMLA, where the CPU has it;
+ *  - "neon_bf16": FEAT_BF16's BFDOT (only when forced, below);
  *  - the ISA name ("neon", "scalar") where bf16 operands are converted to
  *    fp32 whole.
  * The environment variable MHA_BF16_KERNEL=<name>, read once, forces any of
@@ -220,6 +221,12 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *    becomes infinity, bf16 denormal inputs count as zero, a result below
  *    2^-126 is flushed to zero and every NaN result is the default NaN
  *    (0x7fc00000).
+ *  - "neon_bfmmla": the bits of "neon_bf16". BFMMLA multiplies a 2 x 4
+ *    block of A by a 4 x 2 block of B, and per output adds pair (k0, k0+1)
+ *    and then pair (k0+2, k0+3) exactly as two BFDOT steps do (the Arm
+ *    ARM's BFMatMulAdd with FPCR.EBF = 0, checked against qemu's BFMMLA bit
+ *    for bit); where k ends inside a group of 4, A's missing pair is -0
+ *    and B's zero, whose products add -0, which leaves acc as it is.
  *  - an ISA name: A and B are converted to fp32 exactly (denormals kept)
  *    and multiplied as mha_sgemm does on that ISA (its summation order).
  * All of them agree with the exact product within (k + 4) * FLT_EPSILON *

@@ -1,8 +1,8 @@
 // The bf16 K/V entry, in the bf16 kernels' packed-B layout (gemm_bf16.hpp):
 // K as op(B) = Kᵀ (pairs along head_dim, strips of nr keys), V as op(B) = V
-// (pairs of consecutive keys, strips of nr columns v_strip elements apart),
-// so both products run the dot kernels on the stored K and V. The high half
-// of an odd length's last V pair is zero.
+// (groups of k_group consecutive keys, strips of nr columns v_strip elements
+// apart), so both products run the dot kernels on the stored K and V. The
+// slots of a V group past the keys written are zero.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -28,8 +28,8 @@ class KvBf16 final : public KvType {
     KvLayout l;
     l.capacity = capacity;
     const std::size_t k_elems =
-        checked_mul(checked_mul(ceil_div(capacity, nr), ceil_div(d, 2), what), 2 * nr, what);
-    l.v_strip = checked_mul(checked_round_up(capacity, 2, what), nr, what);
+        checked_mul(checked_mul(ceil_div(capacity, nr), packed_b_rows(g16_, d), what), nr, what);
+    l.v_strip = checked_mul(checked_round_up(capacity, g16_.k_group, what), nr, what);
     const std::size_t v_elems = checked_mul(ceil_div(d, nr), l.v_strip, what);
     l.k_bytes = float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
     l.v_bytes = float_bytes(checked_round_up(v_elems, 32, what) / 2, what);
@@ -37,32 +37,29 @@ class KvBf16 final : public KvType {
   }
 
   // Rounded in chunks on the stack: K's pairs go to column j of its strip
-  // (32-bit stores), V's elements to the j-th half of their pairs. An even j
-  // also zeroes j + 1's half of the V pairs.
+  // (32-bit stores), V's elements to their slot of key j's group. The
+  // group's first key also zeroes the others' slots.
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
-    const std::size_t nr = g16_.nr, kp = ceil_div(d, 2);
+    const std::size_t nr = g16_.nr, kg = g16_.k_group;
     std::uint16_t* kb = key_strip(k, j, d);
-    std::uint16_t* vb = value_pairs(v, j);
-    if (j % nr == 0) std::fill_n(kb, kp * nr * 2, std::uint16_t{0});
+    std::uint16_t* vb = value_group(v, j);
+    if (j % nr == 0) std::fill_n(kb, packed_b_rows(g16_, d) * nr, std::uint16_t{0});
     constexpr std::size_t kChunk = 256;
     alignas(64) std::uint16_t row[kChunk + 2];
-    std::uint32_t* const k32 = reinterpret_cast<std::uint32_t*>(kb) + j % nr;
     for (std::size_t c0 = 0; c0 < d; c0 += kChunk) {
       const std::size_t n = std::min(kChunk, d - c0);
       fp32_to_bf16(n, key + c0, row);
       row[n] = 0;
       for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-        std::uint32_t pair;
-        std::memcpy(&pair, row + 2 * p, sizeof pair);
-        k32[(c0 / 2 + p) * nr] = pair;
+        std::memcpy(kb + packed_b_pair_at(kg, nr, c0 / 2 + p, j % nr), row + 2 * p,
+                    2 * sizeof row[0]);
       }
       fp32_to_bf16(n, value + c0, row);
       for (std::size_t c = 0; c < n; ++c) {
-        const std::size_t col = c0 + c;
-        std::uint16_t* pair = vb + col / nr * l.v_strip + col % nr * 2;
-        pair[j % 2] = row[c];
-        if (j % 2 == 0) pair[1] = 0;
+        std::uint16_t* slots = vb + value_slots_at(l, c0 + c);
+        if (j % kg == 0) std::fill_n(slots + 1, kg - 1, std::uint16_t{0});
+        slots[j % kg] = row[c];
       }
     }
   }
@@ -73,13 +70,13 @@ class KvBf16 final : public KvType {
   // V too: its pairs are read, times a zero P, so they must not keep a
   // stale infinity or NaN.
   void clear(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d) const override {
-    const std::size_t nr = g16_.nr;
+    const std::size_t nr = g16_.nr, kg = g16_.k_group;
     std::uint16_t* kb = key_strip(k, j, d);
-    std::uint16_t* vb = value_pairs(v, j);
+    std::uint16_t* vb = value_group(v, j);
     for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
-      kb[(p * nr + j % nr) * 2] = kb[(p * nr + j % nr) * 2 + 1] = 0;
+      std::fill_n(kb + packed_b_pair_at(kg, nr, p, j % nr), 2, std::uint16_t{0});
     }
-    for (std::size_t c = 0; c < d; ++c) vb[c / nr * l.v_strip + c % nr * 2 + j % 2] = 0;
+    for (std::size_t c = 0; c < d; ++c) vb[value_slots_at(l, c) + j % kg] = 0;
   }
 
   // Q and P rows in the kernels' A elements (a_bytes each), pairs complete.
@@ -97,8 +94,8 @@ class KvBf16 final : public KvType {
               std::size_t lds) const override {
     const std::size_t kp = ceil_div(d, 2);
     bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
-              static_cast<const std::uint16_t*>(t.k) + key_strip_at(t.j0, d), kp * g16_.nr * 2, s,
-              lds, t.n, alpha, 0.0f);
+              static_cast<const std::uint16_t*>(t.k) + key_strip_at(t.j0, d),
+              packed_b_rows(g16_, d) * g16_.nr, s, lds, t.n, alpha, 0.0f);
   }
   void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
@@ -106,22 +103,29 @@ class KvBf16 final : public KvType {
     const std::size_t ldp16 = round_up(t.n, 2);
     g16_.round_rows(rows, t.n, p, ldp, pbuf, ldp16);
     bf16_rows(g16_, rows, ceil_div(t.n, 2), reinterpret_cast<const std::uint32_t*>(pbuf), ldp16 / 2,
-              static_cast<const std::uint16_t*>(t.v) + value_pairs_at(t.j0), t.layout->v_strip, o,
+              static_cast<const std::uint16_t*>(t.v) + value_group_at(t.j0), t.layout->v_strip, o,
               ldo, d, 1.0f, beta);
   }
 
  private:
-  // The K strip holding key j, and V's pair row holding key j in its first
-  // column strip, in elements from the head-block's start.
+  // The K strip holding key j, and V's group row holding key j in its first
+  // column strip, in elements from the head-block's start (key tiles start
+  // on whole groups).
   std::size_t key_strip_at(std::size_t j, std::size_t d) const {
-    return j / g16_.nr * ceil_div(d, 2) * g16_.nr * 2;
+    return j / g16_.nr * packed_b_rows(g16_, d) * g16_.nr;
   }
-  std::size_t value_pairs_at(std::size_t j) const { return j / 2 * g16_.nr * 2; }
+  std::size_t value_group_at(std::size_t j) const {
+    return j / g16_.k_group * g16_.k_group * g16_.nr;
+  }
+  // Column c's k_group slots in a group row of V (adjacent in both layouts).
+  std::size_t value_slots_at(const KvLayout& l, std::size_t c) const {
+    return c / g16_.nr * l.v_strip + packed_b_pair_at(g16_.k_group, g16_.nr, 0, c % g16_.nr);
+  }
   std::uint16_t* key_strip(void* k, std::size_t j, std::size_t d) const {
     return static_cast<std::uint16_t*>(k) + key_strip_at(j, d);
   }
-  std::uint16_t* value_pairs(void* v, std::size_t j) const {
-    return static_cast<std::uint16_t*>(v) + value_pairs_at(j);
+  std::uint16_t* value_group(void* v, std::size_t j) const {
+    return static_cast<std::uint16_t*>(v) + value_group_at(j);
   }
   const GemmKernels& g_;
   const GemmBf16Kernels& g16_;

@@ -10,9 +10,12 @@
 // oneDNN, the packing costing more than the product.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+
+#include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail::bf16_pack {
 
@@ -102,6 +105,50 @@ void pack_b(bool trans, std::size_t k, std::size_t n, const std::uint16_t* b, st
       for (std::size_t p = 0; p < kp; ++p) {
         std::uint16_t* row = d + p * NR * 2;
         for (std::size_t j = cols; j < NR; ++j) row[2 * j] = row[2 * j + 1] = 0;
+      }
+    }
+  }
+}
+
+// A's pair past an odd kp in a set with k_group = 4: two bf16 -0. Its
+// products with B's zero padding are -0, and acc + -0 is acc for every acc
+// (+0 would turn a -0 sum into +0), so the padded group adds nothing.
+inline constexpr std::uint32_t kNegZeroPair = 0x80008000u;
+
+// The packers of a set with k_group = 4 (layouts in gemm_bf16.hpp): each
+// pair goes where packed_b_pair_at puts it (A as the transpose of a B of mr
+// columns), after the strip is filled where k or the columns end early
+// (A with kNegZeroPair, B with zeros).
+template <class Tag, std::size_t MR>
+void pack_a_groups(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a,
+                   std::size_t lda, std::uint32_t* dst) {
+  const std::size_t kp = (k + 1) / 2, kp4 = (kp + 1) / 2 * 2;
+  for (std::size_t r0 = 0; r0 < m; r0 += MR) {
+    const std::size_t rows = m - r0 < MR ? m - r0 : MR;
+    std::uint32_t* d = dst + r0 / MR * kp4 * MR;
+    if (rows < MR || kp < kp4) std::fill_n(d, kp4 * MR, kNegZeroPair);
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t p = 0; p < kp; ++p) {
+        const std::uint16_t* x = trans ? a + 2 * p * lda + r0 + i : a + (r0 + i) * lda + 2 * p;
+        d[packed_b_pair_at(4, MR, p, i) / 2] = pair_at<Tag>(x, trans ? lda : 1, 2 * p + 1 == k);
+      }
+    }
+  }
+}
+
+template <class Tag, std::size_t NR>
+void pack_b_groups(bool trans, std::size_t k, std::size_t n, const std::uint16_t* b,
+                   std::size_t ldb, std::uint16_t* dst, std::size_t strip_stride) {
+  const std::size_t kp = (k + 1) / 2, kp4 = (kp + 1) / 2 * 2;
+  for (std::size_t j0 = 0; j0 < n; j0 += NR) {
+    const std::size_t cols = n - j0 < NR ? n - j0 : NR;
+    std::uint16_t* d = dst + j0 / NR * strip_stride;
+    if (cols < NR || kp < kp4) std::memset(d, 0, kp4 * NR * 2 * sizeof *d);
+    for (std::size_t p = 0; p < kp; ++p) {
+      for (std::size_t j = 0; j < cols; ++j) {
+        const std::uint16_t* x = trans ? b + (j0 + j) * ldb + 2 * p : b + 2 * p * ldb + j0 + j;
+        const std::uint32_t pair = pair_at<Tag>(x, trans ? 1 : ldb, 2 * p + 1 == k);
+        std::memcpy(d + packed_b_pair_at(4, NR, p, j), &pair, sizeof pair);
       }
     }
   }

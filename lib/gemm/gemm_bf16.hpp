@@ -41,7 +41,15 @@ namespace mha::detail {
 //   two halves of element (p, j) being op(B)(2p, j), op(B)(2p+1, j) (the
 //   lanes of vdpbf16ps and of oneDNN's, XNNPACK's and KleidiAI's layouts);
 //   columns past n and the odd k's missing row are zero. Strip s lives at
-//   dst + s*strip_stride (bf16 elements, >= kp*nr*2).
+//   dst + s*strip_stride (bf16 elements, >= packed_b_rows(k)*nr).
+// Sets with k_group = 4 (BFMMLA's 2 x 4 by 4 x 2 blocks) group k by four
+// instead: B strips hold packed_b_rows(k) = round_up(k, 4) rows, element
+// (k, j) at ((k/4)*(nr/2) + j/2)*8 + (j%2)*4 + k%4 (per group of 4 k, per
+// column pair, column 2c's 4 elements then column 2c+1's: one BFMMLA
+// operand), the rows past k zero; packed A strips likewise with rows for
+// columns and mr for nr, in pairs (32-bit words), round_up(kp, 2) pairs
+// per row. A pair's two elements stay adjacent in either layout
+// (packed_b_pair_at). Such a set has no ukernel_row1.
 struct GemmBf16Kernels {
   const char* name;    // for mha_kernel_name, e.g. "avx512_bf16"
   std::size_t mr, nr;  // register tile (C block mr x nr)
@@ -94,6 +102,8 @@ struct GemmBf16Kernels {
   // (above; >= kp, and non-decreasing in kp, as the drivers size their
   // scratch for the largest K block), or null for the [kp][mr] layout.
   std::size_t (*a_row_pairs)(std::size_t kp) = nullptr;
+  // Elements of k per group of the packed layouts (above): 2 or 4.
+  std::size_t k_group = 2;
   // The kernels' per-thread state, or null where they keep none. Called on
   // a thread before that thread's first call of any other member within a
   // driver call (gemm_bf16, gemm_bf16_packed, pack_bf16_b) or an attention
@@ -117,7 +127,22 @@ inline void prepare_thread(const GemmBf16Kernels& g) {
 // 32-bit words of one packed A strip of kp pairs: strip s of a block pack_a
 // wrote starts at word s * packed_a_strip_words(g, kp).
 inline std::size_t packed_a_strip_words(const GemmBf16Kernels& g, std::size_t kp) {
+  if (g.k_group == 4) return (kp + 1) / 2 * 2 * g.mr * g.pair_words();
   return (g.a_row_pairs != nullptr ? g.a_row_pairs(kp) : kp) * g.mr * g.pair_words();
+}
+
+// Rows of k a packed B strip holds (k padded to whole groups): a strip of
+// k rows takes packed_b_rows(g, k) * nr elements.
+inline std::size_t packed_b_rows(const GemmBf16Kernels& g, std::size_t k) {
+  return (k + g.k_group - 1) / g.k_group * g.k_group;
+}
+
+// The element of a packed B strip (nr columns) holding op(B)(2p, j), with
+// op(B)(2p + 1, j) next to it (layouts above).
+inline std::size_t packed_b_pair_at(std::size_t k_group, std::size_t nr, std::size_t p,
+                                    std::size_t j) {
+  if (k_group == 2) return (p * nr + j) * 2;
+  return ((p / 2 * (nr / 2) + j / 2) * 2 + j % 2) * 4 + p % 2 * 2;
 }
 
 // Pairs between a row's consecutive pairs in a packed A strip: the `as` of
@@ -179,6 +204,9 @@ extern const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16;
 extern const GemmBf16Kernels gemm_bf16_kernels_avx2_widen;
 // neon_bf16: FEAT_BF16's BFDOT (aarch64 builds).
 extern const GemmBf16Kernels gemm_bf16_kernels_neon_bf16;
+// neon_bfmmla: FEAT_BF16's BFMMLA (aarch64 builds), in 4-deep k groups,
+// with neon_bf16's bits (emulated_bfdot).
+extern const GemmBf16Kernels gemm_bf16_kernels_neon_bfmmla;
 // The portable emulations, bit for bit, both in gemm_bf16_emulated.cpp
 // (namespace gemm_bf16_emulated), on the hardware tables' blocks: the
 // references the tests hold the hardware kernels to. Not dispatched to
@@ -187,7 +215,7 @@ extern const GemmBf16Kernels gemm_bf16_kernels_neon_bf16;
 // avx2_widen on operands without denormals).
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated_vdpbf16ps;
 // emulated_bfdot: Arm's BFDOT (products and sums rounded to odd, denormals
-// flushed), the reference of neon_bf16.
+// flushed), the reference of neon_bf16 and neon_bfmmla.
 extern const GemmBf16Kernels gemm_bf16_kernels_emulated_bfdot;
 // emulated_tdpbf16ps: AMX's tdpbf16ps over groups of 16 pairs from each K
 // block's first, element by element: the reference of amx_bf16 and of the
@@ -217,8 +245,7 @@ float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std
 // registers hold the operands: c (2 x 2 fp32, row-major) += a (2 x 4 bf16,
 // row i at a + 4 * i) times b (4 x 2 bf16, held as its 2 columns, column j
 // at b + 4 * j); per output, BFDOT's step over k 0-1, then over k 2-3.
-// No kernel uses BFMMLA yet: this is the reference a neon_bfmmla set is
-// to be held to.
+// Two bfdot_pair steps of emulated_bfdot: so neon_bfmmla has its bits.
 void emulated_bfmmla(float* c, const std::uint16_t* a, const std::uint16_t* b);
 // round_rows of the flushing emulations: nearest even, a denormal input
 // becoming a zero of its sign, as vcvtneps2bf16.
@@ -228,7 +255,9 @@ void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::s
 // The bf16 kernels that serve `isa` on this CPU, or nullptr where bf16
 // operands are converted to fp32 whole for sgemm: avx512: amx_bf16 where
 // the OS grants AMX, else avx512_bf16 on AMD CPUs with AVX512_BF16, else
-// avx512_widen; avx2: avx2_widen; neon: neon_bf16 on a CPU with FEAT_BF16.
+// avx512_widen; avx2: avx2_widen; neon: neon_bfmmla on a CPU with FEAT_BF16
+// (BFMMLA doubles BFDOT's rate on Neoverse N2, V1 and V2, by LLVM's
+// scheduling models; N1 has neither).
 // MHA_BF16_KERNEL=<name> forces any set this CPU runs, for every ISA; a
 // name it cannot run makes this throw mha::Error(MHA_UNSUPPORTED), as
 // MHA_ISA does. The choice depends on the CPU alone: the same CPU always

@@ -10,11 +10,11 @@
 // latency.
 #include <arm_neon.h>
 
-#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 
+#include "gemm/bf16_neon.hpp"
 #include "gemm/bf16_pack.hpp"
 #include "gemm/bf16_tiles.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -25,7 +25,8 @@ namespace {
 
 struct neon_bf16_tag {};
 
-constexpr std::size_t kMR = 8, kNV = 3, kW = 4, kNR = kNV * kW;
+using bf16_neon::kW;
+constexpr std::size_t kMR = 8, kNV = 3, kNR = kNV * kW;
 
 // Row I of the tile += its A pair (lane I % 4 of av) times each B vector;
 // the lane is a template argument because BFDOT encodes it.
@@ -51,26 +52,6 @@ template <std::size_t... I>
 inline void gather_pairs(const std::uint32_t* a, std::size_t lda, uint32x4_t (&rows)[2],
                          std::index_sequence<I...>) {
   ((rows[I / 4] = vld1q_lane_u32(a + I * lda, rows[I / 4], I % 4)), ...);
-}
-
-// Lanes [0, lanes) of c, the others zero; lane by lane, not through a
-// buffer, which GCC turns into a memcpy call: a call in the tile makes it
-// spill the accumulators in the loop.
-inline float32x4_t load_lanes(const float* c, std::size_t lanes) {
-  if (lanes == kW) return vld1q_f32(c);
-  float32x4_t x = vdupq_n_f32(0.f);
-  x = lanes >= 2 ? vcombine_f32(vld1_f32(c), vdup_n_f32(0.f)) : vld1q_lane_f32(c, x, 0);
-  return lanes == 3 ? vld1q_lane_f32(c + 2, x, 2) : x;
-}
-
-inline void store_lanes(float* c, float32x4_t x, std::size_t lanes) {
-  if (lanes == kW) return vst1q_f32(c, x);
-  if (lanes >= 2) {
-    vst1_f32(c, vget_low_f32(x));
-  } else {
-    vst1q_lane_f32(c, x, 0);
-  }
-  if (lanes == 3) vst1q_lane_f32(c + 2, x, 2);
 }
 
 // ROWS x NV vectors of C from kp pairs; only the first n columns are
@@ -109,11 +90,7 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::ui
 #pragma GCC unroll 3
     for (std::size_t v = 0; v < NV; ++v) {
       const std::size_t lanes = n - v * kW < kW ? n - v * kW : kW;
-      float* p = c + i * ldc + v * kW;
-      // alpha*acc + beta*c as the emulation: three roundings.
-      float32x4_t x = vmulq_n_f32(acc[i][v], alpha);
-      if constexpr (kBeta) x = vaddq_f32(x, vmulq_n_f32(load_lanes(p, lanes), beta));
-      store_lanes(p, x, lanes);
+      bf16_neon::update<neon_bf16_tag, kBeta>(c + i * ldc + v * kW, acc[i][v], lanes, alpha, beta);
     }
   }
 }
@@ -123,37 +100,6 @@ struct Tiles {
   static constexpr bf16_tiles::TileFn fn = &tile<ROWS, NV, kBeta, kRows>;
 };
 using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
-
-// x with every lane below FLT_MIN in magnitude made a zero of its sign
-// (NaN compares false and stays): BFDOT reads such a bf16 as zero anyway.
-float32x4_t flush_denormals(float32x4_t x) {
-  const uint32x4_t tiny = vcaltq_f32(x, vdupq_n_f32(FLT_MIN));
-  return vreinterpretq_f32_u32(
-      vbicq_u32(vreinterpretq_u32_f32(x), vandq_u32(tiny, vdupq_n_u32(0x7fffffffu))));
-}
-
-// BFCVTN rounds to nearest even under Linux's FPCR (FZ = 0, DN = 0: a NaN
-// is made quiet, its payload kept), after denormals are flushed.
-void round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, void* out,
-                std::size_t ldy) {
-  auto* const y = static_cast<std::uint16_t*>(out);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const float* xi = x + i * ldx;
-    std::uint16_t* yi = y + i * ldy;
-    std::size_t j = 0;
-    for (; j + kW <= n; j += kW) {
-      const bfloat16x4_t v = vcvt_bf16_f32(flush_denormals(vld1q_f32(xi + j)));
-      vst1_u16(yi + j, vreinterpret_u16_bf16(v));
-    }
-    if (j < n) {
-      std::uint16_t u[kW];
-      const float32x4_t t = load_lanes(xi + j, n - j);
-      vst1_u16(u, vreinterpret_u16_bf16(vcvt_bf16_f32(flush_denormals(t))));
-      for (std::size_t l = 0; j + l < n; ++l) yi[j + l] = u[l];
-    }
-    if (n % 2 != 0) yi[n] = 0;
-  }
-}
 
 }  // namespace
 }  // namespace gemm_bf16_neon_bf16
@@ -167,7 +113,7 @@ const GemmBf16Kernels gemm_bf16_kernels_neon_bf16{
     kBf16NC,
     &gemm_bf16_neon_bf16::Entries::ukernel,
     &gemm_bf16_neon_bf16::Entries::ukernel_rows,
-    &gemm_bf16_neon_bf16::round_rows,
+    &bf16_neon::round_rows<gemm_bf16_neon_bf16::neon_bf16_tag>,
     &bf16_pack::pack_a<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kMR>,
     &bf16_pack::pack_b<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kNR>};
 

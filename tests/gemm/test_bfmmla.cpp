@@ -1,8 +1,8 @@
 // BFMMLA's numerics (FEAT_BF16 without FEAT_EBF16): emulated_bfmmla against
 // hand-derived bits everywhere, and against vbfmmlaq_f32 bit for bit on an
-// aarch64 CPU with BF16 and I8MM (qemu 7.2's default CPU has both). No
-// kernel uses BFMMLA yet; this holds the reference to the instruction before
-// a neon_bfmmla kernel set is held to the reference.
+// aarch64 CPU with BF16 and I8MM (qemu 7.2's default CPU has both): the
+// model neon_bfmmla's bits rest on (test_gemm_bf16 holds the kernels to
+// emulated_bfdot, of which emulated_bfmmla is two steps).
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdint>

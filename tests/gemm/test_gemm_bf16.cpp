@@ -362,7 +362,7 @@ std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<
                        const std::vector<std::uint16_t>& b) {
   const std::size_t k = a.size(), kp = (k + 1) / 2;
   std::vector<std::uint32_t> ap(mha::detail::packed_a_strip_words(g, kp));
-  std::vector<std::uint16_t> bp(kp * g.nr * 2);
+  std::vector<std::uint16_t> bp(mha::detail::packed_b_rows(g, k) * g.nr);
   g.pack_a(false, 1, k, a.data(), k, ap.data());
   g.pack_b(false, k, 1, b.data(), 1, bp.data(), bp.size());
   float c = 0.f;
@@ -370,6 +370,34 @@ std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<
   std::uint32_t u;
   std::memcpy(&u, &c, sizeof u);
   return u;
+}
+
+// Every bit pattern, NaN, infinity and the largest exponents included
+// (products and sums overflowing), one tile per k, through gemm_bf16 on g
+// and on emu: the same bits. k covers odd pair counts (BFMMLA's half
+// group) and K-pairs across groups.
+void check_full_range_bits(const mha::detail::GemmBf16Kernels& g,
+                           const mha::detail::GemmBf16Kernels& emu) {
+  std::mt19937_64 rng(8);
+  for (std::size_t k : {1, 2, 3, 5, 6, 8, 33}) {
+    const std::size_t m = g.mr, n = g.nr;
+    std::vector<std::uint16_t> a(m * k), b(k * n);
+    for (auto* x : {&a, &b}) {
+      for (std::uint16_t& v : *x) {
+        v = static_cast<std::uint16_t>(rng());
+        if (rng() % 2 == 0)
+          v = static_cast<std::uint16_t>((v & 0x807fu) | (0xf0u + rng() % 16) << 7);
+      }
+    }
+    INFO("k " << k);
+    std::vector<float> got(m * n), want(m * n);
+    for (auto [t, c] : {std::pair{&g, &got}, std::pair{&emu, &want}}) {
+      const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
+      mha::detail::gemm_bf16(t, f, mha::detail::Trans::N, mha::detail::Trans::N, m, n, k, 1.f,
+                             a.data(), k, b.data(), n, 0.f, c->data(), n);
+    }
+    CHECK(bitwise_equal(got, want));
+  }
 }
 
 }  // namespace
@@ -401,44 +429,35 @@ TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the de
       {{0x7fa1}, {0x3f80}, 0x7fc00000u},                  // NaN: the default NaN
       {{0xffa1, 0x3f80}, {0x3f80, 0x3f80}, 0x7fc00000u},
       {{0x7f80}, {0}, 0x7fc00000u},  // inf * 0
+      // 2^-126, then + -1.5 * 2^-126 in the third (last, odd) pair: -2^-127,
+      // flushed to -0, which BFMMLA's padded fourth pair must leave -0.
+      {{0x2000, 0, 0, 0, 0xa040, 0}, {0x2000, 0, 0, 0, 0x2000, 0}, 0x80000000u},
   };
-  const mha::detail::GemmBf16Kernels* neon = named("neon_bf16");
   for (const Case& t : cases) {
     INFO("A[0] " << std::hex << t.a[0] << " B[0] " << t.b[0] << " k " << std::dec << t.a.size());
     CHECK(dot_bits(mha::detail::gemm_bf16_kernels_emulated_bfdot, t.a, t.b) == t.want);
-    if (neon != nullptr) CHECK(dot_bits(*neon, t.a, t.b) == t.want);
+    for (const char* name : {"neon_bf16", "neon_bfmmla"}) {
+      INFO(name);
+      if (const mha::detail::GemmBf16Kernels* neon = named(name)) {
+        CHECK(dot_bits(*neon, t.a, t.b) == t.want);
+      }
+    }
   }
 }
 
-TEST_CASE("the neon_bf16 kernels give the bits of emulated_bfdot", "[gemm][bf16]") {
-  const mha::detail::GemmBf16Kernels* neon = named("neon_bf16");
-  if (neon == nullptr) {
-    WARN("skipped: this build or CPU has no FEAT_BF16");
-    return;
-  }
+// BFMMLA is two BFDOT steps per output (emulated_bfmmla), so neon_bfmmla
+// is held to emulated_bfdot too, its zero-padded last group included.
+TEST_CASE("the neon_bf16 and neon_bfmmla kernels give the bits of emulated_bfdot", "[gemm][bf16]") {
   const mha::detail::GemmBf16Kernels& emu = mha::detail::gemm_bf16_kernels_emulated_bfdot;
-  check_emulation_bits(*neon, emu, 7, 11000, true);
-  // Every bit pattern, NaN, infinity and the largest exponents included
-  // (products and sums overflowing), one tile per k: the bits of both.
-  std::mt19937_64 rng(8);
-  for (std::size_t k : {1, 2, 3, 8, 33}) {
-    const std::size_t m = neon->mr, n = neon->nr;
-    std::vector<std::uint16_t> a(m * k), b(k * n);
-    for (auto* x : {&a, &b}) {
-      for (std::uint16_t& v : *x) {
-        v = static_cast<std::uint16_t>(rng());
-        if (rng() % 2 == 0)
-          v = static_cast<std::uint16_t>((v & 0x807fu) | (0xf0u + rng() % 16) << 7);
-      }
+  for (const char* name : {"neon_bf16", "neon_bfmmla"}) {
+    const mha::detail::GemmBf16Kernels* neon = named(name);
+    if (neon == nullptr) {
+      WARN("skipped: this build or CPU has no FEAT_BF16 (" << name << ")");
+      continue;
     }
-    INFO("k " << k);
-    std::vector<float> got(m * n), want(m * n);
-    for (auto [g, c] : {std::pair{neon, &got}, std::pair{&emu, &want}}) {
-      const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::Isa::scalar);
-      mha::detail::gemm_bf16(g, f, mha::detail::Trans::N, mha::detail::Trans::N, m, n, k, 1.f,
-                             a.data(), k, b.data(), n, 0.f, c->data(), n);
-    }
-    CHECK(bitwise_equal(got, want));
+    INFO(name);
+    check_emulation_bits(*neon, emu, 7, 11000, true);
+    check_full_range_bits(*neon, emu);
   }
 }
 
@@ -477,7 +496,8 @@ void check_core_entries(const mha::detail::GemmBf16Kernels& g, std::uint64_t see
             packed(mha::detail::packed_a_strip_words(g, kp));
         g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
         g.pack_a(false, m, k, a16.data(), k, packed.data());
-        const std::size_t strips = (n + g.nr - 1) / g.nr, strip = kp * g.nr * 2;
+        const std::size_t strips = (n + g.nr - 1) / g.nr,
+                          strip = mha::detail::packed_b_rows(g, k) * g.nr;
         std::vector<std::uint16_t> bp(strips * strip);
         g.pack_b(false, k, n, b16.data(), n, bp.data(), strip);
         for (float beta : {0.f, 1.f}) {
@@ -998,7 +1018,7 @@ TEST_CASE("mha_kernel_name names the kernels that serve each dtype", "[gemm][bf1
                              : isa == "avx512" && cpu.avx512_bf16 && !cpu.intel ? "avx512_bf16"
                              : isa == "avx512"                                  ? "avx512_widen"
                              : isa == "avx2"                                    ? "avx2_widen"
-                             : isa == "neon" && cpu.neon_bf16                   ? "neon_bf16"
+                             : isa == "neon" && cpu.neon_bf16                   ? "neon_bfmmla"
                                                                                 : isa;
   const std::string want = env != nullptr && *env != '\0' ? env : by_cpu;
   CHECK(mha_kernel_name(MHA_BF16) == want);

@@ -9,7 +9,7 @@
 # 2. Linker merging (xsimd#633, numpy#25274): a weak (COMDAT) function defined in a
 #    per-ISA object (file name *_avx2.*, *_avx512.*, *_neon.*, or one of the
 #    extensions of cmake/MhaIsa.cmake: *_avx2_widen.*, *_avx512_bf16.*,
-#    *_neon_bf16.*) must not also be defined in an object built for another
+#    *_neon_bf16.*, *_neon_bfmmla.*) must not also be defined in an object built for another
 #    ISA or extension, or for the baseline. The linker keeps one copy of such a function for the
 #    whole library, so an inline helper compiled with -mavx512f could end up
 #    being what baseline code calls before the CPU check. Per-ISA code must
@@ -65,6 +65,7 @@ isa_of() {
     *_avx2_widen.*) echo avx2_widen ;;
     *_neon.*) echo neon ;;
     *_neon_bf16.*) echo neon_bf16 ;;
+    *_neon_bfmmla.*) echo neon_bfmmla ;;
     *) echo baseline ;;
   esac
 }
