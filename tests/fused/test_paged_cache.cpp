@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mha/attention.hpp>
 #include <mha/error.hpp>
@@ -198,9 +199,16 @@ TEST_CASE("paged cache: random schedules with modifiers equal one ragged forward
   const mha::test::ModsCases mods_cases(8, 8, 0, 37, 300);
   // Blocks shorter than the key tile (so windows drop blocks often) and one
   // key tile; long requests reach split-KV decode steps.
+  // Below full scale (CI's sanitizer and qemu runs, where this took 50 and
+  // 110 s) each modifier runs one schedule, in turn, so each schedule still
+  // meets half of them.
   const Schedule schedules[] = {{4, 16, 300, 10, 1200, 5}, {3, 256, 40, 8, 2100, 6}};
-  for (const auto& [name, mods] : mods_cases.cases) {
-    for (const Schedule& sc : schedules) {
+  const bool every = mha::test::case_scale() >= 1.0;
+  for (std::size_t c = 0; c < mods_cases.cases.size(); ++c) {
+    const auto& [name, mods] = mods_cases.cases[c];
+    for (std::size_t s = 0; s < std::size(schedules); ++s) {
+      if (!every && s != c % std::size(schedules)) continue;
+      const Schedule& sc = schedules[s];
       CAPTURE(name, sc.block_tokens, sc.seed);
       require_matches(m, run_schedule(m, sc, &mods), &mods);
     }
