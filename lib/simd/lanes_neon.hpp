@@ -20,6 +20,15 @@ inline float Lanes<xsimd::neon64>::reduce(const V& v) noexcept {
   return kMax ? (a < b ? b : a) : a + b;
 }
 
+// xsimd 8.1's NEON bitwise_cast goes through a table of wrapper functions
+// that GCC 12 does not inline: 3 calls per vector in exp's inner loop, with
+// its constants reloaded after each (bench/mca/run-mca).
+template <>
+inline Lanes<xsimd::neon64>::V Lanes<xsimd::neon64>::add_exponent(const V& p, const V& k) noexcept {
+  const int32x4_t pb = vreinterpretq_s32_f32(p), kb = vreinterpretq_s32_f32(k);
+  return vreinterpretq_f32_s32(vaddq_s32(pb, vshlq_n_s32(kb, 23)));
+}
+
 namespace neon {
 inline void sext_x16(const std::uint8_t* p, int32x4_t* out) noexcept {
   const int8x16_t b = vld1q_s8(reinterpret_cast<const std::int8_t*>(p));
