@@ -236,12 +236,16 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
       const float* bj = b + (j / NV) * bstride + (j % NV) * W;
       bv[j] = kPartialB && j == NVT - 1 ? S::load_n(bj, tail) : S::load(bj);
     }
+    if constexpr (simd::kMaddByLane<Arch> && !kRowStridedA && ROWS % 4 == 0) {
+      S::template madd_by_lane<ROWS, NVT>(a, bv, acc);
+    } else {
 #pragma GCC unroll 32
-    for (std::size_t i = 0; i < ROWS; ++i) {
-      const V av =
-          S::splat(kRowStridedA ? row_base[i / kRowsPerBase][row_off[i % kRowsPerBase]] : a[i]);
+      for (std::size_t i = 0; i < ROWS; ++i) {
+        const V av =
+            S::splat(kRowStridedA ? row_base[i / kRowsPerBase][row_off[i % kRowsPerBase]] : a[i]);
 #pragma GCC unroll 8
-      for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::madd(av, bv[j], acc[i][j]);
+        for (std::size_t j = 0; j < NVT; ++j) acc[i][j] = S::madd(av, bv[j], acc[i][j]);
+      }
     }
     if constexpr (kRowStridedA) {
 #pragma GCC unroll 4

@@ -41,6 +41,10 @@ namespace mha::detail::simd {
 // Tag for the portable kernels: "vectors" of one float.
 struct scalar_arch {};
 
+// Whether Lanes<Arch>::madd_by_lane exists (lanes_<isa>.hpp sets it).
+template <class Arch>
+inline constexpr bool kMaddByLane = false;
+
 template <class Arch>
 struct Lanes {
   using V = xsimd::batch<float, Arch>;
@@ -58,6 +62,14 @@ struct Lanes {
   // changed GCC's inlining of the GEMM micro-kernels (AVX2 4 x 24 tile).
   static V madd(const V& a, const V& b, const V& c) noexcept { return xsimd::fma(a, b, c); }
   static V max(const V& a, const V& b) noexcept { return xsimd::max(a, b); }
+  // acc[i][j] = madd(a[i], b[j], acc[i][j]) for ROWS (a multiple of 4)
+  // consecutive floats of A, multiplying by lane: A then takes ROWS / 4
+  // registers, not ROWS broadcasts. Defined where kMaddByLane<Arch> (NEON's
+  // fmla by element; the 8 x 12 fp32 tile kept 8 broadcasts and spilled 3
+  // accumulators, llvm-mca).
+  template <std::size_t ROWS, std::size_t NV>
+  [[gnu::always_inline]] static inline void madd_by_lane(const float* a, const V (&b)[NV],
+                                                         V (&acc)[ROWS][NV]) noexcept;
 
   // bits(p) + (bits(k) << 23): adds k's low integer bits to p's exponent.
   static V add_exponent(const V& p, const V& k) noexcept {

@@ -20,6 +20,27 @@ inline float Lanes<xsimd::neon64>::reduce(const V& v) noexcept {
   return kMax ? (a < b ? b : a) : a + b;
 }
 
+template <>
+inline constexpr bool kMaddByLane<xsimd::neon64> = true;
+
+// fmla by element: the same fused multiply-add as madd on a broadcast.
+template <>
+template <std::size_t ROWS, std::size_t NV>
+inline void Lanes<xsimd::neon64>::madd_by_lane(const float* a, const V (&b)[NV],
+                                               V (&acc)[ROWS][NV]) noexcept {
+#pragma GCC unroll 4
+  for (std::size_t q = 0; q < ROWS / 4; ++q) {
+    const float32x4_t av = vld1q_f32(a + 4 * q);
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NV; ++j) {
+      acc[4 * q][j] = vfmaq_laneq_f32(acc[4 * q][j], b[j], av, 0);
+      acc[4 * q + 1][j] = vfmaq_laneq_f32(acc[4 * q + 1][j], b[j], av, 1);
+      acc[4 * q + 2][j] = vfmaq_laneq_f32(acc[4 * q + 2][j], b[j], av, 2);
+      acc[4 * q + 3][j] = vfmaq_laneq_f32(acc[4 * q + 3][j], b[j], av, 3);
+    }
+  }
+}
+
 // xsimd 8.1's NEON bitwise_cast goes through a table of wrapper functions
 // that GCC 12 does not inline: 3 calls per vector in exp's inner loop, with
 // its constants reloaded after each (bench/mca/run-mca).
