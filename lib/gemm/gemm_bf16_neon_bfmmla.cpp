@@ -12,8 +12,10 @@
 // Tile 8 x 8: 16 accumulators (4 row pairs x 4 column pairs, each a 2 x 2
 // block of C) + 4 A + 4 B registers; per group of 4 k, 16 BFMMLAs against 8
 // loads. By mca it is the best tile on V2 and N2 (97-98 % of the BFMMLA
-// pipes); 12 x 8 is 4 % better on V1, where 16 chains do not quite cover
-// the latency, but needs 34 registers.
+// pipes). On V1 its 16 chains do not cover BFMMLA's latency (100 FLOP/cycle
+// for 128 of pipes); this kernel at 12 x 8 (24 chains, B streamed) gave 111
+// on packed A but 91 on A rows there, against 100 and 99, and 6-7 % less
+// on V2 and N2, so one tile serves all three.
 #include <arm_neon.h>
 
 #include <cstddef>
