@@ -11,7 +11,8 @@
 // failed run must return MHA_OUT_OF_MEMORY with a message and leave every
 // output, handle and cache untouched, or (when the failure hit a worker and
 // the calling thread finished its tasks) succeed with the reference result;
-// a retry must then succeed with results bit-identical to a run without
+// a retry (on a fresh thread, from the prepared state again where the failure
+// was absorbed) must then succeed with results bit-identical to a run without
 // injection. Runs under ASan with leak detection, so a failure that leaks is
 // caught too.
 #include <mha/mha.h>
@@ -158,38 +159,52 @@ struct Outcome {
   std::vector<float> before, after, after_retry;
 };
 
-// Runs op with the n-th allocation failing (n = 0: none) on a fresh thread,
-// or on this one where no second thread may be started (qemu-user; there
-// the scratch is warm after the first run and fewer allocations fail).
+// Runs fn on a fresh thread (inside a task_arena(4) if asked), or on this one
+// where no second thread may be started (qemu-user; there the scratch is warm
+// after the first run and fewer allocations fail).
+void on_fresh_thread(const std::function<void()>& fn, bool four_threads) {
+  if (!mha::test::threads_allowed()) {
+    fn();
+    return;
+  }
+  std::thread t([&] {
+    if (four_threads) {
+      tbb::task_arena arena(4);
+      arena.execute(fn);
+    } else {
+      fn();
+    }
+  });
+  t.join();
+}
+
+// Runs op with the n-th allocation failing (n = 0: none), then, if that
+// allocation was made, retries it without injection.
 Outcome attempt(const Op& op, long n, bool four_threads) {
   Outcome o;
   // Prepared here, so that the fresh thread's scratch is still empty.
   op.prepare();
   o.before = op.observe();
-  const auto body = [&] {
-    if (n > 0) arm(n);
-    o.status = op.call();
-    o.fired = disarm();
-    o.message = mha_last_error();
-    o.after = op.observe();
-    if (o.fired) {
-      o.retry = op.call();
-      o.after_retry = op.observe();
-    }
-  };
-  if (!mha::test::threads_allowed()) {
-    body();
-    return o;
-  }
-  std::thread t([&] {
-    if (four_threads) {
-      tbb::task_arena arena(4);
-      arena.execute(body);
-    } else {
-      body();
-    }
-  });
-  t.join();
+  on_fresh_thread(
+      [&] {
+        if (n > 0) arm(n);
+        o.status = op.call();
+        o.fired = disarm();
+        o.message = mha_last_error();
+        o.after = op.observe();
+      },
+      four_threads);
+  if (!o.fired) return o;
+  // An absorbed failure (a worker's; the caller finished the work) has
+  // updated the outputs: the retry starts from the prepared state, or an
+  // accumulating call (sgemm with beta 1) would add its product twice.
+  if (o.status == MHA_OK) op.prepare();
+  on_fresh_thread(
+      [&] {
+        o.retry = op.call();
+        o.after_retry = op.observe();
+      },
+      four_threads);
   return o;
 }
 
