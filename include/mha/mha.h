@@ -31,17 +31,16 @@
  *
  * Results: an attention object's output rows (and their lse) are a fixed
  * function of the object (its weights, its ISA and compute type), the
- * row's own sequence (its tokens, positions and masks) and, for a paged
- * cache, its block_tokens. They do not depend on the thread count, on the
+ * row's own sequence (its tokens, positions and masks). They do not depend
+ * on the thread count, on the
  * other sequences of a batched, ragged or paged call, on how the keys are
  * split across tasks, or on how a prefill is cut into steps: a sequence
  * decoded through mha_attention_step or mha_attention_step_ragged in steps
  * of any sizes gives, bit for bit, the rows of one step over all its tokens,
  * and those of mha_attention_forward_ragged / a causal mha_attention_forward
- * over the same tokens (contiguous storage). A paged cache's rows equal a
- * contiguous cache's where block_tokens is a multiple of the key tile (256
- * keys rounded down to the kernels' strips); otherwise they agree within
- * rounding. Attention weights (a forward's attn_weights) are computed over
+ * over the same tokens, or on where the cache keeps them: a paged cache's
+ * rows equal a contiguous cache's, bit for bit, at every block_tokens.
+ * Attention weights (a forward's attn_weights) are computed over
  * whole rows, so a forward that returns them gives its own bits.
  *
  * Overlaps: an output must not share a byte with an input or with another
@@ -649,9 +648,12 @@ MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
  * the blocks its length needs (memory: about 2·num_blocks·block_tokens·
  * kv_heads·head_dim floats, half that where a bf16 object's core runs on
  * bf16 kernels; a block's pages are touched when first used).
- * Any block_tokens works; 256, or a multiple of it, keeps the kernels' key
- * tile (smaller blocks shorten it). Same ownership and threading rules as
- * mha_kv_cache. */
+ * Any block_tokens works and gives the contiguous cache's bits. The kernels
+ * read key tiles of 256 keys (rounded down to the kernels' strips) in place
+ * where block_tokens is a multiple of that tile; a tile that spans blocks is
+ * first copied into the task's scratch (whole strips at once where
+ * block_tokens is a multiple of the strip, 16 or 32 keys, else key by key).
+ * Same ownership and threading rules as mha_kv_cache. */
 typedef struct mha_paged_kv_cache mha_paged_kv_cache;
 
 MHA_API mha_status mha_kv_cache_create_paged(const mha_attention* attn, size_t num_slots,
@@ -705,14 +707,14 @@ MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_page
  * slot's whole sequence with mods->causal set, for the rows of its new
  * tokens (lse [q_start[num], num_heads] by packed row). The cache stores K
  * after RoPE: every step on one slot must use the same rope settings.
- * With a window, a step reads only the keys the window reaches, and after it
- * succeeds each of its slots returns to the pool the blocks that hold only
- * positions its next query cannot see (those < length + 1 - window): a
- * windowed sequence holds about window + block_tokens positions, however
- * long it runs. A later step of that slot whose window (or lack of one)
- * reaches a dropped position fails with MHA_INVALID_ARGUMENT, changing
- * nothing; mha_kv_cache_truncate_slot then takes only 0 or a length >= the
- * first position held. */
+ * With a window, a step reads only the keys the window reaches (from the
+ * key tile holding the first), and after it succeeds each of its slots
+ * returns to the pool the blocks that hold only positions its next query
+ * does not read (those before the key tile of 256 holding position
+ * length + 1 - window): a windowed sequence holds at most window +
+ * 256 + block_tokens positions, however long it runs. A later step of that slot whose window (or
+ * lack of one) reaches a dropped position fails with MHA_INVALID_ARGUMENT, changing nothing;
+ * mha_kv_cache_truncate_slot then takes only 0 or a length >= the first position held. */
 MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
                                                   mha_paged_kv_cache* cache, size_t num,
                                                   const size_t* slots, const size_t* q_start,
@@ -823,7 +825,7 @@ MHA_API mha_status mha_mla_kv_cache_create_paged(const mha_mla* mla, size_t num_
  * rows, o[h] = W_UV[h] sum_j p_j c_j), which agrees with mha_mla_forward at
  * positions from 0 within rounding (not bit for bit); bit-identical however
  * the tokens are cut into steps, at any thread count, and in a paged cache
- * with block_tokens a multiple of 256. Fails, changing nothing, as
+ * of any block_tokens. Fails, changing nothing, as
  * mha_attention_step does. out may be x. */
 MHA_API mha_status mha_mla_step(const mha_mla* mla, mha_kv_cache* cache, size_t n_new,
                                 const float* x, float* out);

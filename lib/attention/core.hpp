@@ -73,14 +73,18 @@ struct CoreArrays {
 
 // The task decomposition, a fixed function of the shapes and the KV type's
 // tiles (never of the thread count); the key grid (key_tile, chunk_keys) is
-// the object's alone (and the paged cache's block size), so that results
-// are bit-identical however a call is split.
+// the object's alone (never a paged cache's block size), so that results
+// are bit-identical however a call is split and wherever its keys live.
 struct CorePlan {
   std::size_t q_block = 0;  // query rows per task
   // Query heads per task: every query head of a K/V head where each query is
   // a decode row (q_len <= 1, no weights), so they read K and V once; else 1.
   std::size_t bundle = 1;
-  std::size_t key_tile = 0;    // keys per online-softmax step
+  std::size_t key_tile = 0;  // keys per online-softmax step
+  // Whether a tile may span a paged cache's blocks, to be gathered into a
+  // head-block of gather_layout (one tile of keys) in the task's scratch.
+  bool gather = false;
+  KvLayout gather_layout;
   std::size_t chunk_keys = 0;  // keys per fold of the key grid (a multiple of key_tile)
   std::size_t chunks = 1;      // the most split chunks of any sequence (1: none split)
   std::size_t key_begin = 0;   // sequence 0's first key any row may see (window), tile-aligned
@@ -96,8 +100,8 @@ struct CorePlan {
   const std::size_t* part_begin = nullptr;
 };
 
-// block_tokens: the keys live in a paged cache's blocks of that many keys
-// (the key tile then divides it), or 0. window: mha_mods.window (0: none);
+// block_tokens: the keys live in a paged cache's blocks of that many keys,
+// or 0. window: mha_mods.window (0: none);
 // a sequence's split then covers only the keys some row's window reaches.
 // The plan's arrays are arr's.
 CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape& s,

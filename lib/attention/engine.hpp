@@ -97,7 +97,7 @@ class KvStore {
   // Floats of the calling thread's scratch that append() writes into (a
   // per-call store), else 0.
   virtual std::size_t scratch_floats(const SeqSpans& seqs) const = 0;
-  // Keys per block of a paged store (the core's key tile divides it), or 0.
+  // Keys per block of a paged store (tiles spanning blocks are gathered), or 0.
   virtual std::size_t block_tokens() const { return 0; }
   // Writes the new keys and gives views[i] sequence i's kv_len(i) keys.
   virtual void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k,

@@ -79,6 +79,43 @@ class KvBf16 final : public KvType {
     for (std::size_t c = 0; c < d; ++c) vb[value_slots_at(l, c) + j % kg] = 0;
   }
 
+  // Strip-aligned runs as whole K strips and V group rows (slots past n
+  // come along and are overwritten by the next run or read times a zero P:
+  // the source's, zero or finite as put() and clear() leave them).
+  void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j, std::size_t n,
+                 const KvLayout& l, void* k_to, void* v_to, std::size_t to,
+                 std::size_t d) const override {
+    const std::size_t nr = g16_.nr, kg = g16_.k_group;
+    const auto* ks = static_cast<const std::uint16_t*>(k);
+    const auto* vs = static_cast<const std::uint16_t*>(v);
+    auto* kd = static_cast<std::uint16_t*>(k_to);
+    auto* vd = static_cast<std::uint16_t*>(v_to);
+    if (j % nr == 0 && to % nr == 0) {
+      std::copy_n(ks + key_strip_at(j, d), ceil_div(n, nr) * packed_b_rows(g16_, d) * nr,
+                  kd + key_strip_at(to, d));
+      for (std::size_t c = 0; c < d; c += nr) {
+        std::copy_n(vs + c / nr * from.v_strip + j * nr, round_up(n, kg) * nr,
+                    vd + c / nr * l.v_strip + to * nr);
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t a = j + i, b = to + i;
+      const std::uint16_t* kb = ks + key_strip_at(a, d);
+      std::uint16_t* out = kd + key_strip_at(b, d);
+      if (b % nr == 0) std::fill_n(out, packed_b_rows(g16_, d) * nr, std::uint16_t{0});
+      for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
+        std::copy_n(kb + packed_b_pair_at(kg, nr, p, a % nr), 2,
+                    out + packed_b_pair_at(kg, nr, p, b % nr));
+      }
+      for (std::size_t c = 0; c < d; ++c) {
+        std::uint16_t* slots = vd + value_group_at(b) + value_slots_at(l, c);
+        if (b % kg == 0) std::fill_n(slots, kg, std::uint16_t{0});
+        slots[b % kg] = vs[value_group_at(a) + value_slots_at(from, c) + a % kg];
+      }
+    }
+  }
+
   // Q and P rows in the kernels' A elements (a_bytes each), pairs complete.
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
     return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);

@@ -60,8 +60,13 @@ struct KvView {
   void* v_block(std::size_t g, std::size_t j) const {
     return static_cast<char*>(v) + (block(j) * kv_heads + g) * layout.v_bytes;
   }
-  // Keys [k0, k1) of kv head g, which never straddle a block (a paged
-  // plan's key tile divides block_tokens).
+  // Whether keys [k0, k1) lie in one head-block from a key on a strip of
+  // `strip` keys, so the products can read them in place.
+  bool in_place(std::size_t k0, std::size_t k1, std::size_t strip) const {
+    return blocks == nullptr ||
+           (k0 / block_tokens == (k1 - 1) / block_tokens && local(k0) % strip == 0);
+  }
+  // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
   KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
     return {&layout, k_block(g, k0), v_block(g, k0), local(k0), k1 - k0};
   }
@@ -103,6 +108,15 @@ class KvType {
   // Key j reads as zero again (a truncated position).
   virtual void clear(const KvLayout& l, void* k, void* v, std::size_t j,
                      std::size_t head_dim) const = 0;
+  // Keys [j, j + n) of head-block (k, v), laid out as `from`, become keys
+  // [to, to + n) of (k_to, v_to), laid out as `l`, byte for byte as put()
+  // wrote them: a key tile of a paged cache gathered from the blocks it
+  // spans, so the products see the contiguous cache's operands. Called in
+  // key order from key 0 of a destination that holds nothing else: the
+  // first key of a destination strip zeroes it, as put() does.
+  virtual void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j,
+                         std::size_t n, const KvLayout& l, void* k_to, void* v_to, std::size_t to,
+                         std::size_t head_dim) const = 0;
 
   // The products. A task first prepares its query rows once (packed or
   // rounded into `qbuf`, query_floats of them), then per tile:

@@ -141,10 +141,11 @@ void PagedKvCache::commit(const std::size_t* slots, const SeqSpans& seqs, std::s
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t slot = slots[i], len = seqs.kv_len(i);
     lengths_[slot] = len;
-    // The next query (position len) sees keys from len + 1 - window on.
+    // The next query (position len) sees keys from len + 1 - window on,
+    // and the core reads them from the key tile that holds that key.
     if (window == 0 || len + 1 <= window) continue;
     std::vector<std::size_t>& table = tables_[slot];
-    const std::size_t upto = (len + 1 - window) / block_tokens_;
+    const std::size_t upto = first_tile(len + 1 - window) / block_tokens_;
     if (upto <= first_block_[slot]) continue;
     const std::size_t drop = std::min(upto - first_block_[slot], table.size());
     // A block leaves the front; free_ has room for every block.

@@ -33,8 +33,12 @@ class PagedKvCache {
   std::size_t free_blocks() const { return free_.size(); }
   std::size_t length(std::size_t slot) const { return lengths_[slot]; }
   // The first position the slot still holds: a step with a sliding window
-  // drops the blocks before what its next query can see (0 if none dropped).
+  // drops the blocks before the key tile holding the first key its next
+  // query can see (0 if none dropped).
   std::size_t first_kept(std::size_t slot) const { return first_block_[slot] * block_tokens_; }
+  // The first key the core reads for a row whose window starts at key j:
+  // the first of the key tile holding j (the key grid is the KV type's).
+  std::size_t first_tile(std::size_t j) const { return j / type_.key_tile() * type_.key_tile(); }
   // Drops the slot's positions >= len (len <= length, and len >=
   // first_kept(slot) unless 0) and returns the blocks it no longer needs to
   // the pool; truncate(slot, 0) frees the slot.

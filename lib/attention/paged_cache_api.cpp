@@ -62,9 +62,11 @@ void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t
     check_arg(q_start[i + 1] - q_start[i] <= c.num_blocks() * c.block_tokens() - (len - first), fn,
               ": slot ", slot, " would exceed the whole pool (", c.num_blocks(), " blocks of ",
               c.block_tokens(), " tokens)");
-    // Its first new query (position len) must see no dropped position: its
-    // window reaches back len + 1 - window (first <= len, so no wrap).
-    if (first != 0 && (window == 0 || window > len + 1 - first)) {
+    // Its first new query (position len) must read no dropped position: its
+    // window reaches back to len + 1 - window (first <= len, so no wrap),
+    // and the core reads from the key tile holding that key.
+    if (first != 0 &&
+        (window == 0 || window > len + 1 - first || c.first_tile(len + 1 - window) < first)) {
       fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
            " on (a window dropped the ones before), but this step's window (", window,
            "; 0 = none) reaches further back");

@@ -22,18 +22,6 @@ constexpr std::size_t kQueryBlock = 64;
 constexpr std::size_t kSplitTargetTasks = 64;
 constexpr std::size_t kMinChunk = 512;
 
-// A key tile that never straddles blocks of block_tokens keys: a whole block
-// if it is no longer than the usual tile, else the longest whole number of
-// strips dividing it, so tiles start on strips; failing both, a whole block
-// (its first key starts a strip).
-std::size_t paged_key_tile(std::size_t strip, std::size_t tile, std::size_t block_tokens) {
-  if (block_tokens <= tile) return block_tokens;
-  for (std::size_t t = tile / strip * strip; t >= strip; t -= strip) {
-    if (block_tokens % t == 0) return t;
-  }
-  return block_tokens;
-}
-
 // The first key any query of a sequence may see with a sliding window (its
 // first query is at position kv_len - q_len), on the tile grid.
 std::size_t first_key(std::size_t q_len, std::size_t kv_len, std::size_t window, std::size_t tile) {
@@ -83,7 +71,12 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   p.materialize = weights;
   p.average = weights && average;
   p.key_tile = kv.key_tile();
-  if (block_tokens != 0) p.key_tile = paged_key_tile(kv.strip(), p.key_tile, block_tokens);
+  // A paged cache's key tiles are the contiguous cache's: one that spans
+  // blocks (or starts off a strip) is gathered into the task's scratch,
+  // laid out as a head-block of one tile, so the products see the same
+  // operands and every block size gives the same bits.
+  p.gather = block_tokens % p.key_tile != 0;
+  if (p.gather) p.gather_layout = kv.layout(d, p.key_tile);
   p.chunk_keys = round_up(kMinChunk, p.key_tile);
   std::size_t max_q = 0, max_kv = 0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -153,7 +146,8 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   // (The S tile also holds 3 floats per row for the chunk folds, tile_math.cpp.)
   p.s_cols = weights && !average ? 0 : std::max<std::size_t>(p.p_cols, 3);
   p.task_floats = round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
-                  round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16);
+                  round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16) +
+                  (p.gather_layout.k_bytes + p.gather_layout.v_bytes) / sizeof(float);
   return p;
 }
 

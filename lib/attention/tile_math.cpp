@@ -36,6 +36,8 @@ TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size
   t.co = t.cl + round_up(bq, 16);
   t.qbuf = t.co + round_up(bq * head_dim, 16);
   t.pbuf = t.qbuf + round_up(kv.query_floats(bq, head_dim), 16);
+  t.kbuf = t.pbuf + round_up(kv.p_floats(bq, plan.p_cols), 16);
+  t.vbuf = t.kbuf + plan.gather_layout.k_bytes / sizeof(float);
   return t;
 }
 
@@ -128,6 +130,19 @@ float SeqAttention::gemm_alpha() const {
   return seq_.additive && mods_.softcap == 0.f ? 1.0f : scale_;
 }
 
+KvTile SeqAttention::key_tile(std::size_t g, std::size_t k0, std::size_t k1,
+                              const TaskScratch& t) const {
+  const KvView& kv = seq_.kv;
+  if (!plan_.gather || kv.in_place(k0, k1, kv_.strip())) return kv.tile(g, k0, k1);
+  for (std::size_t a = k0; a < k1;) {
+    const std::size_t b = std::min(k1, (a / kv.block_tokens + 1) * kv.block_tokens);
+    kv_.copy_keys(kv.layout, kv.k_block(g, a), kv.v_block(g, a), kv.local(a), b - a,
+                  plan_.gather_layout, t.kbuf, t.vbuf, a - k0, s_.head_dim);
+    a = b;
+  }
+  return {&plan_.gather_layout, t.kbuf, t.vbuf, 0, k1 - k0};
+}
+
 void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o,
                                 std::size_t ldo, float* m, float* l, const TaskScratch& t) const {
   const std::size_t d = s_.head_dim, bk = plan_.key_tile, gh = b.h0 / group(), rows = b.rows();
@@ -139,7 +154,7 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
   for (std::size_t k0 = c0; k0 < c1; k0 += bk) {
     const std::size_t k1 = std::min(k0 + bk, c1), n = k1 - k0;
     if (tile_all_padded(k0, k1)) continue;
-    const KvTile tile = seq_.kv.tile(gh, k0, k1);
+    const KvTile tile = key_tile(gh, k0, k1, t);
     kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
     mask_scores(b, k0, n, t.s, bk);
     for (std::size_t r = 0; r < rows; ++r) {

@@ -22,6 +22,8 @@ struct TaskScratch {
   float* co;    // the chunk's accumulator (q_block x head_dim)
   float* qbuf;  // the prepared query block
   float* pbuf;  // P rows as the KV type rounds them
+  float* kbuf;  // a key tile gathered from paged blocks (plan.gather): K,
+  float* vbuf;  // then V, a head-block of plan.gather_layout
   static TaskScratch carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
                            float* base);
 };
@@ -83,6 +85,9 @@ class SeqAttention {
                    std::size_t ldsc) const;
   void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
   float gemm_alpha() const;
+  // Keys [k0, k1) of kv head g as the products read them: in place, or
+  // gathered into t's buffers where they span paged blocks.
+  KvTile key_tile(std::size_t g, std::size_t k0, std::size_t k1, const TaskScratch& t) const;
   // One chunk of the key grid, keys [c0, c1), from a fresh state into (o, m, l).
   void attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o, std::size_t ldo,
                     float* m, float* l, const TaskScratch& t) const;

@@ -1,7 +1,8 @@
 // Quantized KV caches (mha_kv_cache_create_ex, mha_kv_cache_create_paged_ex
 // with MHA_KV_INT8 or MHA_KV_FP8_E4M3), on fp32 and bf16 objects:
 //  - a step equals the forward computed on the dequantized K and V;
-//  - a paged step gives the contiguous cache's bits, with every modifier;
+//  - a paged step gives the contiguous cache's bits at every block size, on
+//    every KV type (fp32 and bf16 too), with every modifier;
 //  - truncate and re-step give the bits of never having stepped;
 //  - the bits do not depend on the thread count;
 //  - a non-finite key or value follows the non-finite rule;
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mha/attention.hpp>
 #include <mha/error.hpp>
@@ -227,48 +229,59 @@ TEST_CASE("quantized cache: steps with modifiers equal the forward on the dequan
   }
 }
 
-TEST_CASE("quantized cache: paged steps give the contiguous cache's bits, with every modifier",
-          "[kv_quant][paged][mods]") {
+TEST_CASE(
+    "paged cache: every block size gives the contiguous cache's bits, every KV type and "
+    "modifier",
+    "[kv_quant][paged][mods]") {
   const mha::test::ModelWeights w(64, 8, 2, 0, 51);
   const mha::test::ModsCases mods_cases(8, 8, 1, 37, 300);
+  // Blocks of one strip (16 keys), of several, of one key tile and two, and
+  // off the strip grid (key by key): tiles span blocks or start inside one.
+  // Each modifier meets blocks of 16 and one other size in turn, so every
+  // size meets several modifiers on every KV type.
+  constexpr std::size_t kBlocks[] = {32, 64, 128, 256, 512, 100, 7};
+  const mha_kv_dtype dtypes[] = {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3};
   for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
     const Attn a = make_attn(w.cfg, w.view(), compute);
-    for (mha_kv_dtype dt : kQuantized) {
-      for (const auto& [name, base] : mods_cases.cases) {
-        CAPTURE(compute, dt, name);
-        // Two blocks and more: a prefill of half, then steps of 1..7 tokens.
-        const std::size_t L = mha::test::scaled(700, 300), E = 64, H = 8;
-        const std::vector<float> x = random_vector(L * E, 52);
-        const Cache cache = make_cache(a.get(), 1, L, dt);
-        // Blocks of one key tile (256 keys): the contiguous cache's key grid.
-        const Paged paged = make_paged(a.get(), 3, 256, 4, dt);
-        std::vector<float> lse_c(L * H), lse_p(L * H), out_c(L * E), out_p(L * E);
-        for (std::size_t t = 0, n = L / 2; t < L; t += n, n = 1 + t % 7) {
-          n = std::min(n, L - t);
+    for (std::size_t di = 0; di < std::size(dtypes); ++di) {
+      const mha_kv_dtype dt = dtypes[di];
+      for (std::size_t c = 0; c < mods_cases.cases.size(); ++c) {
+        const auto& [name, base] = mods_cases.cases[c];
+        for (std::size_t bt : {std::size_t{16}, kBlocks[(c + di) % std::size(kBlocks)]}) {
+          CAPTURE(compute, dt, name, bt);
+          // Several key tiles: a prefill of half, then steps of 1..7 tokens.
+          const std::size_t L = mha::test::scaled(700, 300), E = 64, H = 8;
+          const std::vector<float> x = random_vector(L * E, 52);
+          const Cache cache = make_cache(a.get(), 1, L, dt);
+          const Paged paged = make_paged(a.get(), 3, bt, (L + bt - 1) / bt + 1, dt);
+          std::vector<float> lse_c(L * H), lse_p(L * H), out_c(L * E), out_p(L * E);
+          for (std::size_t t = 0, n = L / 2; t < L; t += n, n = 1 + t % 7) {
+            n = std::min(n, L - t);
+            mha_mods m = base;
+            if (m.lse != nullptr) m.lse = &lse_c[t * H];
+            REQUIRE(mha_attention_step_mods(a.get(), cache.get(), n, &x[t * E], &x[t * E],
+                                            &x[t * E], &m, &out_c[t * E]) == MHA_OK);
+            if (m.lse != nullptr) m.lse = &lse_p[t * H];
+            const std::size_t slot = 1, q_start[] = {0, n};
+            REQUIRE(mha_attention_step_ragged_mods(a.get(), paged.get(), 1, &slot, q_start,
+                                                   &x[t * E], &x[t * E], &x[t * E], &m,
+                                                   &out_p[t * E]) == MHA_OK);
+          }
+          REQUIRE(same_bits(out_c, out_p));
+          REQUIRE(same_bits(lse_c, lse_p));
+          // The slot reset and reused (blocks with stale keys and scales) by
+          // the same sequence in one prefill: the bits of its last rows again.
+          REQUIRE(mha_kv_cache_reset_slot(paged.get(), 1) == MHA_OK);
+          std::vector<float> again(L * E), lse_a(L * H);
           mha_mods m = base;
-          if (m.lse != nullptr) m.lse = &lse_c[t * H];
-          REQUIRE(mha_attention_step_mods(a.get(), cache.get(), n, &x[t * E], &x[t * E], &x[t * E],
-                                          &m, &out_c[t * E]) == MHA_OK);
-          if (m.lse != nullptr) m.lse = &lse_p[t * H];
-          const std::size_t slot = 1, q_start[] = {0, n};
-          REQUIRE(mha_attention_step_ragged_mods(a.get(), paged.get(), 1, &slot, q_start, &x[t * E],
-                                                 &x[t * E], &x[t * E], &m,
-                                                 &out_p[t * E]) == MHA_OK);
+          if (m.lse != nullptr) m.lse = lse_a.data();
+          const std::size_t slot = 1, whole[] = {0, L};
+          REQUIRE(mha_attention_step_ragged_mods(a.get(), paged.get(), 1, &slot, whole, x.data(),
+                                                 x.data(), x.data(), &m, again.data()) == MHA_OK);
+          const std::size_t last = L - 1;
+          REQUIRE(std::equal(&again[last * E], &again[L * E], &out_c[last * E],
+                             [](float u, float v) { return bits(u) == bits(v); }));
         }
-        REQUIRE(same_bits(out_c, out_p));
-        REQUIRE(same_bits(lse_c, lse_p));
-        // The slot reset and reused (blocks with stale keys and scales) by
-        // the same sequence in one prefill: the bits of its last rows again.
-        REQUIRE(mha_kv_cache_reset_slot(paged.get(), 1) == MHA_OK);
-        std::vector<float> again(L * E), lse_a(L * H);
-        mha_mods m = base;
-        if (m.lse != nullptr) m.lse = lse_a.data();
-        const std::size_t slot = 1, whole[] = {0, L};
-        REQUIRE(mha_attention_step_ragged_mods(a.get(), paged.get(), 1, &slot, whole, x.data(),
-                                               x.data(), x.data(), &m, again.data()) == MHA_OK);
-        const std::size_t last = L - 1;
-        REQUIRE(std::equal(&again[last * E], &again[L * E], &out_c[last * E],
-                           [](float u, float v) { return bits(u) == bits(v); }));
       }
     }
   }

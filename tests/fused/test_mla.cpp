@@ -157,32 +157,36 @@ TEST_CASE("mla: paged steps equal contiguous ones; truncate and re-step", "[mla]
   const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
   const MlaLayer layer(c, 27);
   const Mla mla(layer.cfg, layer.view());
+  const mha_attention_options bf16{sizeof bf16, MHA_BF16};
+  const Mla mla16(layer.cfg, layer.view(), &bf16);
   const std::size_t E = c.hidden_size, seq = 10;
   const auto x = random_vector(seq * E, 28);
-  const auto contiguous = step_all(mla, 1, seq, x.data(), {6, 4}, MHA_KV_DEFAULT, E);
-  for (std::size_t block : {std::size_t(256), std::size_t(4)}) {
-    MlaPagedKvCache paged(mla, 3, block, 16);
-    // Slot 2, beside a busy slot 0: its rows depend on neither.
-    const auto other = random_vector(5 * E, 29);
-    std::vector<float> out(seq * E), junk(5 * E);
-    const std::size_t s0[] = {0}, q0[] = {0, 5};
-    paged.step(1, s0, q0, other.data(), junk.data());
-    const std::size_t slots[] = {2, 0}, q_start[] = {0, 6, 7};
-    std::vector<float> xs(7 * E), os(7 * E);
-    std::copy_n(x.data(), 6 * E, xs.data());
-    std::copy_n(other.data(), E, xs.data() + 6 * E);
-    paged.step(2, slots, q_start, xs.data(), os.data());
-    std::copy_n(os.data(), 6 * E, out.data());
-    const std::size_t s2[] = {2}, q2[] = {0, 4};
-    paged.step(1, s2, q2, x.data() + 6 * E, out.data() + 6 * E);
-    INFO("block_tokens " << block);
-    if (block == 256) {
-      CHECK(out == contiguous);
-    } else {
-      CHECK(rel_error(out, std::vector<double>(contiguous.begin(), contiguous.end())) <= 1e-6);
-    }
-  }
+  // Every block size gives the contiguous cache's bits, on every latent
+  // cache type (fp32 and bf16 objects' own, int8, fp8): blocks of a key
+  // tile, in place; of 4 and 7 keys, gathered.
+  for (const Mla* obj : {&mla, &mla16})
+    for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3})
+      for (std::size_t block : {std::size_t(256), std::size_t(4), std::size_t(7)}) {
+        const auto contiguous = step_all(*obj, 1, seq, x.data(), {6, 4}, dt, E);
+        MlaPagedKvCache paged(*obj, 3, block, 16, dt);
+        // Slot 2, beside a busy slot 0: its rows depend on neither.
+        const auto other = random_vector(5 * E, 29);
+        std::vector<float> out(seq * E), junk(5 * E);
+        const std::size_t s0[] = {0}, q0[] = {0, 5};
+        paged.step(1, s0, q0, other.data(), junk.data());
+        const std::size_t slots[] = {2, 0}, q_start[] = {0, 6, 7};
+        std::vector<float> xs(7 * E), os(7 * E);
+        std::copy_n(x.data(), 6 * E, xs.data());
+        std::copy_n(other.data(), E, xs.data() + 6 * E);
+        paged.step(2, slots, q_start, xs.data(), os.data());
+        std::copy_n(os.data(), 6 * E, out.data());
+        const std::size_t s2[] = {2}, q2[] = {0, 4};
+        paged.step(1, s2, q2, x.data() + 6 * E, out.data() + 6 * E);
+        INFO("block_tokens " << block << ", dtype " << dt);
+        CHECK(std::memcmp(out.data(), contiguous.data(), out.size() * sizeof(float)) == 0);
+      }
   // Truncate 10 -> 6 and step the last 4 again: the same bits.
+  const auto contiguous = step_all(mla, 1, seq, x.data(), {6, 4}, MHA_KV_DEFAULT, E);
   MlaKvCache cache(mla, 1, seq);
   std::vector<float> out(seq * E);
   cache.step(seq, x.data(), out.data());

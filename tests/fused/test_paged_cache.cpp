@@ -6,10 +6,8 @@
 // no longer sees; pool exhaustion changes nothing; results are bit-identical
 // at 1, 2 and 3 threads; bad arguments are rejected.
 //
-// Tolerance as in test_kv_cache.cpp (a step sees other blockings than the
-// forward: other query blocks, key tiles cut at block boundaries, split-KV
-// chunks): 2e-5·(1 + |x|), ~100x the typical rounding difference and far
-// below the ~1e-2 of a wrong position or block.
+// Bit for bit: a row's bits depend on its own sequence alone (mha.h), not on
+// the block size, the schedule or the other slots.
 #include <mha/mha.h>
 
 #include <algorithm>
@@ -161,13 +159,12 @@ void require_matches(const Model& m, const std::vector<Request>& reqs,
   whole.lse = lse ? want_lse.data() : nullptr;
   const mha_ragged seqs{sizeof(mha_ragged), reqs.size(), start.data(), nullptr};
   m.attn->forward_ragged_mods(seqs, x.data(), x.data(), x.data(), &whole, want.data());
-  const auto close = [](float got, float w) {
-    return got == w || std::fabs(got - w) <= 2e-5f * (1.0f + std::fabs(w));
-  };
+  // Bit for bit: any block size gives the contiguous store's bits.
+  const auto same = [](float got, float w) { return std::memcmp(&got, &w, sizeof got) == 0; };
   std::size_t at = 0, at_lse = 0, bad = 0;
   for (const Request& r : reqs) {
-    for (float got : r.out) bad += close(got, want[at++]) ? 0 : 1;
-    for (float got : r.lse) bad += close(got, want_lse[at_lse++]) ? 0 : 1;
+    for (float got : r.out) bad += same(got, want[at++]) ? 0 : 1;
+    for (float got : r.lse) bad += same(got, want_lse[at_lse++]) ? 0 : 1;
   }
   REQUIRE(at == want.size());
   REQUIRE(at_lse == (lse ? want_lse.size() : 0));
@@ -217,10 +214,12 @@ TEST_CASE("paged cache: random schedules with modifiers equal one ragged forward
 
 TEST_CASE("paged cache: a window returns the blocks it no longer sees", "[paged][mods]") {
   const Model m(32, 4, 2, 46);
-  const std::size_t E = 32, window = 40, bt = 16, n = 500;
-  // 40 + 1 positions seen span at most 4 blocks of 16, and one more fills
-  // while the step runs: 5 blocks carry a 500-token sequence.
-  mha::PagedKvCache cache(*m.attn, 1, bt, 5);
+  const std::size_t E = 32, window = 40, bt = 16, n = 500, pool = 24;
+  // A windowed slot holds at most window + 256 + bt positions (the key tile
+  // holding its window's first key on, mha.h): 20 blocks of 16, and one more
+  // fills while a step runs.
+  const std::size_t most = (window + 256 + bt) / bt + 1;
+  mha::PagedKvCache cache(*m.attn, 1, bt, pool);
   const auto seq = random_vector(n * E, 4);
   mha_mods mods{};
   mods.struct_size = sizeof(mha_mods);
@@ -230,27 +229,35 @@ TEST_CASE("paged cache: a window returns the blocks it no longer sees", "[paged]
   cache.step_mods(1, &slot, prompt, seq.data(), seq.data(), seq.data(), &mods, got.data());
   for (std::size_t t = 30; t < n; ++t) {
     cache.step_mods(1, &slot, one, &seq[t * E], &seq[t * E], &seq[t * E], &mods, &got[t * E]);
-    REQUIRE(cache.free_blocks() >= 1);
+    REQUIRE(pool - cache.free_blocks() <= most);
   }
   REQUIRE(cache.slot_length(0) == n);
   std::vector<float> want(n * E);
   mods.causal = 1;
   m.attn->forward_mods(1, n, n, seq.data(), seq.data(), seq.data(), nullptr, &mods, want.data());
-  for (std::size_t i = 0; i < n * E; ++i) {
-    REQUIRE(std::fabs(got[i] - want[i]) <= 2e-5f * (1.0f + std::fabs(want[i])));
-  }
+  REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
 
-  // Positions before 448 (= (500 + 1 - 40) / 16 * 16) are gone: a step
-  // without the window, or with a wider one, and a truncation below them are
-  // rejected and change nothing.
+  // The positions before the first one held (F, on a block, at most a key
+  // tile and a block before 461 = 500 + 1 - 40) are gone: a step without
+  // the window, or with a wider one, and a truncation below F are rejected
+  // and change nothing.
   const auto message = [] { return std::string(mha_last_error()); };
   const std::size_t free_before = cache.free_blocks();
   std::vector<float> sentinel(E, 3.0f);
   REQUIRE(mha_attention_step_ragged(m.attn->handle(), cache.handle(), 1, &slot, one, seq.data(),
                                     seq.data(), seq.data(),
                                     sentinel.data()) == MHA_INVALID_ARGUMENT);
-  CHECK(message().find("dropped") != std::string::npos);
-  mods.window = 100;
+  const std::string said = message();
+  CHECK(said.find("dropped") != std::string::npos);
+  const std::size_t at = said.find("positions from ");
+  REQUIRE(at != std::string::npos);
+  const std::size_t first = std::stoul(said.substr(at + 15));
+  CAPTURE(said, first);
+  REQUIRE(first % bt == 0);
+  REQUIRE(first > 0);
+  REQUIRE(first <= 461);
+  REQUIRE(first + 256 + bt > 461);
+  mods.window = 300;  // reaches 201
   REQUIRE(mha_attention_step_ragged_mods(m.attn->handle(), cache.handle(), 1, &slot, one,
                                          seq.data(), seq.data(), seq.data(), &mods,
                                          sentinel.data()) == MHA_INVALID_ARGUMENT);
@@ -258,15 +265,15 @@ TEST_CASE("paged cache: a window returns the blocks it no longer sees", "[paged]
   REQUIRE(mha_attention_step_ragged_mods(m.attn->handle(), cache.handle(), 1, &slot, one,
                                          seq.data(), seq.data(), seq.data(), &mods,
                                          sentinel.data()) == MHA_INVALID_ARGUMENT);
-  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 447) == MHA_INVALID_ARGUMENT);
-  CHECK(message().find("448") != std::string::npos);
+  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, first - 1) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find(std::to_string(first)) != std::string::npos);
   REQUIRE(std::all_of(sentinel.begin(), sentinel.end(), [](float v) { return v == 3.0f; }));
   REQUIRE(cache.slot_length(0) == n);
   REQUIRE(cache.free_blocks() == free_before);
   // Truncating to a held position, and resetting, work.
-  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, 460) == MHA_OK);
+  REQUIRE(mha_kv_cache_truncate_slot(cache.handle(), 0, first + 12) == MHA_OK);
   REQUIRE(mha_kv_cache_reset_slot(cache.handle(), 0) == MHA_OK);
-  REQUIRE(cache.free_blocks() == 5);
+  REQUIRE(cache.free_blocks() == pool);
   REQUIRE(mha_attention_step_ragged(m.attn->handle(), cache.handle(), 1, &slot, prompt, seq.data(),
                                     seq.data(), seq.data(), got.data()) == MHA_OK);
 }
