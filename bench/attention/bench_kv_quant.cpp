@@ -1,7 +1,9 @@
 // Quantized KV caches (mha_kv_cache_create_ex) on a Llama-3.2-1B-like layer
 // (E 2048, 32 query heads over 8 K/V heads of 64): a decode step at b16 kv4096
 // and b1 kv16384, and a chunked prefill of 512 tokens onto 3584 cached ones
-// (b1); and a tiny decode for smoke runs; per object and cache type:
+// (b1); the b16 decode again in a paged cache of 16-token blocks (vLLM's
+// default; key tiles gathered across blocks); and a tiny decode for smoke
+// runs; per object and cache type:
 //   fp32        fp32 object, its fp32 cache
 //   bf16        bf16 object, its bf16 cache
 //   bf16_int8   bf16 object, int8 cache      (fp32_int8: on an fp32 object)
@@ -29,12 +31,14 @@ namespace {
 struct Config {
   const char* name;
   std::size_t E, heads, kv_heads, batch, cached, n_new;
+  std::size_t block_tokens = 0;  // a paged cache's blocks (a slot per batch row), or 0
   std::size_t kv() const { return kv_heads * (E / heads); }
 };
 // The smallest first: CI's bench smoke runs each suite's first config.
 constexpr Config kConfigs[] = {
     {"tiny_e256_decode_b2_kv300", 256, 8, 2, 2, 299, 1},
     {"llama1b_decode_b16_kv4096", 2048, 32, 8, 16, 4095, 1},
+    {"llama1b_decode_b16_kv4096_paged16", 2048, 32, 8, 16, 4095, 1, 16},
     {"llama1b_decode_b1_kv16384", 2048, 32, 8, 1, 16383, 1},
     {"llama1b_chunk512_kv3584", 2048, 32, 8, 1, 3584, 512},
 };
@@ -64,6 +68,9 @@ struct Fixture {
                                                                         mha_attention_destroy};
   std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)> cache{nullptr,
                                                                        mha_kv_cache_destroy};
+  std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)> paged{
+      nullptr, mha_paged_kv_cache_destroy};
+  std::vector<std::size_t> slots, q_start;  // one slot per batch row, n_new rows each
   Fixture(const Config& c, const Impl& impl)
       : weights(random_floats(2 * c.E * (c.E + c.kv()), 1, -0.05f, 0.05f)),
         x(random_floats(c.batch * c.n_new * c.E, 3)),
@@ -79,18 +86,51 @@ struct Fixture {
     check(mha_attention_create_ex(&cfg, &mw, &ao, &a));
     attn.reset(a);
     const mha_kv_cache_options ko{sizeof(mha_kv_cache_options), impl.kv};
-    mha_kv_cache* k = nullptr;
-    check(mha_kv_cache_create_ex(a, c.batch, c.cached + c.n_new, &ko, &k));
-    cache.reset(k);
+    const std::size_t bt = c.block_tokens, len = c.cached + c.n_new;
+    if (bt != 0) {
+      mha_paged_kv_cache* p = nullptr;
+      check(mha_kv_cache_create_paged_ex(a, c.batch, bt, c.batch * ((len + bt - 1) / bt), &ko, &p));
+      paged.reset(p);
+    } else {
+      mha_kv_cache* k = nullptr;
+      check(mha_kv_cache_create_ex(a, c.batch, len, &ko, &k));
+      cache.reset(k);
+    }
+    for (std::size_t i = 0; i <= c.batch; ++i) {
+      if (i < c.batch) slots.push_back(i);
+      q_start.push_back(i * c.n_new);
+    }
     mha_set_num_threads(0);
     for (std::size_t done = 0; done < c.cached;) {
       const std::size_t n = std::min<std::size_t>(512, c.cached - done);
       const std::vector<float> h =
           random_floats(c.batch * n * c.E, static_cast<std::uint32_t>(4 + done));
       std::vector<float> ho(h.size());
-      check(mha_attention_step(a, k, n, h.data(), h.data(), h.data(), ho.data()));
+      step(n, h.data(), ho.data());
       done += n;
     }
+  }
+  // n new tokens of every batch row (rows of E, batch-major).
+  void step(std::size_t n, const float* in, float* result) {
+    if (paged) {
+      std::vector<std::size_t> starts(q_start.size());
+      for (std::size_t i = 0; i < starts.size(); ++i) starts[i] = i * n;
+      check(mha_attention_step_ragged(attn.get(), paged.get(), slots.size(), slots.data(),
+                                      starts.data(), in, in, in, result));
+    } else {
+      check(mha_attention_step(attn.get(), cache.get(), n, in, in, in, result));
+    }
+  }
+  // Back to `len` positions per batch row.
+  void truncate(std::size_t len) {
+    if (paged) {
+      for (std::size_t s : slots) check(mha_kv_cache_truncate_slot(paged.get(), s, len));
+    } else {
+      check(mha_kv_cache_truncate(cache.get(), len));
+    }
+  }
+  std::size_t bytes() const {
+    return paged ? mha_paged_kv_cache_bytes(paged.get()) : mha_kv_cache_bytes(cache.get());
   }
 };
 
@@ -105,17 +145,24 @@ void bench(benchmark::State& state, const Config& c, const Impl& impl, int threa
   Fixture& f = fixture(c, impl);
   mha_set_num_threads(static_cast<std::size_t>(threads));
   for (auto _ : state) {
-    check(mha_attention_step(f.attn.get(), f.cache.get(), c.n_new, f.x.data(), f.x.data(),
-                             f.x.data(), f.out.data()));
-    check(mha_kv_cache_truncate(f.cache.get(), c.cached));
+    if (f.paged) {
+      check(mha_attention_step_ragged(f.attn.get(), f.paged.get(), f.slots.size(), f.slots.data(),
+                                      f.q_start.data(), f.x.data(), f.x.data(), f.x.data(),
+                                      f.out.data()));
+    } else {
+      check(mha_attention_step(f.attn.get(), f.cache.get(), c.n_new, f.x.data(), f.x.data(),
+                               f.x.data(), f.out.data()));
+    }
+    f.truncate(c.cached);
     benchmark::DoNotOptimize(f.out.data());
   }
   mha_set_num_threads(0);
   state.SetLabel("E" + std::to_string(c.E) + " H" + std::to_string(c.heads) + " KV" +
                  std::to_string(c.kv_heads) + " B" + std::to_string(c.batch) + " Sq" +
                  std::to_string(c.n_new) + " Skv" + std::to_string(c.cached + c.n_new) +
-                 " cache_bytes " + std::to_string(mha_kv_cache_bytes(f.cache.get())));
-  set_byte_counters(state, static_cast<double>(mha_kv_cache_bytes(f.cache.get())));
+                 (c.block_tokens != 0 ? " paged" + std::to_string(c.block_tokens) : "") +
+                 " cache_bytes " + std::to_string(f.bytes()));
+  set_byte_counters(state, static_cast<double>(f.bytes()));
 }
 
 const bool registered = [] {

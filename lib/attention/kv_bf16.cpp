@@ -79,20 +79,42 @@ class KvBf16 final : public KvType {
     for (std::size_t c = 0; c < d; ++c) vb[value_slots_at(l, c) + j % kg] = 0;
   }
 
-  // Strip-aligned runs as whole K strips and V group rows (slots past n
-  // come along and are overwritten by the next run or read times a zero P:
-  // the source's, zero or finite as put() and clear() leave them).
+  // K by runs of lanes, a k group (k_group elements per column) at a time,
+  // which are contiguous in both layouts where a BFMMLA run keeps its
+  // column pairs whole; V by whole key groups where both sides start one,
+  // else key by key (a block of an odd size). Lanes past the tile's keys
+  // are never stored by the scores; the V slots of its last group are a
+  // copied source's (zero past a block's or the sequence's keys) or zero.
   void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j, std::size_t n,
                  const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                  std::size_t d) const override {
-    const std::size_t nr = g16_.nr, kg = g16_.k_group;
+    const std::size_t nr = g16_.nr, kg = g16_.k_group, rows = packed_b_rows(g16_, d);
     const auto* ks = static_cast<const std::uint16_t*>(k);
     const auto* vs = static_cast<const std::uint16_t*>(v);
     auto* kd = static_cast<std::uint16_t*>(k_to);
     auto* vd = static_cast<std::uint16_t*>(v_to);
-    if (j % nr == 0 && to % nr == 0) {
-      std::copy_n(ks + key_strip_at(j, d), ceil_div(n, nr) * packed_b_rows(g16_, d) * nr,
-                  kd + key_strip_at(to, d));
+    if (kd != nullptr)
+      for_each_lane_run(j, to, n, nr, [&](std::size_t a, std::size_t b, std::size_t r) {
+        const std::uint16_t* src = ks + key_strip_at(a, d);
+        std::uint16_t* dst = kd + key_strip_at(b, d);
+        if (r == nr) {
+          std::copy_n(src, rows * nr, dst);
+          return;
+        }
+        if (kg == 2 || (a % 2 == 0 && b % 2 == 0 && r % 2 == 0)) {
+          for (std::size_t q = 0; q < rows / kg; ++q) {
+            std::copy_n(src + (q * nr + a % nr) * kg, r * kg, dst + (q * nr + b % nr) * kg);
+          }
+          return;
+        }
+        for (std::size_t i = 0; i < r; ++i) {
+          for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
+            std::copy_n(src + packed_b_pair_at(kg, nr, p, (a + i) % nr), 2,
+                        dst + packed_b_pair_at(kg, nr, p, (b + i) % nr));
+          }
+        }
+      });
+    if (j % kg == 0 && to % kg == 0) {
       for (std::size_t c = 0; c < d; c += nr) {
         std::copy_n(vs + c / nr * from.v_strip + j * nr, round_up(n, kg) * nr,
                     vd + c / nr * l.v_strip + to * nr);
@@ -101,13 +123,6 @@ class KvBf16 final : public KvType {
     }
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t a = j + i, b = to + i;
-      const std::uint16_t* kb = ks + key_strip_at(a, d);
-      std::uint16_t* out = kd + key_strip_at(b, d);
-      if (b % nr == 0) std::fill_n(out, packed_b_rows(g16_, d) * nr, std::uint16_t{0});
-      for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
-        std::copy_n(kb + packed_b_pair_at(kg, nr, p, a % nr), 2,
-                    out + packed_b_pair_at(kg, nr, p, b % nr));
-      }
       for (std::size_t c = 0; c < d; ++c) {
         std::uint16_t* slots = vd + value_group_at(b) + value_slots_at(l, c);
         if (b % kg == 0) std::fill_n(slots, kg, std::uint16_t{0});

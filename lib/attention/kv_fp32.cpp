@@ -51,25 +51,24 @@ class KvFp32 final : public KvType {
     keys(l, k, d).clear(j);
   }
 
-  // Strip-aligned runs as whole strips (each nr keys x d floats): columns
-  // past n come along and are overwritten by the next run or never read.
+  // K by runs of lanes, a row of d floats at a time (lanes past the tile's
+  // keys are never stored by the scores); V by rows.
   void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j, std::size_t n,
                  const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                  std::size_t d) const override {
     const std::size_t nr = g_.nr;
     const auto* ks = static_cast<const float*>(k);
     auto* kd = static_cast<float*>(k_to);
-    if (j % nr == 0 && to % nr == 0) {
-      std::copy_n(ks + j * d, ceil_div(n, nr) * nr * d, kd + to * d);
-    } else {
-      const PackedBColumns src{const_cast<float*>(ks), d, from.capacity, nr}, dst = keys(l, kd, d);
-      for (std::size_t i = 0; i < n; ++i) {
-        if ((to + i) % nr == 0) dst.clear_strip(to + i);
-        const float* col = src.column(j + i);
-        float* out = dst.column(to + i);
-        for (std::size_t p = 0; p < d; ++p) out[p * nr] = col[p * nr];
-      }
-    }
+    if (kd != nullptr)
+      for_each_lane_run(j, to, n, nr, [&](std::size_t a, std::size_t b, std::size_t r) {
+        const float* src = ks + a / nr * nr * d + a % nr;
+        float* dst = kd + b / nr * nr * d + b % nr;
+        if (r == nr) {
+          std::copy_n(src, nr * d, dst);
+          return;
+        }
+        for (std::size_t p = 0; p < d; ++p) std::copy_n(src + p * nr, r, dst + p * nr);
+      });
     const auto* vs = static_cast<const float*>(v);
     for (std::size_t i = 0; i < n; ++i) {
       std::copy_n(vs + (j + i) * from.ldv, d, static_cast<float*>(v_to) + (to + i) * l.ldv);

@@ -51,22 +51,19 @@ class KvQuant final : public KvType {
     kvq::clear_key(d, bytes(k), bytes(v), j);
   }
 
-  // Strip-aligned runs as whole K strips (lanes past n come along and are
-  // overwritten by the next run or never stored), else key by key.
+  // K by runs of lanes, V by rows (kvq::copy_keys).
   void copy_keys(const KvLayout&, const void* k, const void* v, std::size_t j, std::size_t n,
                  const KvLayout&, void* k_to, void* v_to, std::size_t to,
                  std::size_t d) const override {
     const auto* ks = static_cast<const std::uint8_t*>(k);
     const auto* vs = static_cast<const std::uint8_t*>(v);
-    if (j % kvq::kStrip == 0 && to % kvq::kStrip == 0) {
-      const std::size_t sb = kvq::key_strip_bytes(d), rb = kvq::value_row_bytes(d);
-      std::memcpy(bytes(k_to) + to / kvq::kStrip * sb, ks + j / kvq::kStrip * sb,
-                  ceil_div(n, kvq::kStrip) * sb);
-      std::memcpy(bytes(v_to) + to * rb, vs + j * rb, n * rb);
+    if (k_to == nullptr) {
+      kvq::copy_values(d, vs, j, n, bytes(v_to), to);
       return;
     }
-    for (std::size_t i = 0; i < n; ++i)
-      kvq::copy_key(d, ks, vs, j + i, bytes(k_to), bytes(v_to), to + i);
+    for_each_lane_run(j, to, n, kvq::kStrip, [&](std::size_t a, std::size_t b, std::size_t r) {
+      kvq::copy_keys(d, ks, vs, a, r, bytes(k_to), bytes(v_to), b);
+    });
   }
 
   std::size_t query_floats(std::size_t rows, std::size_t d) const override { return rows * d; }

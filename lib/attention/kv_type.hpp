@@ -6,6 +6,7 @@
 // "Adding a KV element type").
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 
@@ -72,6 +73,20 @@ struct KvView {
   }
 };
 
+// Keys [j, j + n) to keys [to, to + n) as runs that stay inside one strip
+// of `strip` keys on both sides: f(a, b, r) copies keys [a, a + r) to
+// [b, b + r), lanes of one strip each (a paged tile's gather, copy_keys).
+template <class F>
+void for_each_lane_run(std::size_t j, std::size_t to, std::size_t n, std::size_t strip,
+                       const F& f) {
+  for (std::size_t i = 0; i < n;) {
+    const std::size_t a = j + i, b = to + i;
+    const std::size_t r = std::min({n - i, strip - a % strip, strip - b % strip});
+    f(a, b, r);
+    i += r;
+  }
+}
+
 // Keys per online-softmax step, before rounding to the kernels' strips. The
 // S tile (q_block x key_tile floats) and the K and V tiles (2 x key_tile x
 // head_dim) stay in L2 (64 + 128 KiB at head_dim 64), and the P·V product
@@ -112,8 +127,9 @@ class KvType {
   // [to, to + n) of (k_to, v_to), laid out as `l`, byte for byte as put()
   // wrote them: a key tile of a paged cache gathered from the blocks it
   // spans, so the products see the contiguous cache's operands. Called in
-  // key order from key 0 of a destination that holds nothing else: the
-  // first key of a destination strip zeroes it, as put() does.
+  // key order from key 0 of a scratch head-block; what the products read
+  // past the tile's keys (V's slots of a key group) is zero or a copied
+  // source's, finite as put() and clear() leave it. k_to null: V alone.
   virtual void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j,
                          std::size_t n, const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                          std::size_t head_dim) const = 0;

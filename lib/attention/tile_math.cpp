@@ -130,17 +130,32 @@ float SeqAttention::gemm_alpha() const {
   return seq_.additive && mods_.softcap == 0.f ? 1.0f : scale_;
 }
 
-KvTile SeqAttention::key_tile(std::size_t g, std::size_t k0, std::size_t k1,
-                              const TaskScratch& t) const {
+KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std::size_t k1,
+                            const TaskScratch& t) const {
   const KvView& kv = seq_.kv;
-  if (!plan_.gather || kv.in_place(k0, k1, kv_.strip())) return kv.tile(g, k0, k1);
+  const std::size_t d = s_.head_dim, bk = plan_.key_tile;
+  if (!plan_.gather || kv.in_place(k0, k1, kv_.strip())) {
+    const KvTile tile = kv.tile(g, k0, k1);
+    kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+    return tile;
+  }
+  // Every block but the first starts at its key 0, on a strip: where the
+  // first does too, the scores of each block are computed in place (bits
+  // per score, whatever the tile) and only V, which P·V reduces over the
+  // whole tile, is gathered. (Blocks of 16 keys, b16 decode at kv 4096:
+  // gathering K as well took 1.6x the time of the int8 cache's step.)
+  const bool keys_in_place = kv.local(k0) % kv_.strip() == 0;
   for (std::size_t a = k0; a < k1;) {
     const std::size_t b = std::min(k1, (a / kv.block_tokens + 1) * kv.block_tokens);
     kv_.copy_keys(kv.layout, kv.k_block(g, a), kv.v_block(g, a), kv.local(a), b - a,
-                  plan_.gather_layout, t.kbuf, t.vbuf, a - k0, s_.head_dim);
+                  plan_.gather_layout, keys_in_place ? nullptr : t.kbuf, t.vbuf, a - k0, d);
+    if (keys_in_place)
+      kv_.scores(rows, d, t.qbuf, kv.tile(g, a, b), gemm_alpha(), t.s + (a - k0), bk);
     a = b;
   }
-  return {&plan_.gather_layout, t.kbuf, t.vbuf, 0, k1 - k0};
+  const KvTile tile{&plan_.gather_layout, t.kbuf, t.vbuf, 0, k1 - k0};
+  if (!keys_in_place) kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+  return tile;
 }
 
 void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o,
@@ -154,8 +169,7 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
   for (std::size_t k0 = c0; k0 < c1; k0 += bk) {
     const std::size_t k1 = std::min(k0 + bk, c1), n = k1 - k0;
     if (tile_all_padded(k0, k1)) continue;
-    const KvTile tile = key_tile(gh, k0, k1, t);
-    kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+    const KvTile tile = scores(rows, gh, k0, k1, t);
     mask_scores(b, k0, n, t.s, bk);
     for (std::size_t r = 0; r < rows; ++r) {
       OnlineRow st{m[r], l[r]};

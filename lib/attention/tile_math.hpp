@@ -85,9 +85,11 @@ class SeqAttention {
                    std::size_t ldsc) const;
   void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
   float gemm_alpha() const;
-  // Keys [k0, k1) of kv head g as the products read them: in place, or
-  // gathered into t's buffers where they span paged blocks.
-  KvTile key_tile(std::size_t g, std::size_t k0, std::size_t k1, const TaskScratch& t) const;
+  // The scores of `rows` prepared queries against keys [k0, k1) of kv head
+  // g into t.s; returns the keys as P·V reads them: in place, or gathered
+  // into t's buffers where they span paged blocks.
+  KvTile scores(std::size_t rows, std::size_t g, std::size_t k0, std::size_t k1,
+                const TaskScratch& t) const;
   // One chunk of the key grid, keys [c0, c1), from a fresh state into (o, m, l).
   void attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c1, float* o, std::size_t ldo,
                     float* m, float* l, const TaskScratch& t) const;

@@ -170,19 +170,30 @@ void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std:
   std::memset(v_block + j * value_row_bytes(d), 0, value_row_bytes(d));
 }
 
-void copy_key(std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
-              std::size_t j, std::uint8_t* k_to, std::uint8_t* v_to, std::size_t to) {
+void copy_keys(std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
+               std::size_t j, std::size_t n, std::uint8_t* k_to, std::uint8_t* v_to,
+               std::size_t to) {
   const std::size_t G = groups(d), from = j % kStrip, lane = to % kStrip;
   const std::uint8_t* src = k_block + j / kStrip * key_strip_bytes(d);
   std::uint8_t* dst = key_strip(k_to, d, to);
-  if (lane == 0) std::memset(dst, 0, key_strip_bytes(d));
-  for (std::size_t g = 0; g < G; ++g) {
-    std::memcpy(dst + (g * kStrip + lane) * 2, src + (g * kStrip + from) * 2, 2);
+  if (n == kStrip) {
+    std::memcpy(dst, src, key_strip_bytes(d));
+  } else {
+    for (std::size_t g = 0; g < G; ++g) {
+      std::memcpy(dst + (g * kStrip + lane) * 2, src + (g * kStrip + from) * 2, 2 * n);
+    }
+    for (std::size_t i = 0; i < d; ++i) {
+      std::memcpy(dst + 2 * kStrip * G + i * kStrip + lane,
+                  src + 2 * kStrip * G + i * kStrip + from, n);
+    }
   }
-  for (std::size_t i = 0; i < d; ++i) {
-    dst[2 * kStrip * G + i * kStrip + lane] = src[2 * kStrip * G + i * kStrip + from];
-  }
-  std::memcpy(v_to + to * value_row_bytes(d), v_block + j * value_row_bytes(d), value_row_bytes(d));
+  copy_values(d, v_block, j, n, v_to, to);
+}
+
+void copy_values(std::size_t d, const std::uint8_t* v_block, std::size_t j, std::size_t n,
+                 std::uint8_t* v_to, std::size_t to) {
+  std::memcpy(v_to + to * value_row_bytes(d), v_block + j * value_row_bytes(d),
+              n * value_row_bytes(d));
 }
 
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,

@@ -70,10 +70,14 @@ void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block
 void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
              std::size_t j, float* key, float* value);
 void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j);
-// Key j of one head-block becomes key `to` of another, byte for byte (the
-// first key of a destination strip zeroes it, as put_key does).
-void copy_key(std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
-              std::size_t j, std::uint8_t* k_to, std::uint8_t* v_to, std::size_t to);
+// Keys [j, j + n) of one head-block become keys [to, to + n) of another,
+// byte for byte; both runs inside one K strip (lanes past them untouched).
+void copy_keys(std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
+               std::size_t j, std::size_t n, std::uint8_t* k_to, std::uint8_t* v_to,
+               std::size_t to);
+// The V rows of keys [j, j + n) alone, likewise.
+void copy_values(std::size_t d, const std::uint8_t* v_block, std::size_t j, std::size_t n,
+                 std::uint8_t* v_to, std::size_t to);
 // Channel i of the key in lane `lane` of a K strip, and of a V row,
 // dequantized (code · scale, exact).
 float key_element(Code c, std::size_t d, const std::uint8_t* strip, std::size_t lane,
