@@ -648,7 +648,8 @@ MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
  * the blocks its length needs (memory: about 2·num_blocks·block_tokens·
  * kv_heads·head_dim floats, half that where a bf16 object's core runs on
  * bf16 kernels; a block's pages are touched when first used).
- * Any block_tokens works and gives the contiguous cache's bits. The kernels
+ * Any block_tokens works and gives the contiguous
+ * cache's bits. The kernels
  * read key tiles of 256 keys (rounded down to the kernels' strips) in place
  * where block_tokens is a multiple of that tile; a tile that spans blocks is
  * first copied into the task's scratch (whole strips at once where
@@ -669,15 +670,31 @@ MHA_API mha_status mha_kv_cache_create_paged_ex(const mha_attention* attn, size_
 MHA_API size_t mha_paged_kv_cache_bytes(const mha_paged_kv_cache* cache);
 /* Positions held by `slot` (0 for NULL or a slot out of range). */
 MHA_API size_t mha_kv_cache_slot_length(const mha_paged_kv_cache* cache, size_t slot);
-/* Blocks in the pool that no slot holds (0 for NULL). */
+/* Blocks in the pool that no slot holds (0 for NULL); a block forked slots
+ * share is held once. */
 MHA_API size_t mha_kv_cache_free_blocks(const mha_paged_kv_cache* cache);
 /* Empties `slot` and returns its blocks to the pool (a finished request);
  * the other slots are untouched and the slot can take a new request. */
 MHA_API mha_status mha_kv_cache_reset_slot(mha_paged_kv_cache* cache, size_t slot);
 /* Drops the slot's positions >= len (len <= its length; 0, or >= the first
  * position it holds after a windowed step dropped earlier ones), returning
- * blocks it no longer needs. */
+ * blocks it no longer needs. A block the slot keeps but shares with another
+ * slot (mha_kv_cache_fork_slot) is copied first: MHA_OUT_OF_MEMORY, changing
+ * nothing, if no block is free for that. */
 MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t slot, size_t len);
+/* Slot dst (empty) becomes slot src's first len positions (len <= src's
+ * length; 0, or >= the first position src holds), sharing its whole blocks:
+ * n samples or beams of one prompt, a system prompt prefilled once, a
+ * conversation forked. Shared blocks are counted, never copied, and go back
+ * to the pool with their last slot; a partial last block is copied (one
+ * block from the pool: MHA_OUT_OF_MEMORY, changing nothing, if none is
+ * free). No slot ever writes a block another one holds, so every later step,
+ * truncate or reset of either slot gives, bit for bit, what it gives on an
+ * unshared copy of the same positions. MHA_INVALID_ARGUMENT, changing
+ * nothing, for a slot out of range, dst == src, a non-empty dst, or a len
+ * out of range. Allocates dst's block table (MHA_OUT_OF_MEMORY). */
+MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src, size_t dst,
+                                          size_t len);
 
 /* One step of continuous batching over any `num` distinct slots: sequence i
  * brings q_start[i+1] - q_start[i] new tokens (0 allowed; 1 is a decode
@@ -708,13 +725,14 @@ MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_page
  * tokens (lse [q_start[num], num_heads] by packed row). The cache stores K
  * after RoPE: every step on one slot must use the same rope settings.
  * With a window, a step reads only the keys the window reaches (from the
- * key tile holding the first), and after it succeeds each of its slots
- * returns to the pool the blocks that hold only positions its next query
- * does not read (those before the key tile of 256 holding position
- * length + 1 - window): a windowed sequence holds at most window +
- * 256 + block_tokens positions, however long it runs. A later step of that slot whose window (or
- * lack of one) reaches a dropped position fails with MHA_INVALID_ARGUMENT, changing nothing;
- * mha_kv_cache_truncate_slot then takes only 0 or a length >= the first position held. */
+ * key tile holding the first, at most 256 keys before it), and after it
+ * succeeds each of its slots returns to the pool the blocks that hold only
+ * positions before length + 1 - window - 256: a windowed sequence holds at
+ * most window + 256 + block_tokens positions, however long it runs. A later
+ * step of that slot whose window (or lack of one) reaches back to a position
+ * within 256 of a dropped one fails with MHA_INVALID_ARGUMENT, changing
+ * nothing; the same window always passes. mha_kv_cache_truncate_slot then
+ * takes only 0 or a length >= the first position held. */
 MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
                                                   mha_paged_kv_cache* cache, size_t num,
                                                   const size_t* slots, const size_t* q_start,

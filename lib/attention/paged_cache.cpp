@@ -14,6 +14,7 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, const KvType& type, st
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
       layout_(type.layout(engine.shape().head_dim, block_tokens)),
+      refs_(num_blocks, 0),
       tables_(num_slots),
       first_block_(num_slots, 0),
       lengths_(num_slots, 0),
@@ -67,24 +68,85 @@ void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) noe
   }
 }
 
+void PagedKvCache::unref(std::size_t b) noexcept {
+  // free_ has room for every block, so this push never allocates.
+  if (--refs_[b] == 0) free_.push_back(b);
+}
+
+std::size_t PagedKvCache::take() noexcept {
+  const std::size_t b = free_.back();
+  free_.pop_back();
+  refs_[b] = 1;
+  return b;
+}
+
+void PagedKvCache::copy_block(std::size_t from, std::size_t to) noexcept {
+  const std::size_t heads = engine_.shape().num_kv_heads;
+  char* k = reinterpret_cast<char*>(pool_.get());
+  char* v = k + k_region_;
+  std::copy_n(k + from * heads * layout_.k_bytes, heads * layout_.k_bytes,
+              k + to * heads * layout_.k_bytes);
+  std::copy_n(v + from * heads * layout_.v_bytes, heads * layout_.v_bytes,
+              v + to * heads * layout_.v_bytes);
+}
+
 void PagedKvCache::release(std::size_t slot, std::size_t len) noexcept {
   std::vector<std::size_t>& table = tables_[slot];
   const std::size_t end = ceil_div(len, block_tokens_), first = first_block_[slot];
   const std::size_t keep = end > first ? end - first : 0;
-  // free_ has room for every block, so these pushes never allocate.
   while (table.size() > keep) {
-    free_.push_back(table.back());
+    unref(table.back());
     table.pop_back();
   }
   if (len == 0) first_block_[slot] = 0;
 }
 
 void PagedKvCache::truncate(std::size_t slot, std::size_t len) {
+  // The block keeping positions up to len (a partial one) is written below:
+  // a shared one is copied first, checked before anything changes.
+  std::vector<std::size_t>& table = tables_[slot];
+  const std::size_t at = len / block_tokens_ - first_block_[slot];
+  const bool copy = len % block_tokens_ != 0 && len < lengths_[slot] && refs_[table[at]] > 1;
+  if (copy && free_.empty()) {
+    fail(MHA_OUT_OF_MEMORY, "mha_kv_cache_truncate_slot: the slot shares its block at position ",
+         len, " with another slot, and no block is free to copy it into");
+  }
+  release(slot, len);
+  if (copy) {
+    const std::size_t b = take();
+    copy_block(table[at], b);
+    unref(table[at]);
+    table[at] = b;
+  }
   // Blocks given back keep their keys (append clears a strip as it enters
   // it); the kept block's columns past len must read as zero.
-  release(slot, len);
   clear(slot, len, lengths_[slot]);
   lengths_[slot] = std::min(lengths_[slot], len);
+}
+
+void PagedKvCache::fork(std::size_t src, std::size_t dst, std::size_t len) {
+  if (len == 0) return;
+  const std::size_t first = first_block_[src], blocks = ceil_div(len, block_tokens_) - first;
+  const bool partial = len % block_tokens_ != 0;
+  if (partial && free_.empty()) {
+    fail(MHA_OUT_OF_MEMORY, "mha_kv_cache_fork_slot: position ", len - 1, " of slot ", src,
+         " is in a partial block, and no block is free to copy it into");
+  }
+  std::vector<std::size_t>& table = tables_[dst];
+  table.reserve(blocks);  // the only allocation, before anything changes
+  const std::vector<std::size_t>& from = tables_[src];
+  for (std::size_t i = 0; i + (partial ? 1 : 0) < blocks; ++i) {
+    ++refs_[from[i]];
+    table.push_back(from[i]);
+  }
+  first_block_[dst] = first;
+  lengths_[dst] = len;
+  if (partial) {
+    table.push_back(take());
+    copy_block(from[blocks - 1], table.back());
+    // The copy holds src's positions past len too: they must read as zero.
+    clear(dst, len, std::min(lengths_[src], (len / block_tokens_ + 1) * block_tokens_));
+  }
 }
 
 void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
@@ -106,10 +168,7 @@ void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
   }
   for (std::size_t i = 0; i < seqs.num; ++i) {
     std::vector<std::size_t>& table = tables_[slots[i]];
-    while (table.size() < blocks(i)) {
-      table.push_back(free_.back());
-      free_.pop_back();
-    }
+    while (table.size() < blocks(i)) table.push_back(take());
   }
 }
 
@@ -141,15 +200,14 @@ void PagedKvCache::commit(const std::size_t* slots, const SeqSpans& seqs, std::s
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t slot = slots[i], len = seqs.kv_len(i);
     lengths_[slot] = len;
-    // The next query (position len) sees keys from len + 1 - window on,
-    // and the core reads them from the key tile that holds that key.
+    // The next query (position len) sees keys from len + 1 - window on.
     if (window == 0 || len + 1 <= window) continue;
     std::vector<std::size_t>& table = tables_[slot];
-    const std::size_t upto = first_tile(len + 1 - window) / block_tokens_;
+    const std::size_t upto = first_read(len + 1 - window) / block_tokens_;
     if (upto <= first_block_[slot]) continue;
     const std::size_t drop = std::min(upto - first_block_[slot], table.size());
-    // A block leaves the front; free_ has room for every block.
-    for (std::size_t b = 0; b < drop; ++b) free_.push_back(table[b]);
+    // A block leaves the front (to the pool with its last reference).
+    for (std::size_t b = 0; b < drop; ++b) unref(table[b]);
     table.erase(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(drop));
     first_block_[slot] += drop;
   }

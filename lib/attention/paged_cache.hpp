@@ -1,10 +1,13 @@
 // A paged KV cache for continuous batching: a pool of fixed-size blocks,
 // each holding block_tokens positions of K and V for every kv head (one
 // head-block each, in the layout of the engine's KV type), and per slot
-// (one request) a block table and a length. A slot takes blocks as it grows and gives them back on
-// truncate or reset, so a short sequence never reserves max_len.
+// (one request) a block table and a length. A slot takes blocks as it grows
+// and gives them back on truncate or reset, so a short sequence never
+// reserves max_len; forked slots share their prefix's blocks by reference
+// count (n samples of one prompt, a shared system prompt).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -33,16 +36,27 @@ class PagedKvCache {
   std::size_t free_blocks() const { return free_.size(); }
   std::size_t length(std::size_t slot) const { return lengths_[slot]; }
   // The first position the slot still holds: a step with a sliding window
-  // drops the blocks before the key tile holding the first key its next
+  // drops the blocks wholly before first_read() of the first key its next
   // query can see (0 if none dropped).
   std::size_t first_kept(std::size_t slot) const { return first_block_[slot] * block_tokens_; }
-  // The first key the core reads for a row whose window starts at key j:
-  // the first of the key tile holding j (the key grid is the KV type's).
-  std::size_t first_tile(std::size_t j) const { return j / type_.key_tile() * type_.key_tile(); }
+  // The first position a window that starts at position j lets a step
+  // read: the core reads from the key tile holding j, and no KV type's tile
+  // is longer than kKeyTile keys, so one rule serves every ISA and type.
+  std::size_t first_read(std::size_t j) const {
+    const std::size_t t = std::max(kKeyTile, type_.key_tile());
+    return j > t ? j - t : 0;
+  }
   // Drops the slot's positions >= len (len <= length, and len >=
   // first_kept(slot) unless 0) and returns the blocks it no longer needs to
-  // the pool; truncate(slot, 0) frees the slot.
+  // the pool; truncate(slot, 0) frees the slot. A kept block that another
+  // slot shares is copied first (it throws MHA_OUT_OF_MEMORY, changing
+  // nothing, if no block is free for that).
   void truncate(std::size_t slot, std::size_t len);
+  // Empty slot dst becomes slot src's first len positions (len <= length,
+  // and len >= first_kept(src) unless 0): their whole blocks shared, a
+  // partial last one copied (throws MHA_OUT_OF_MEMORY, changing nothing, if
+  // no block is free for it).
+  void fork(std::size_t src, std::size_t dst, std::size_t len);
   // Marks slot as named by the step being checked; false if it already is.
   // Steps on one cache do not run concurrently, so one array serves them.
   bool mark(std::size_t slot, std::size_t step) const;
@@ -71,6 +85,12 @@ class PagedKvCache {
   void clear(std::size_t slot, std::size_t from, std::size_t to) noexcept;
   // Returns the slot's blocks past those holding `len` positions.
   void release(std::size_t slot, std::size_t len) noexcept;
+  // One reference to block b less; the last returns it to the pool.
+  void unref(std::size_t b) noexcept;
+  // A block from the pool (one must be free), with one reference.
+  std::size_t take() noexcept;
+  // Block `to` becomes a copy of block `from`, every kv head's K and V.
+  void copy_block(std::size_t from, std::size_t to) noexcept;
 
   const AttentionEngine& engine_;
   const KvType& type_;
@@ -79,6 +99,10 @@ class PagedKvCache {
   std::size_t k_region_ = 0;  // bytes of the pool's K head-blocks, before the V ones
   AlignedFloats pool_;
   std::vector<std::size_t> free_;  // free block ids (a stack)
+  // Per block: the slots whose tables hold it (0: free). A block two slots
+  // hold is never written: a write into it copies it first, and appends
+  // only ever reach a slot's own blocks (a fork copies a partial block).
+  std::vector<std::size_t> refs_;
   // Per slot: its blocks in order, table[i] holding positions from
   // (first_block + i) * block_tokens on. Tables grow geometrically and never
   // shrink, so steps allocate only while a slot outgrows its largest size.

@@ -66,7 +66,7 @@ void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t
     // window reaches back to len + 1 - window (first <= len, so no wrap),
     // and the core reads from the key tile holding that key.
     if (first != 0 &&
-        (window == 0 || window > len + 1 - first || c.first_tile(len + 1 - window) < first)) {
+        (window == 0 || window > len + 1 - first || c.first_read(len + 1 - window) < first)) {
       fail(MHA_INVALID_ARGUMENT, fn, ": slot ", slot, " holds positions from ", first,
            " on (a window dropped the ones before), but this step's window (", window,
            "; 0 = none) reaches further back");
@@ -104,6 +104,21 @@ void truncate_slot(mha_paged_kv_cache* cache, std::size_t slot, std::size_t len)
             "holds (",
             c.first_kept(slot), ": a window dropped the ones before), got ", len);
   c.truncate(slot, len);
+}
+
+void fork_slot(mha_paged_kv_cache* cache, std::size_t src, std::size_t dst, std::size_t len) {
+  const char* fn = "mha_kv_cache_fork_slot";
+  detail::PagedKvCache& c = slot_cache(cache, src, fn);
+  check_arg(dst < c.num_slots(), fn, ": dst must be < num_slots (", c.num_slots(), "), got ", dst);
+  check_arg(dst != src, fn, ": dst must differ from src (", src, ")");
+  check_arg(c.length(dst) == 0, fn, ": slot dst (", dst, ") must be empty; it holds ",
+            c.length(dst), " positions (reset it first)");
+  check_arg(len <= c.length(src), fn, ": len must be <= slot src's length (", c.length(src),
+            "), got ", len);
+  check_arg(len == 0 || len >= c.first_kept(src), fn,
+            ": len must be 0 or >= the first position slot src still holds (", c.first_kept(src),
+            ": a window dropped the ones before), got ", len);
+  c.fork(src, dst, len);
 }
 
 void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
@@ -173,6 +188,9 @@ void PagedKvCache::reset_slot(std::size_t slot) {
 void PagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
   mha::truncate_slot(handle_, slot, len);
 }
+void PagedKvCache::fork_slot(std::size_t src, std::size_t dst, std::size_t len) {
+  mha::fork_slot(handle_, src, dst, len);
+}
 void PagedKvCache::step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
                         const float* query, const float* key, const float* value, float* out) {
   mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, nullptr, out,
@@ -231,6 +249,11 @@ MHA_API mha_status mha_kv_cache_reset_slot(mha_paged_kv_cache* cache, size_t slo
 
 MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t slot, size_t len) {
   return mha::detail::guarded([&] { mha::truncate_slot(cache, slot, len); });
+}
+
+MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src, size_t dst,
+                                          size_t len) {
+  return mha::detail::guarded([&] { mha::fork_slot(cache, src, dst, len); });
 }
 
 MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,

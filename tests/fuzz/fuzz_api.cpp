@@ -1007,10 +1007,16 @@ void fuzz_ragged(Decoder& d, const Model& m) {
   }
 }
 
+// The first position a window starting at position j lets a step read
+// (mha.h: a key tile, at most 256 keys, before it).
+std::size_t first_read(std::size_t j) {
+  return j > 256 ? j - 256 : 0;
+}
+
 // A paged cache through random steps, truncations and resets, against a
 // host mirror: each slot's inputs so far and the first position it holds
-// (mha.h: a windowed step returns the blocks before length + 1 - window).
-// The modifiers are fixed per cache (its K is stored after RoPE).
+// (mha.h: a windowed step returns the blocks before length + 1 - window -
+// 256). The modifiers are fixed per cache (its K is stored after RoPE).
 void fuzz_paged(Decoder& d, const Model& m) {
   const std::size_t num_slots = d.dim(4), bt = d.dim(20), num_blocks = d.dim(12);
   const std::size_t H = m.cfg.num_heads;
@@ -1090,7 +1096,9 @@ void fuzz_paged(Decoder& d, const Model& m) {
       const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], w = mods.m.window;
       const std::size_t end = len(s) + n;
       if (n > num_blocks * bt - (len(s) - first[s])) se = Expect::fail;  // outgrows the pool
-      if (first[s] != 0 && (!mods.on || w == 0 || w > len(s) + 1 - first[s])) se = Expect::fail;
+      if (first[s] != 0 && (!mods.on || w == 0 || w > len(s) + 1 - first[s] ||
+                            first_read(len(s) + 1 - w) < first[s]))
+        se = Expect::fail;
       need += (end + bt - 1) / bt - first[s] / bt - held_blocks(s);
     }
     if (se == Expect::ok && need > num_blocks - held) se = Expect::fail;  // MHA_OUT_OF_MEMORY
@@ -1124,7 +1132,9 @@ void fuzz_paged(Decoder& d, const Model& m) {
       check_sequence(m, mods, true, n, L, hq[s].data() + (L - n) * m.E, hk[s].data(), hv[s].data(),
                      out.data() + r0 * m.E, step_mods.m.lse ? lse.data() + r0 * H : nullptr,
                      "mha_attention_step_ragged_mods", tol);
-      if (mods.on && w != 0 && L + 1 > w) first[s] = std::max(first[s], (L + 1 - w) / bt * bt);
+      if (mods.on && w != 0 && L + 1 > w) {
+        first[s] = std::max(first[s], first_read(L + 1 - w) / bt * bt);
+      }
     }
   }
   std::size_t held = 0;

@@ -3,11 +3,12 @@
 // caches, per-thread scratch) with one that fails the N-th allocation after
 // it is armed. Each operation of a scenario (attention create, forward self
 // and cross, with and without weights, KV-cache create, step and truncate,
-// sgemm packed and not, softmax, reshape; for a bf16 object, its forwards and
-// KV steps and the bf16 GEMMs; an MLA layer's create, forward and latent
-// caches, contiguous and paged, fp32 and int8) runs once for every N until an
-// armed run makes fewer than N allocations, on a fresh thread so that its
-// scratch starts empty, at 1 thread and inside a tbb::task_arena(4). Each
+// sgemm packed and not, softmax, reshape, a paged cache's step and fork;
+// for a bf16 object, its forwards and KV steps and the bf16 GEMMs; an MLA
+// layer's create, forward and latent caches, contiguous and paged, fp32 and
+// int8) runs once for every N until an armed run makes fewer than N
+// allocations, on a fresh thread so that its scratch starts empty, at 1
+// thread and inside a tbb::task_arena(4). Each
 // failed run must return MHA_OUT_OF_MEMORY with a message and leave every
 // output, handle and cache untouched, or (when the failure hit a worker and
 // the calling thread finished its tasks) succeed with the reference result;
@@ -370,6 +371,25 @@ void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
                  paged_state},
                 four_threads);
   mha_paged_kv_cache_destroy(paged);
+
+  // A fork into an empty slot of a new cache: its block table is allocated,
+  // and a partial block (35 = 32 + 3) copied.
+  mha_paged_kv_cache* forked = nullptr;
+  const auto fresh = [&] {
+    mha_paged_kv_cache_destroy(forked);
+    forked = nullptr;
+    REQUIRE(mha_kv_cache_create_paged_ex(s.attn, 3, 32, 8, &options, &forked) == MHA_OK);
+    REQUIRE(mha_attention_step_ragged(s.attn, forked, 1, &one, one_q, pre.data(), pre.data(),
+                                      pre.data(), pre_out.data()) == MHA_OK);
+  };
+  const auto fork_state = [&] {
+    return std::vector<float>{static_cast<float>(mha_kv_cache_slot_length(forked, 1)),
+                              static_cast<float>(mha_kv_cache_free_blocks(forked))};
+  };
+  run_injection({"paged fork" + name, fresh,
+                 [&] { return mha_kv_cache_fork_slot(forked, 2, 1, 35); }, fork_state},
+                four_threads);
+  mha_paged_kv_cache_destroy(forked);
 }
 
 // An MLA layer's operations (mha_mla_*): create, forward (to its own buffer

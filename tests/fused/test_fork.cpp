@@ -1,0 +1,268 @@
+// Shared blocks in the paged cache (mha_kv_cache_fork_slot):
+//  - random forks, steps, truncates and resets on every KV type, fp32 and
+//    bf16 objects, blocks of 16 and 7 keys: every step's rows equal, bit for
+//    bit, the same step on a cache where each fork was an unshared copy (a
+//    prefill of the same tokens), the pool never loses or doubles a block,
+//    and a failed call changes nothing;
+//  - 32 slots forked from one 4096-token prompt, each decoding 64 tokens of
+//    its own, hold at most 1.1x the blocks of 4096 + 32 x (64 + one block);
+//  - bad arguments, and forks and truncates that need a block from an
+//    exhausted pool, fail and change nothing.
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fused/model_weights.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using mha::test::random_vector;
+using Attn = std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>;
+using Paged = std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)>;
+
+Attn make_attn(const mha::test::ModelWeights& w, mha_dtype compute) {
+  const mha_attention_options o{sizeof(mha_attention_options), compute};
+  const mha_weights weights = w.view();
+  mha_attention* a = nullptr;
+  REQUIRE(mha_attention_create_ex(&w.cfg, &weights, &o, &a) == MHA_OK);
+  return Attn(a, mha_attention_destroy);
+}
+
+Paged make_paged(const mha_attention* a, std::size_t slots, std::size_t block_tokens,
+                 std::size_t blocks, mha_kv_dtype dtype) {
+  const mha_kv_cache_options o{sizeof(mha_kv_cache_options), dtype};
+  mha_paged_kv_cache* c = nullptr;
+  REQUIRE(mha_kv_cache_create_paged_ex(a, slots, block_tokens, blocks, &o, &c) == MHA_OK);
+  return Paged(c, mha_paged_kv_cache_destroy);
+}
+
+bool same_bits(const float* a, const float* b, std::size_t n) {
+  return std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// One step of n rows on one slot.
+mha_status step(const mha_attention* a, mha_paged_kv_cache* c, std::size_t slot, std::size_t n,
+                const float* x, float* out) {
+  const std::size_t q_start[] = {0, n};
+  return mha_attention_step_ragged(a, c, 1, &slot, q_start, x, x, x, out);
+}
+
+// A cache's state as a caller sees it.
+std::vector<std::size_t> state(const mha_paged_kv_cache* c, std::size_t slots) {
+  std::vector<std::size_t> s{mha_kv_cache_free_blocks(c)};
+  for (std::size_t i = 0; i < slots; ++i) s.push_back(mha_kv_cache_slot_length(c, i));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("paged cache: forked slots give the bits of unshared copies, in any order", "[paged]") {
+  const mha::test::ModelWeights w(64, 8, 2, 0, 61);
+  constexpr std::size_t E = 64, kSlots = 5;
+  const std::size_t ops = mha::test::scaled(60, 25);
+  for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+    const Attn a = make_attn(w, compute);
+    for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+      for (std::size_t bt : {std::size_t{16}, std::size_t{7}}) {
+        CAPTURE(compute, dt, bt);
+        // A small pool, so forks and copies meet an exhausted one; the
+        // unshared twin's pool never runs out.
+        const std::size_t pool = 400 / bt;
+        const Paged shared = make_paged(a.get(), kSlots, bt, pool, dt);
+        const Paged twin = make_paged(a.get(), kSlots, bt, 10 * pool, dt);
+        std::vector<std::vector<float>> history(kSlots);  // each slot's tokens
+        std::mt19937_64 rng(bt * 7 + static_cast<unsigned>(dt) +
+                            3 * static_cast<unsigned>(compute));
+        const auto uniform = [&](std::size_t lo, std::size_t hi) {
+          return std::uniform_int_distribution<std::size_t>(lo, hi)(rng);
+        };
+        std::vector<float> out_s, out_t, scratch;
+        for (std::size_t op = 0; op < ops; ++op) {
+          const std::size_t slot = uniform(0, kSlots - 1), len = history[slot].size() / E;
+          const std::vector<std::size_t> before = state(shared.get(), kSlots);
+          const std::size_t kind = uniform(0, 9);
+          CAPTURE(op, kind, slot, len);
+          if (kind < 3) {  // fork slot into an empty one
+            std::size_t dst = kSlots;
+            for (std::size_t s = 0; s < kSlots; ++s) {
+              if (s != slot && history[s].empty()) dst = s;
+            }
+            if (dst == kSlots || len == 0) continue;
+            const std::size_t n = uniform(1, len);
+            const mha_status st = mha_kv_cache_fork_slot(shared.get(), slot, dst, n);
+            if (st == MHA_OUT_OF_MEMORY) {
+              REQUIRE(n % bt != 0);
+              REQUIRE(state(shared.get(), kSlots) == before);
+              continue;
+            }
+            REQUIRE(st == MHA_OK);
+            history[dst].assign(history[slot].begin(), history[slot].begin() + n * E);
+            // The twin: an unshared copy of the same tokens, in one prefill.
+            scratch.resize(n * E);
+            REQUIRE(step(a.get(), twin.get(), dst, n, history[dst].data(), scratch.data()) ==
+                    MHA_OK);
+            REQUIRE(mha_kv_cache_slot_length(shared.get(), dst) == n);
+          } else if (kind < 7) {  // a decode step or a chunk
+            const std::size_t n = uniform(0, 2) == 0 ? uniform(2, 40) : 1;
+            const std::vector<float> x = random_vector(n * E, 1000 * op + slot);
+            out_s.assign(n * E, 0.0f);
+            out_t.assign(n * E, 0.0f);
+            const mha_status st = step(a.get(), shared.get(), slot, n, x.data(), out_s.data());
+            if (st != MHA_OK) {
+              // The pool is short (the longest slot finishes), or the slot
+              // would outgrow the whole pool (it finishes).
+              REQUIRE((st == MHA_OUT_OF_MEMORY || st == MHA_INVALID_ARGUMENT));
+              REQUIRE(state(shared.get(), kSlots) == before);
+              std::size_t victim = slot;
+              if (st == MHA_OUT_OF_MEMORY) {
+                for (std::size_t s = 0; s < kSlots; ++s) {
+                  if (history[s].size() > history[victim].size()) victim = s;
+                }
+              }
+              REQUIRE(mha_kv_cache_reset_slot(shared.get(), victim) == MHA_OK);
+              REQUIRE(mha_kv_cache_reset_slot(twin.get(), victim) == MHA_OK);
+              history[victim].clear();
+              continue;
+            }
+            REQUIRE(st == MHA_OK);
+            REQUIRE(step(a.get(), twin.get(), slot, n, x.data(), out_t.data()) == MHA_OK);
+            REQUIRE(same_bits(out_s.data(), out_t.data(), n * E));
+            history[slot].insert(history[slot].end(), x.begin(), x.end());
+          } else if (kind < 9) {  // truncate (a kept shared block is copied)
+            const std::size_t n = uniform(0, len);
+            const mha_status st = mha_kv_cache_truncate_slot(shared.get(), slot, n);
+            if (st == MHA_OUT_OF_MEMORY) {
+              REQUIRE(state(shared.get(), kSlots) == before);
+              continue;
+            }
+            REQUIRE(st == MHA_OK);
+            REQUIRE(mha_kv_cache_truncate_slot(twin.get(), slot, n) == MHA_OK);
+            history[slot].resize(n * E);
+          } else {
+            REQUIRE(mha_kv_cache_reset_slot(shared.get(), slot) == MHA_OK);
+            REQUIRE(mha_kv_cache_reset_slot(twin.get(), slot) == MHA_OK);
+            history[slot].clear();
+          }
+          REQUIRE(mha_kv_cache_free_blocks(shared.get()) <= pool);
+          for (std::size_t s = 0; s < kSlots; ++s) {
+            REQUIRE(mha_kv_cache_slot_length(shared.get(), s) == history[s].size() / E);
+          }
+        }
+        // Every slot decodes one more token on both: the same bits, and
+        // then every block is back in the pool exactly once.
+        for (std::size_t s = 0; s < kSlots; ++s) {
+          if (history[s].empty()) continue;
+          const std::vector<float> x = random_vector(E, 77 + s);
+          out_s.assign(E, 0.0f);
+          out_t.assign(E, 0.0f);
+          if (step(a.get(), shared.get(), s, 1, x.data(), out_s.data()) != MHA_OK) continue;
+          REQUIRE(step(a.get(), twin.get(), s, 1, x.data(), out_t.data()) == MHA_OK);
+          REQUIRE(same_bits(out_s.data(), out_t.data(), E));
+        }
+        for (std::size_t s = 0; s < kSlots; ++s) {
+          REQUIRE(mha_kv_cache_reset_slot(shared.get(), s) == MHA_OK);
+        }
+        REQUIRE(mha_kv_cache_free_blocks(shared.get()) == pool);
+      }
+    }
+  }
+}
+
+TEST_CASE("paged cache: 32 samples of one prompt hold the prompt's blocks once", "[paged]") {
+  // Small heads: the block count does not depend on the shape.
+  const mha::test::ModelWeights w(32, 4, 2, 0, 62);
+  const Attn a = make_attn(w, MHA_FP32);
+  constexpr std::size_t E = 32, kSamples = 32, kDecode = 64, bt = 16;
+  const std::size_t prompt = mha::test::case_scale() >= 1.0 ? 4096 : 1024;
+  const std::size_t pool = kSamples * (prompt + kDecode + bt) / bt;  // unshared needs
+  const Paged c = make_paged(a.get(), kSamples, bt, pool, MHA_KV_DEFAULT);
+  const std::vector<float> x = random_vector(prompt * E, 5);
+  std::vector<float> out(prompt * E);
+  REQUIRE(step(a.get(), c.get(), 0, prompt, x.data(), out.data()) == MHA_OK);
+  for (std::size_t s = 1; s < kSamples; ++s) {
+    REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, s, prompt) == MHA_OK);
+  }
+  REQUIRE(pool - mha_kv_cache_free_blocks(c.get()) == prompt / bt);
+  std::vector<std::size_t> slots(kSamples), q_start(kSamples + 1);
+  for (std::size_t s = 0; s < kSamples; ++s) slots[s] = s;
+  for (std::size_t s = 0; s <= kSamples; ++s) q_start[s] = s;
+  for (std::size_t t = 0; t < kDecode; ++t) {
+    const std::vector<float> tok = random_vector(kSamples * E, 100 + t);
+    REQUIRE(mha_attention_step_ragged(a.get(), c.get(), kSamples, slots.data(), q_start.data(),
+                                      tok.data(), tok.data(), tok.data(), out.data()) == MHA_OK);
+  }
+  const std::size_t used = pool - mha_kv_cache_free_blocks(c.get());
+  const double bound = 1.1 * static_cast<double>(prompt + kSamples * (kDecode + bt)) / bt;
+  CAPTURE(used, bound);
+  REQUIRE(static_cast<double>(used) <= bound);
+  for (std::size_t s = 0; s < kSamples; ++s) REQUIRE(mha_kv_cache_reset_slot(c.get(), s) == MHA_OK);
+  REQUIRE(mha_kv_cache_free_blocks(c.get()) == pool);
+}
+
+TEST_CASE("paged cache: bad forks, and forks and truncates with no free block, change nothing",
+          "[paged]") {
+  const mha::test::ModelWeights w(32, 4, 2, 0, 63);
+  const Attn a = make_attn(w, MHA_FP32);
+  constexpr std::size_t E = 32;
+  const Paged c = make_paged(a.get(), 3, 16, 4, MHA_KV_DEFAULT);
+  const std::vector<float> x = random_vector(40 * E, 6);
+  std::vector<float> out(40 * E);
+  REQUIRE(step(a.get(), c.get(), 0, 40, x.data(), out.data()) == MHA_OK);  // 3 blocks
+  const auto message = [] { return std::string(mha_last_error()); };
+  const std::vector<std::size_t> before = state(c.get(), 3);
+  REQUIRE(mha_kv_cache_fork_slot(nullptr, 0, 1, 8) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 3, 1, 8) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 3, 8) == MHA_INVALID_ARGUMENT);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 0, 8) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("differ") != std::string::npos);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 1, 41) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("len") != std::string::npos);
+  REQUIRE(state(c.get(), 3) == before);
+  // Whole blocks: shared, no block taken; a non-empty dst is refused.
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 1, 32) == MHA_OK);
+  REQUIRE(mha_kv_cache_free_blocks(c.get()) == 1);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 1, 16) == MHA_INVALID_ARGUMENT);
+  CHECK(message().find("empty") != std::string::npos);
+  // A partial block takes the last free one; then none is left for another.
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 2, 20) == MHA_OK);
+  REQUIRE(mha_kv_cache_free_blocks(c.get()) == 0);
+  REQUIRE(mha_kv_cache_reset_slot(c.get(), 2) == MHA_OK);
+  REQUIRE(step(a.get(), c.get(), 2, 16, x.data(), out.data()) == MHA_OK);  // the last block
+  const std::vector<std::size_t> full = state(c.get(), 3);
+  REQUIRE(mha_kv_cache_reset_slot(c.get(), 2) == MHA_OK);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 1, 2, 32) == MHA_OK);  // whole blocks again
+  REQUIRE(mha_kv_cache_reset_slot(c.get(), 2) == MHA_OK);
+  REQUIRE(step(a.get(), c.get(), 2, 16, x.data(), out.data()) == MHA_OK);
+  REQUIRE(state(c.get(), 3) == full);
+  REQUIRE(mha_kv_cache_fork_slot(c.get(), 0, 2, 20) == MHA_INVALID_ARGUMENT);  // 2 not empty
+  REQUIRE(mha_kv_cache_reset_slot(c.get(), 2) == MHA_OK);
+  REQUIRE(step(a.get(), c.get(), 2, 16, x.data(), out.data()) == MHA_OK);
+  // Slot 1 keeps half of a block it shares with slot 0: it needs a copy,
+  // and no block is free.
+  REQUIRE(mha_kv_cache_free_blocks(c.get()) == 0);
+  REQUIRE(mha_kv_cache_truncate_slot(c.get(), 1, 20) == MHA_OUT_OF_MEMORY);
+  CHECK(message().find("shares") != std::string::npos);
+  REQUIRE(state(c.get(), 3) == full);
+  // Slot 0's partial third block is its own: no copy needed.
+  REQUIRE(mha_kv_cache_truncate_slot(c.get(), 0, 36) == MHA_OK);
+  // Freed room: slot 1's truncate now copies its block, and slot 0's
+  // positions, read through a step, are unchanged (the bits of a fresh
+  // slot with the same 36 tokens).
+  REQUIRE(mha_kv_cache_reset_slot(c.get(), 2) == MHA_OK);
+  REQUIRE(mha_kv_cache_truncate_slot(c.get(), 1, 20) == MHA_OK);
+  REQUIRE(mha_kv_cache_free_blocks(c.get()) == 0);
+  std::vector<float> got(E), want(E);
+  REQUIRE(step(a.get(), c.get(), 0, 1, &x[36 * E], got.data()) == MHA_OK);
+  const Paged fresh = make_paged(a.get(), 1, 16, 4, MHA_KV_DEFAULT);
+  std::vector<float> pre(37 * E);
+  REQUIRE(step(a.get(), fresh.get(), 0, 37, x.data(), pre.data()) == MHA_OK);
+  REQUIRE(same_bits(got.data(), &pre[36 * E], E));
+}
