@@ -349,5 +349,34 @@ TEST_CASE("mla: concurrent steps on one object, each on its own cache", "[mla][t
   for (const auto& g : got) CHECK(g == alone);
 }
 
+TEST_CASE("mla: a forked latent slot gives the bits of an unshared copy", "[mla][paged]") {
+  const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
+  const MlaLayer layer(c, 31);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = c.hidden_size, prompt = 37;
+  const auto x = random_vector((prompt + 2) * E, 32);
+  for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8}) {
+    INFO("dtype " << dt);
+    MlaPagedKvCache shared(mla, 3, 16, 8, dt), twin(mla, 3, 16, 16, dt);
+    std::vector<float> out((prompt + 2) * E), got(E), want(E);
+    const std::size_t s0[] = {0}, s1[] = {1}, whole[] = {0, prompt}, one[] = {0, 1};
+    shared.step(1, s0, whole, x.data(), out.data());
+    // Slot 1 shares slot 0's first 2 blocks and copies its partial third.
+    REQUIRE(mha_kv_cache_fork_slot(shared.handle(), 0, 1, prompt) == MHA_OK);
+    REQUIRE(mha_kv_cache_free_blocks(shared.handle()) == 4);
+    twin.step(1, s1, whole, x.data(), out.data());
+    // Each continues with its own token: the bits of the unshared twin.
+    shared.step(1, s1, one, &x[prompt * E], got.data());
+    twin.step(1, s1, one, &x[prompt * E], want.data());
+    CHECK(std::memcmp(got.data(), want.data(), E * sizeof(float)) == 0);
+    shared.step(1, s0, one, &x[(prompt + 1) * E], got.data());
+    twin.step(1, s1, one, &x[(prompt + 1) * E], want.data());
+    REQUIRE(mha_kv_cache_truncate_slot(twin.handle(), 1, 0) == MHA_OK);
+    twin.step(1, s1, whole, x.data(), out.data());
+    twin.step(1, s1, one, &x[(prompt + 1) * E], want.data());
+    CHECK(std::memcmp(got.data(), want.data(), E * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 }  // namespace mha::test

@@ -55,6 +55,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -1013,10 +1014,75 @@ std::size_t first_read(std::size_t j) {
   return j > 256 ? j - 256 : 0;
 }
 
-// A paged cache through random steps, truncations and resets, against a
-// host mirror: each slot's inputs so far and the first position it holds
-// (mha.h: a windowed step returns the blocks before length + 1 - window -
-// 256). The modifiers are fixed per cache (its K is stored after RoPE).
+// The blocks of a paged cache as mha.h describes them: per slot a table of
+// block ids from its first held position, shared blocks counted (forks),
+// a kept shared block copied before a truncate writes it.
+struct BlockMirror {
+  std::size_t bt, num_blocks, next = 0;
+  std::vector<std::vector<std::size_t>> tables;
+  std::vector<std::size_t> first;  // first position held
+  std::map<std::size_t, std::size_t> refs;
+  BlockMirror(std::size_t slots, std::size_t block_tokens, std::size_t blocks)
+      : bt(block_tokens), num_blocks(blocks), tables(slots), first(slots, 0) {}
+  std::size_t held() const { return refs.size(); }
+  std::size_t free() const { return num_blocks - held(); }
+  std::size_t take() {
+    refs[next] = 1;
+    return next++;
+  }
+  void unref(std::size_t b) {
+    if (--refs[b] == 0) refs.erase(b);
+  }
+  // Blocks slot s needs beyond its table to hold len positions.
+  std::size_t need(std::size_t s, std::size_t len) const {
+    const std::size_t want = (len + bt - 1) / bt - first[s] / bt;
+    return want > tables[s].size() ? want - tables[s].size() : 0;
+  }
+  void grow(std::size_t s, std::size_t len) {
+    for (std::size_t n = need(s, len); n > 0; --n) tables[s].push_back(take());
+  }
+  // Whether truncating slot s (length len) to `to` needs a block copied.
+  bool truncate_copies(std::size_t s, std::size_t len, std::size_t to) const {
+    return to % bt != 0 && to < len && refs.at(tables[s][to / bt - first[s] / bt]) > 1;
+  }
+  void truncate(std::size_t s, std::size_t len, std::size_t to) {
+    const bool copy = truncate_copies(s, len, to);
+    const std::size_t keep = to == 0 ? 0 : (to + bt - 1) / bt - first[s] / bt;
+    while (tables[s].size() > keep) {
+      unref(tables[s].back());
+      tables[s].pop_back();
+    }
+    if (to == 0) first[s] = 0;
+    if (copy) {
+      std::size_t& b = tables[s][to / bt - first[s] / bt];
+      unref(b);
+      b = take();
+    }
+  }
+  void fork(std::size_t src, std::size_t dst, std::size_t len) {
+    if (len == 0) return;
+    const std::size_t blocks = (len + bt - 1) / bt - first[src] / bt;
+    const bool partial = len % bt != 0;
+    for (std::size_t i = 0; i + (partial ? 1 : 0) < blocks; ++i) {
+      ++refs[tables[src][i]];
+      tables[dst].push_back(tables[src][i]);
+    }
+    if (partial) tables[dst].push_back(take());
+    first[dst] = first[src];
+  }
+  void drop_before(std::size_t s, std::size_t pos) {
+    const std::size_t upto = pos / bt;
+    if (upto <= first[s] / bt) return;
+    const std::size_t drop = std::min(upto - first[s] / bt, tables[s].size());
+    for (std::size_t b = 0; b < drop; ++b) unref(tables[s][b]);
+    tables[s].erase(tables[s].begin(), tables[s].begin() + static_cast<std::ptrdiff_t>(drop));
+    first[s] += drop * bt;
+  }
+};
+
+// A paged cache through random steps, truncations, resets and forks, against
+// a host mirror: each slot's inputs so far and its blocks (BlockMirror).
+// The modifiers are fixed per cache (its K is stored after RoPE).
 void fuzz_paged(Decoder& d, const Model& m) {
   const std::size_t num_slots = d.dim(4), bt = d.dim(20), num_blocks = d.dim(12);
   const std::size_t H = m.cfg.num_heads;
@@ -1047,27 +1113,62 @@ void fuzz_paged(Decoder& d, const Model& m) {
   }
   Mods mods = decode_mods(d, m);
   std::vector<std::vector<float>> hq(num_slots), hk(num_slots), hv(num_slots);
-  std::vector<std::size_t> first(num_slots, 0);  // first position held
+  BlockMirror blocks(num_slots, bt, num_blocks);
+  const std::vector<std::size_t>& first = blocks.first;
   const auto len = [&](std::size_t s) { return hk[s].size() / std::max<std::size_t>(1, m.kdim); };
-  const auto held_blocks = [&](std::size_t s) { return (len(s) + bt - 1) / bt - first[s] / bt; };
+  const auto check_blocks = [&](const char* when) {
+    FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == blocks.free(), "%zu free blocks %s, expected %zu",
+               mha_kv_cache_free_blocks(cache), when, blocks.free());
+  };
+  const auto check_lengths = [&](const char* when) {
+    for (std::size_t s = 0; s < num_slots; ++s) {
+      FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == len(s),
+                 "slot %zu length %zu %s, expected %zu", s, mha_kv_cache_slot_length(cache, s),
+                 when, len(s));
+    }
+  };
   for (int op = 0; op < 6 && d.p.remaining_bytes() > 0; ++op) {
-    std::size_t held = 0;
-    for (std::size_t s = 0; s < num_slots; ++s) held += held_blocks(s);
-    FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
-               "%zu free blocks, expected %zu from the slots' lengths",
-               mha_kv_cache_free_blocks(cache), num_blocks - held);
+    check_blocks("before an operation");
     if (d.coin(4)) {
       const std::size_t s = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
       const std::size_t to = d.p.ConsumeIntegralInRange<std::size_t>(0, len(s % num_slots) + 1);
-      const bool ok = s < num_slots && to <= len(s) && (to == 0 || to >= first[s]);
+      const bool valid = s < num_slots && to <= len(s) && (to == 0 || to >= first[s]);
+      const bool ok = valid && (!blocks.truncate_copies(s, len(s), to) || blocks.free() > 0);
       prime_error();
       check_expectation(mha_kv_cache_truncate_slot(cache, s, to), ok ? Expect::ok : Expect::fail,
                         "mha_kv_cache_truncate_slot");
-      if (!ok) continue;
+      if (!ok) {
+        check_blocks("after a failed truncate");
+        check_lengths("after a failed truncate");
+        continue;
+      }
+      blocks.truncate(s, len(s), to);
       hq[s].resize(to * m.E);
       hk[s].resize(to * m.kdim);
       hv[s].resize(to * m.vdim);
-      if (to == 0) first[s] = 0;
+      continue;
+    }
+    if (d.coin(4)) {
+      // A fork (sometimes of bad slots, into a busy one, or too long).
+      const std::size_t src = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+      const std::size_t dst = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots);
+      const std::size_t n = d.p.ConsumeIntegralInRange<std::size_t>(0, len(src % num_slots) + 1);
+      const bool valid = src < num_slots && dst < num_slots && src != dst && len(dst) == 0 &&
+                         n <= len(src) && (n == 0 || n >= first[src]);
+      const bool ok = valid && (n % bt == 0 || blocks.free() > 0);
+      prime_error();
+      check_expectation(mha_kv_cache_fork_slot(cache, src, dst, n), ok ? Expect::ok : Expect::fail,
+                        "mha_kv_cache_fork_slot");
+      if (!ok) {
+        check_blocks("after a failed fork");
+        check_lengths("after a failed fork");
+        continue;
+      }
+      blocks.fork(src, dst, n);
+      hq[dst].assign(hq[src].begin(), hq[src].begin() + static_cast<std::ptrdiff_t>(n * m.E));
+      hk[dst].assign(hk[src].begin(), hk[src].begin() + static_cast<std::ptrdiff_t>(n * m.kdim));
+      hv[dst].assign(hv[src].begin(), hv[src].begin() + static_cast<std::ptrdiff_t>(n * m.vdim));
+      check_lengths("after a fork");
       continue;
     }
     // A step over a random subset of slots (sometimes one twice or out of
@@ -1094,14 +1195,13 @@ void fuzz_paged(Decoder& d, const Model& m) {
     std::size_t need = 0;
     for (std::size_t i = 0; se == Expect::ok && i < num; ++i) {
       const std::size_t s = slots[i], n = q_start[i + 1] - q_start[i], w = mods.m.window;
-      const std::size_t end = len(s) + n;
       if (n > num_blocks * bt - (len(s) - first[s])) se = Expect::fail;  // outgrows the pool
       if (first[s] != 0 && (!mods.on || w == 0 || w > len(s) + 1 - first[s] ||
                             first_read(len(s) + 1 - w) < first[s]))
         se = Expect::fail;
-      need += (end + bt - 1) / bt - first[s] / bt - held_blocks(s);
+      need += blocks.need(s, len(s) + n);
     }
-    if (se == Expect::ok && need > num_blocks - held) se = Expect::fail;  // MHA_OUT_OF_MEMORY
+    if (se == Expect::ok && need > blocks.free()) se = Expect::fail;  // MHA_OUT_OF_MEMORY
     prime_error();
     const mha_status ss =
         mha_attention_step_ragged_mods(m.attn, cache, num, slots.data(), q_start.data(), q.data(),
@@ -1113,12 +1213,8 @@ void fuzz_paged(Decoder& d, const Model& m) {
     FUZZ_CHECK(ss == MHA_OK || (untouched(out) && untouched(lse)),
                "a failed paged step wrote out or lse");
     if (ss != MHA_OK) {
-      for (std::size_t s = 0; s < num_slots; ++s) {
-        FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == len(s),
-                   "a failed paged step changed slot %zu", s);
-      }
-      FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
-                 "a failed paged step changed the free blocks");
+      check_lengths("after a failed paged step");
+      check_blocks("after a failed paged step");
       continue;
     }
     for (std::size_t i = 0; i < num; ++i) {
@@ -1127,21 +1223,16 @@ void fuzz_paged(Decoder& d, const Model& m) {
       hk[s].insert(hk[s].end(), k.data() + r0 * m.kdim, k.data() + (r0 + n) * m.kdim);
       hv[s].insert(hv[s].end(), v.data() + r0 * m.vdim, v.data() + (r0 + n) * m.vdim);
       const std::size_t L = len(s), w = mods.m.window;
+      blocks.grow(s, L);
       FUZZ_CHECK(mha_kv_cache_slot_length(cache, s) == L, "slot %zu length %zu, expected %zu", s,
                  mha_kv_cache_slot_length(cache, s), L);
       check_sequence(m, mods, true, n, L, hq[s].data() + (L - n) * m.E, hk[s].data(), hv[s].data(),
                      out.data() + r0 * m.E, step_mods.m.lse ? lse.data() + r0 * H : nullptr,
                      "mha_attention_step_ragged_mods", tol);
-      if (mods.on && w != 0 && L + 1 > w) {
-        first[s] = std::max(first[s], first_read(L + 1 - w) / bt * bt);
-      }
+      if (mods.on && w != 0 && L + 1 > w) blocks.drop_before(s, first_read(L + 1 - w));
     }
   }
-  std::size_t held = 0;
-  for (std::size_t s = 0; s < num_slots; ++s) held += held_blocks(s);
-  FUZZ_CHECK(mha_kv_cache_free_blocks(cache) == num_blocks - held,
-             "%zu free blocks at the end, expected %zu", mha_kv_cache_free_blocks(cache),
-             num_blocks - held);
+  check_blocks("at the end");
   mha_paged_kv_cache_destroy(cache);
 }
 
