@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "attention/core.hpp"
-#include "attention/mla.hpp"
+#include "attention/core/core.hpp"
+#include "attention/mla/mla.hpp"
 #include "bench_common.hpp"
 
 namespace mha::bench {

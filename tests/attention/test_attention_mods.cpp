@@ -28,7 +28,7 @@
 #include <string>
 
 #include "attention/attention_case.hpp"
-#include "attention/core.hpp"
+#include "attention/core/core.hpp"
 #include "dispatch/dispatch.hpp"
 
 using namespace mha::test;

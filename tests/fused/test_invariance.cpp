@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "attention/core.hpp"
+#include "attention/core/core.hpp"
 #include "support/reference.hpp"
 
 using mha::test::random_vector;

@@ -13,7 +13,7 @@
 //
 // The attention core uses at most max(1, flops / 2e6) threads, and no more
 // than its tasks (threads_for in lib/common/parallel.cpp, called by
-// plan_core in lib/attention/core.cpp), so the shapes below allow about 10
+// plan_core in lib/attention/core/plan.cpp), so the shapes below allow about 10
 // to 33 threads over 16 to 64 core tasks; higher counts still change which
 // thread runs which task, which is what a thread-dependent result would show
 // up under.

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attention/projection.hpp"
+#include "attention/projection/projection.hpp"
 #include "common/checked.hpp"
 
 namespace mha::detail {

@@ -1,4 +1,4 @@
-#include "attention/tile_math.hpp"
+#include "attention/core/tile_math.hpp"
 
 #include <algorithm>
 #include <array>

@@ -12,9 +12,9 @@
 #include <memory>
 #include <vector>
 
-#include "attention/core.hpp"
-#include "attention/engine.hpp"
-#include "attention/kv_type.hpp"
+#include "attention/core/core.hpp"
+#include "attention/core/engine.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 
 namespace mha::detail {

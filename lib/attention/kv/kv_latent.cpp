@@ -6,7 +6,7 @@
 // task, then transposed into S, so no packed Kᵀ copy is ever stored.
 #include <algorithm>
 
-#include "attention/kv_type.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 

@@ -1,4 +1,4 @@
-#include "attention/paged_cache.hpp"
+#include "attention/cache/paged_cache.hpp"
 
 #include <algorithm>
 

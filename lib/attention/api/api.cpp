@@ -10,7 +10,7 @@
 #include <mha/attention.hpp>
 #include <utility>
 
-#include "attention/engine.hpp"
+#include "attention/core/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"

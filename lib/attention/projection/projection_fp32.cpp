@@ -2,7 +2,7 @@
 // B layout, each section starting on a strip boundary (one product when the
 // inputs are shared), Woᵀ on its own; the biases ride in the micro-kernel's
 // epilogue.
-#include "attention/projection.hpp"
+#include "attention/projection/projection.hpp"
 #include "common/checked.hpp"
 
 namespace mha::detail {

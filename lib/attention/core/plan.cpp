@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "attention/core.hpp"
+#include "attention/core/core.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "common/parallel.hpp"

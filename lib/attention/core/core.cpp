@@ -1,10 +1,10 @@
 // The core's schedule: tasks over (sequence, head, query block[, chunk]),
 // each on its own scratch, then the split sequences' partials folded.
-#include "attention/core.hpp"
+#include "attention/core/core.hpp"
 
 #include <algorithm>
 
-#include "attention/tile_math.hpp"
+#include "attention/core/tile_math.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "common/parallel.hpp"

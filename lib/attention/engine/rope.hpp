@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "attention/engine.hpp"
+#include "attention/core/engine.hpp"
 
 namespace mha::detail {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attention/kv_type.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 

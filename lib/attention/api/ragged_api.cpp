@@ -5,8 +5,8 @@
 
 #include <mha/attention.hpp>
 
-#include "attention/core.hpp"
-#include "attention/engine.hpp"
+#include "attention/core/core.hpp"
+#include "attention/core/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 

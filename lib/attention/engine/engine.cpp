@@ -9,16 +9,16 @@
 //
 // A mode is only its sequences and its KvStore. Everything here is
 // composition; there are no intrinsics in this folder.
-#include "attention/engine.hpp"
+#include "attention/core/engine.hpp"
 
 #include <algorithm>
 #include <utility>
 
-#include "attention/core.hpp"
-#include "attention/kv_type.hpp"
-#include "attention/paged_cache.hpp"
-#include "attention/projection.hpp"
-#include "attention/rope.hpp"
+#include "attention/cache/paged_cache.hpp"
+#include "attention/core/core.hpp"
+#include "attention/engine/rope.hpp"
+#include "attention/kv/kv_type.hpp"
+#include "attention/projection/projection.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "common/parallel.hpp"

@@ -1,4 +1,4 @@
-#include "attention/projection.hpp"
+#include "attention/projection/projection.hpp"
 
 #include <algorithm>
 

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "attention/engine.hpp"
+#include "attention/core/engine.hpp"
 
 namespace mha::detail {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "attention/kv_type.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "kvquant/kernels.hpp"

@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <optional>
 
-#include "attention/engine.hpp"
-#include "attention/kv_type.hpp"
+#include "attention/core/engine.hpp"
+#include "attention/kv/kv_type.hpp"
 
 namespace mha::detail {
 

@@ -6,7 +6,7 @@
 #include <mha/kv_cache.hpp>
 #include <utility>
 
-#include "attention/engine.hpp"
+#include "attention/core/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "attention/core.hpp"
+#include "attention/core/core.hpp"
 #include "softmax/kernels.hpp"
 #include "softmax/online.hpp"
 

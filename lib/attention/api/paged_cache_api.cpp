@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "attention/engine.hpp"
-#include "attention/paged_cache.hpp"
+#include "attention/cache/paged_cache.hpp"
+#include "attention/core/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 

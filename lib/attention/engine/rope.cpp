@@ -1,4 +1,4 @@
-#include "attention/rope.hpp"
+#include "attention/engine/rope.hpp"
 
 #include <cmath>
 

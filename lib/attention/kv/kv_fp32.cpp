@@ -5,7 +5,7 @@
 // place (gemm_serial_unpacked) and P is never packed.
 #include <algorithm>
 
-#include "attention/kv_type.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 

@@ -2,9 +2,9 @@
 // for max_len keys, in the layout of the engine's KV type.
 #include <algorithm>
 
-#include "attention/core.hpp"
-#include "attention/engine.hpp"
-#include "attention/kv_type.hpp"
+#include "attention/core/core.hpp"
+#include "attention/core/engine.hpp"
+#include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 

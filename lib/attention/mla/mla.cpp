@@ -1,4 +1,4 @@
-#include "attention/mla.hpp"
+#include "attention/mla/mla.hpp"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "attention/projection.hpp"
+#include "attention/projection/projection.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
 #include "common/parallel.hpp"

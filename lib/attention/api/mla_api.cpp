@@ -10,9 +10,9 @@
 #include <mha/mla.hpp>
 #include <utility>
 
-#include "attention/engine.hpp"
-#include "attention/mla.hpp"
-#include "attention/paged_cache.hpp"
+#include "attention/cache/paged_cache.hpp"
+#include "attention/core/engine.hpp"
+#include "attention/mla/mla.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"
