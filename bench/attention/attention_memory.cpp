@@ -9,7 +9,7 @@
 #include <mha/attention.hpp>
 #include <vector>
 
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 
 namespace {
 double peak_rss_mib() {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/cache/kv_cache.hpp"
 #include "attention/core/core.hpp"
 #include "attention/mla/mla.hpp"
 #include "bench_common.hpp"
@@ -110,7 +111,8 @@ struct Fixture {
     mla.reset(m);
     if (c.prefill()) return;
     const detail::AttentionEngine& e = impl.absorbed ? m->model->decode() : m->model->prefill();
-    cache = std::make_unique<detail::KvCache>(e, e.kv_type(impl.kv), c.batch, c.cached + c.n_new);
+    cache = std::make_unique<detail::KvCache>(e, e.shape(), e.kv_type(impl.kv), c.batch,
+                                              c.cached + c.n_new);
     // Random rows as every batch row's history, stored as a step would.
     std::vector<std::size_t> starts(c.batch + 1);
     for (std::size_t b = 0; b <= c.batch; ++b) starts[b] = b * c.cached;

@@ -6,7 +6,7 @@
 #include <mha/attention.hpp>
 #include <vector>
 
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 #include "support/reference.hpp"
 
 TEST_CASE("forward workspace is linear in the sequence length", "[fused][memory]") {

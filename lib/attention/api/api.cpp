@@ -1,5 +1,5 @@
 // Public attention API: every argument check happens here, so the engine
-// behind it (engine.hpp) only ever sees valid, overflow-free shapes. The C
+// behind it (engine/engine.hpp) only ever sees valid, overflow-free shapes. The C
 // entry points are thin guarded() wrappers over the C++ class.
 #include <mha/mha.h>
 
@@ -10,7 +10,8 @@
 #include <mha/attention.hpp>
 #include <utility>
 
-#include "attention/core/engine.hpp"
+#include "attention/api/checks.hpp"
+#include "attention/engine/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 #include "dispatch/dispatch.hpp"

@@ -6,7 +6,9 @@
 #include <mha/kv_cache.hpp>
 #include <utility>
 
-#include "attention/core/engine.hpp"
+#include "attention/api/checks.hpp"
+#include "attention/cache/kv_cache.hpp"
+#include "attention/engine/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 
@@ -33,7 +35,7 @@ mha_kv_cache* make_kv_cache(const AttentionEngine& e, std::size_t batch, std::si
   // The KvCache constructor sizes its padded layout with checked arithmetic
   // (kv_packing) and allocates without touching the pages.
   auto cache = std::make_unique<mha_kv_cache>();
-  cache->cache = std::make_unique<KvCache>(e, e.kv_type(dtype), batch, max_len);
+  cache->cache = std::make_unique<KvCache>(e, e.shape(), e.kv_type(dtype), batch, max_len);
   return cache.release();
 }
 
@@ -60,7 +62,7 @@ void step(const mha_attention* attn, mha_kv_cache* cache, std::size_t n_new, con
   check_arg(attn != nullptr, "mha_attention_step: attn must not be NULL");
   check_arg(cache != nullptr, "mha_attention_step: cache must not be NULL");
   detail::KvCache& c = *cache->cache;
-  check_arg(&c.engine() == attn->engine.get(),
+  check_arg(c.owner() == attn->engine.get(),
             "mha_attention_step: cache was created for a different mha_attention");
   check_arg(n_new > 0, "mha_attention_step: n_new must be > 0, got 0");
   check_arg(n_new <= c.max_len() - c.length(), "mha_attention_step: length (", c.length(),

@@ -1,5 +1,5 @@
 // MLA API (mha.h, "Multi-head Latent Attention"): every check happens here,
-// so the model behind it (mla.hpp) sees only valid, overflow-free shapes.
+// so the model behind it (mla/mla.hpp) sees only valid, overflow-free shapes.
 // The C entry points wrap the helpers in guarded(); the C++ classes
 // (mha/mla.hpp) call them directly or through the C functions.
 #include <mha/mha.h>
@@ -10,8 +10,10 @@
 #include <mha/mla.hpp>
 #include <utility>
 
+#include "attention/api/checks.hpp"
+#include "attention/cache/kv_cache.hpp"
 #include "attention/cache/paged_cache.hpp"
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 #include "attention/mla/mla.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
@@ -163,7 +165,7 @@ void step(const mha_mla* mla, mha_kv_cache* cache, std::size_t n_new, const floa
   const detail::MlaModel& m = model_of(mla, "mha_mla_step");
   check_arg(cache != nullptr, "mha_mla_step: cache must not be NULL");
   detail::KvCache& c = *cache->cache;
-  check_arg(&c.engine() == &m.decode(),
+  check_arg(c.owner() == &m.decode(),
             "mha_mla_step: cache was not created by mha_mla_kv_cache_create for this mha_mla");
   check_arg(n_new > 0, "mha_mla_step: n_new must be > 0, got 0");
   check_arg(n_new <= c.max_len() - c.length(), "mha_mla_step: length (", c.length(), ") + n_new (",
@@ -183,7 +185,7 @@ void step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, std::size_t num,
   const detail::MlaModel& m = model_of(mla, fn);
   check_arg(cache != nullptr, fn, ": cache must not be NULL");
   detail::PagedKvCache& c = *cache->cache;
-  check_arg(&c.engine() == &m.decode(), fn,
+  check_arg(c.owner() == &m.decode(), fn,
             ": cache was not created by mha_mla_kv_cache_create_paged for this mha_mla");
   detail::check_ragged_slots(c, num, slots, q_start, fn);
   const std::size_t rows = q_start[num], E = m.shape().E;

@@ -8,8 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "attention/api/checks.hpp"
 #include "attention/cache/paged_cache.hpp"
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 
@@ -36,7 +37,7 @@ mha_paged_kv_cache* make_paged_cache(const AttentionEngine& e, std::size_t num_s
               "paged KV cache bytes");
   auto cache = std::make_unique<mha_paged_kv_cache>();
   cache->cache =
-      std::make_unique<PagedKvCache>(e, e.kv_type(dtype), num_slots, block_tokens, num_blocks);
+      std::make_unique<PagedKvCache>(e, s, e.kv_type(dtype), num_slots, block_tokens, num_blocks);
   return cache.release();
 }
 
@@ -128,7 +129,7 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   check_arg(attn != nullptr, fn, ": attn must not be NULL");
   check_arg(cache != nullptr, fn, ": cache must not be NULL");
   detail::PagedKvCache& c = *cache->cache;
-  check_arg(&c.engine() == attn->engine.get(), fn,
+  check_arg(c.owner() == attn->engine.get(), fn,
             ": cache was created for a different mha_attention");
   detail::check_ragged_slots(c, num, slots, q_start, fn);
   const auto& s = attn->engine->shape();

@@ -5,8 +5,9 @@
 
 #include <mha/attention.hpp>
 
+#include "attention/api/checks.hpp"
 #include "attention/core/core.hpp"
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 

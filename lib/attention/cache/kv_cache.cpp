@@ -1,9 +1,10 @@
 // The contiguous KV cache: per (batch row, kv head) one head-block with room
 // for max_len keys, in the layout of the engine's KV type.
+#include "attention/cache/kv_cache.hpp"
+
 #include <algorithm>
 
 #include "attention/core/core.hpp"
-#include "attention/core/engine.hpp"
 #include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
@@ -16,15 +17,16 @@ struct KvCache::Storage {
   AlignedFloats data;
 };
 
-KvCache::KvCache(const AttentionEngine& engine, const KvType& type, std::size_t batch,
-                 std::size_t max_len)
-    : engine_(engine),
+KvCache::KvCache(const AttentionEngine& owner, const AttentionShape& shape, const KvType& type,
+                 std::size_t batch, std::size_t max_len)
+    : owner_(&owner),
+      shape_(shape),
       type_(type),
       batch_(batch),
       max_len_(max_len),
       storage_(std::make_unique<Storage>()) {
   const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
-  const AttentionShape& s = engine.shape();
+  const AttentionShape& s = shape_;
   Storage& st = *storage_;
   st.layout = type.layout(s.head_dim, max_len);
   const std::size_t blocks = checked_mul(batch, s.num_kv_heads, what);
@@ -39,8 +41,7 @@ KvCache::KvCache(const AttentionEngine& engine, const KvType& type, std::size_t 
 KvCache::~KvCache() = default;
 
 std::size_t KvCache::bytes() const {
-  return batch_ * engine_.shape().num_kv_heads *
-         (storage_->layout.k_bytes + storage_->layout.v_bytes);
+  return batch_ * shape_.num_kv_heads * (storage_->layout.k_bytes + storage_->layout.v_bytes);
 }
 
 KvView KvCache::view(std::size_t row, std::size_t len) const {
@@ -48,7 +49,7 @@ KvView KvCache::view(std::size_t row, std::size_t len) const {
   v.k = storage_->data.get();
   v.v = reinterpret_cast<char*>(storage_->data.get()) + storage_->k_region;
   v.len = len;
-  v.kv_heads = engine_.shape().num_kv_heads;
+  v.kv_heads = shape_.num_kv_heads;
   v.layout = storage_->layout;
   v.row = row;
   return v;
@@ -56,7 +57,7 @@ KvView KvCache::view(std::size_t row, std::size_t len) const {
 
 void KvCache::append(const SeqSpans& seqs, const std::size_t* key_start, const float* k,
                      const float* v, std::size_t ld, float*, KvView* views) {
-  const AttentionShape& s = engine_.shape();
+  const AttentionShape& s = shape_;
   const KvType& type = type_;
   const std::size_t d = s.head_dim;
   for (std::size_t b = 0; b < batch_; ++b) {
@@ -82,7 +83,7 @@ void KvCache::rollback(const SeqSpans& seqs) noexcept {
 }
 
 void KvCache::clear(std::size_t from, std::size_t to) noexcept {
-  const AttentionShape& s = engine_.shape();
+  const AttentionShape& s = shape_;
   const KvType& type = type_;
   for (std::size_t b = 0; b < batch_; ++b) {
     const KvView all = view(b, max_len_);

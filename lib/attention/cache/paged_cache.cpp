@@ -7,20 +7,22 @@
 
 namespace mha::detail {
 
-PagedKvCache::PagedKvCache(const AttentionEngine& engine, const KvType& type, std::size_t num_slots,
-                           std::size_t block_tokens, std::size_t num_blocks)
-    : engine_(engine),
+PagedKvCache::PagedKvCache(const AttentionEngine& owner, const AttentionShape& shape,
+                           const KvType& type, std::size_t num_slots, std::size_t block_tokens,
+                           std::size_t num_blocks)
+    : owner_(&owner),
+      shape_(shape),
       type_(type),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
-      layout_(type.layout(engine.shape().head_dim, block_tokens)),
+      layout_(type.layout(shape.head_dim, block_tokens)),
       refs_(num_blocks, 0),
       tables_(num_slots),
       first_block_(num_slots, 0),
       lengths_(num_slots, 0),
       marks_(num_slots, 0) {
   const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
-  const std::size_t blocks = checked_mul(num_blocks, engine.shape().num_kv_heads, what);
+  const std::size_t blocks = checked_mul(num_blocks, shape.num_kv_heads, what);
   k_region_ = checked_mul(blocks, layout_.k_bytes, what);
   const std::size_t bytes =
       checked_add(k_region_, checked_mul(blocks, layout_.v_bytes, what), what);
@@ -32,7 +34,7 @@ PagedKvCache::PagedKvCache(const AttentionEngine& engine, const KvType& type, st
 }
 
 std::size_t PagedKvCache::bytes() const {
-  return num_blocks_ * engine_.shape().num_kv_heads * (layout_.k_bytes + layout_.v_bytes);
+  return num_blocks_ * shape_.num_kv_heads * (layout_.k_bytes + layout_.v_bytes);
 }
 
 bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
@@ -46,7 +48,7 @@ KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
   v.k = pool_.get();
   v.v = reinterpret_cast<char*>(pool_.get()) + k_region_;
   v.len = len;
-  v.kv_heads = engine_.shape().num_kv_heads;
+  v.kv_heads = shape_.num_kv_heads;
   v.layout = layout_;
   v.blocks = tables_[slot].data();
   v.block_tokens = block_tokens_;
@@ -55,7 +57,7 @@ KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
 }
 
 void PagedKvCache::clear(std::size_t slot, std::size_t from, std::size_t to) noexcept {
-  const AttentionShape& s = engine_.shape();
+  const AttentionShape& s = shape_;
   const KvType& type = type_;
   const std::size_t first = first_block_[slot];
   from = std::max(from, first * block_tokens_);
@@ -81,7 +83,7 @@ std::size_t PagedKvCache::take() noexcept {
 }
 
 void PagedKvCache::copy_block(std::size_t from, std::size_t to) noexcept {
-  const std::size_t heads = engine_.shape().num_kv_heads;
+  const std::size_t heads = shape_.num_kv_heads;
   char* k = reinterpret_cast<char*>(pool_.get());
   char* v = k + k_region_;
   std::copy_n(k + from * heads * layout_.k_bytes, heads * layout_.k_bytes,
@@ -174,7 +176,7 @@ void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
 
 void PagedKvCache::append(const std::size_t* slots, const SeqSpans& seqs, const float* k,
                           const float* v, std::size_t ld, KvView* views) const {
-  const AttentionShape& s = engine_.shape();
+  const AttentionShape& s = shape_;
   const KvType& type = type_;
   const std::size_t d = s.head_dim;
   for (std::size_t i = 0; i < seqs.num; ++i) {

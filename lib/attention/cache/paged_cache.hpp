@@ -12,21 +12,27 @@
 #include <memory>
 #include <vector>
 
+#include "attention/cache/kv_store.hpp"
 #include "attention/core/core.hpp"
-#include "attention/core/engine.hpp"
+#include "attention/core/shape.hpp"
 #include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 
 namespace mha::detail {
 
+class AttentionEngine;
+
 class PagedKvCache {
  public:
-  PagedKvCache(const AttentionEngine& engine, const KvType& type, std::size_t num_slots,
-               std::size_t block_tokens, std::size_t num_blocks);
+  // A cache of the engine `owner`, whose shape and KV type (one of its
+  // kv_type()s) `shape` and `type` are. It keeps the shape and never calls
+  // the owner, which the entry points compare (owner()) with a step's engine.
+  PagedKvCache(const AttentionEngine& owner, const AttentionShape& shape, const KvType& type,
+               std::size_t num_slots, std::size_t block_tokens, std::size_t num_blocks);
   PagedKvCache(const PagedKvCache&) = delete;
   PagedKvCache& operator=(const PagedKvCache&) = delete;
 
-  const AttentionEngine& engine() const { return engine_; }
+  const AttentionEngine* owner() const { return owner_; }
   const KvType& type() const { return type_; }
   // Bytes of the pool (values and scales).
   std::size_t bytes() const;
@@ -92,7 +98,8 @@ class PagedKvCache {
   // Block `to` becomes a copy of block `from`, every kv head's K and V.
   void copy_block(std::size_t from, std::size_t to) noexcept;
 
-  const AttentionEngine& engine_;
+  const AttentionEngine* owner_;
+  AttentionShape shape_;
   const KvType& type_;
   std::size_t block_tokens_, num_blocks_;
   KvLayout layout_;           // of a head-block of block_tokens keys

@@ -3,7 +3,7 @@
 // block[, key chunk]) it computes
 //   O = softmax(scale·Q·Kᵀ + mask)·V
 // flash-style (Milakov & Gimelshein's online softmax over key tiles), over
-// K and V laid out by the object's KV element type (kv_type.hpp).
+// K and V laid out by the object's KV element type (kv/kv_type.hpp).
 //
 // Every row's keys are reduced on a fixed grid: key tiles of plan.key_tile
 // from key 0, folded within chunks of plan.chunk_keys keys (online softmax),
@@ -18,8 +18,10 @@
 #include <cstddef>
 #include <optional>
 
-#include "attention/core/engine.hpp"
+#include "attention/core/shape.hpp"
 #include "attention/kv/kv_type.hpp"
+#include "gemm/gemm.hpp"
+#include "softmax/kernels.hpp"
 
 namespace mha::detail {
 

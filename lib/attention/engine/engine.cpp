@@ -2,18 +2,20 @@
 // ragged forward, a KV-cache step, a paged step): project, rotate, store K
 // and V (packed for the call, or appended to a cache), attend, project.
 //
-//   Q, K, V = X·Wqᵀ + bq, X·Wkᵀ + bk, X·Wvᵀ + bv      (projection.cpp)
+//   Q, K, V = X·Wqᵀ + bq, X·Wkᵀ + bk, X·Wvᵀ + bv      (projection/projection.cpp)
 //   per (sequence, head, query block): O = softmax(scale·Q·Kᵀ + mask)·V,
-//       over key tiles with an online softmax (core.cpp, tile_math.cpp)
+//       over key tiles with an online softmax (core/core.cpp, core/tile_math.cpp)
 //   out = O·Woᵀ + bo
 //
 // A mode is only its sequences and its KvStore. Everything here is
 // composition; there are no intrinsics in this folder.
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 
 #include <algorithm>
 #include <utility>
 
+#include "attention/cache/kv_cache.hpp"
+#include "attention/cache/kv_store.hpp"
 #include "attention/cache/paged_cache.hpp"
 #include "attention/core/core.hpp"
 #include "attention/engine/rope.hpp"

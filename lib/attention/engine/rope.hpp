@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "attention/core/engine.hpp"
+#include "attention/core/shape.hpp"
 
 namespace mha::detail {
 

@@ -17,7 +17,7 @@
 #include <memory>
 #include <vector>
 
-#include "attention/core/engine.hpp"
+#include "attention/engine/engine.hpp"
 
 namespace mha::detail {
 

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "attention/core/engine.hpp"
+#include "attention/core/shape.hpp"
 #include "common/aligned.hpp"
 #include "gemm/gemm.hpp"
 #include "gemm/gemm_bf16.hpp"
