@@ -9,6 +9,12 @@
 //     cache vs a one-batch-row mha_kv_cache per request. Counters:
 //     tokens_per_s, p50_step_ms, p99_step_ms. decoder_loop_small is the same
 //     loop at E = 256 (4 kv heads of 8), quick enough for smoke runs.
+//   forked_decode: one decode step of 32 samples of one 4096-token prompt,
+//     each holding 64 tokens of its own (Llama-3.2-1B-like, GQA 32/8, E
+//     2048, blocks of 16), in slots forked from the prompt's (shared) vs 32
+//     unshared copies of the same contents (unshared): the baseline of a
+//     cascade decode, which would read each shared key once. Counter:
+//     blocks, the pool's blocks in use.
 #include <benchmark/benchmark.h>
 #include <mha/mha.h>
 
@@ -96,6 +102,42 @@ void decoder_loop(benchmark::State& state, const DecoderShape& d, bool paged) {
 
 const DecoderShape kLlama{4096, 32, 8}, kSmall{256, 8, 4};
 
+void forked_decode(benchmark::State& state, bool shared) {
+  constexpr std::size_t E = 2048, H = 32, KVH = 8, kv = KVH * (E / H);
+  constexpr std::size_t kSamples = 32, kPrompt = 4096, kOwn = 64, bt = 16;
+  const Weights w(E, kv);
+  const mha_config cfg{E, H, 0, 0, KVH};
+  const MultiheadAttention attn(cfg, w.view(E, kv));
+  const std::size_t pool = kSamples * (kPrompt + kOwn + 2 * bt) / bt;
+  PagedKvCache cache(attn, kSamples, bt, pool);
+  const std::vector<float> prompt = random_floats(kPrompt * E, 4);
+  std::vector<float> out(kPrompt * E);
+  std::vector<std::size_t> slots(kSamples), q_start(kSamples + 1);
+  for (std::size_t s = 0; s < kSamples; ++s) slots[s] = s;
+  const std::size_t whole[] = {0, kPrompt};
+  for (std::size_t s = 0; s < kSamples; ++s) {
+    if (shared && s > 0) {
+      cache.fork_slot(0, s, kPrompt);
+    } else {
+      cache.step(1, &slots[s], whole, prompt.data(), prompt.data(), prompt.data(), out.data());
+    }
+  }
+  // Each sample's own tokens, all slots at once.
+  const std::vector<float> own = random_floats(kSamples * kOwn * E, 5);
+  out.resize(own.size());
+  for (std::size_t s = 0; s <= kSamples; ++s) q_start[s] = s * kOwn;
+  cache.step(kSamples, slots.data(), q_start.data(), own.data(), own.data(), own.data(),
+             out.data());
+  for (std::size_t s = 0; s <= kSamples; ++s) q_start[s] = s;
+  const std::vector<float> x = random_floats(kSamples * E, 6);
+  for (auto _ : state) {
+    cache.step(kSamples, slots.data(), q_start.data(), x.data(), x.data(), x.data(), out.data());
+    for (std::size_t s : slots) cache.truncate_slot(s, kPrompt + kOwn);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["blocks"] = static_cast<double>(pool - cache.free_blocks());
+}
+
 BENCHMARK_CAPTURE(encoder_mix, ragged, true)->Name("serving/encoder_mix/ragged")->UseRealTime();
 BENCHMARK_CAPTURE(encoder_mix, padded, false)->Name("serving/encoder_mix/padded")->UseRealTime();
 BENCHMARK_CAPTURE(decoder_loop, paged, kLlama, true)
@@ -112,6 +154,14 @@ BENCHMARK_CAPTURE(decoder_loop, small_paged, kSmall, true)
     ->UseRealTime();
 BENCHMARK_CAPTURE(decoder_loop, small_per_request, kSmall, false)
     ->Name("serving/decoder_loop_small/per_request")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(forked_decode, shared, true)
+    ->Name("serving/forked_decode/shared")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(forked_decode, unshared, false)
+    ->Name("serving/forked_decode/unshared")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
