@@ -70,7 +70,7 @@ struct Fixture {
                                                                        mha_kv_cache_destroy};
   std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)> paged{
       nullptr, mha_paged_kv_cache_destroy};
-  std::vector<std::size_t> slots, q_start;  // one slot per batch row, n_new rows each
+  std::vector<std::size_t> slots, q_start;  // one slot per batch row; a step's row offsets
   Fixture(const Config& c, const Impl& impl)
       : weights(random_floats(2 * c.E * (c.E + c.kv()), 1, -0.05f, 0.05f)),
         x(random_floats(c.batch * c.n_new * c.E, 3)),
@@ -96,10 +96,8 @@ struct Fixture {
       check(mha_kv_cache_create_ex(a, c.batch, len, &ko, &k));
       cache.reset(k);
     }
-    for (std::size_t i = 0; i <= c.batch; ++i) {
-      if (i < c.batch) slots.push_back(i);
-      q_start.push_back(i * c.n_new);
-    }
+    for (std::size_t i = 0; i < c.batch; ++i) slots.push_back(i);
+    q_start.resize(c.batch + 1);
     mha_set_num_threads(0);
     for (std::size_t done = 0; done < c.cached;) {
       const std::size_t n = std::min<std::size_t>(512, c.cached - done);
@@ -113,10 +111,9 @@ struct Fixture {
   // n new tokens of every batch row (rows of E, batch-major).
   void step(std::size_t n, const float* in, float* result) {
     if (paged) {
-      std::vector<std::size_t> starts(q_start.size());
-      for (std::size_t i = 0; i < starts.size(); ++i) starts[i] = i * n;
+      for (std::size_t i = 0; i < q_start.size(); ++i) q_start[i] = i * n;
       check(mha_attention_step_ragged(attn.get(), paged.get(), slots.size(), slots.data(),
-                                      starts.data(), in, in, in, result));
+                                      q_start.data(), in, in, in, result));
     } else {
       check(mha_attention_step(attn.get(), cache.get(), n, in, in, in, result));
     }
@@ -145,14 +142,7 @@ void bench(benchmark::State& state, const Config& c, const Impl& impl, int threa
   Fixture& f = fixture(c, impl);
   mha_set_num_threads(static_cast<std::size_t>(threads));
   for (auto _ : state) {
-    if (f.paged) {
-      check(mha_attention_step_ragged(f.attn.get(), f.paged.get(), f.slots.size(), f.slots.data(),
-                                      f.q_start.data(), f.x.data(), f.x.data(), f.x.data(),
-                                      f.out.data()));
-    } else {
-      check(mha_attention_step(f.attn.get(), f.cache.get(), c.n_new, f.x.data(), f.x.data(),
-                               f.x.data(), f.out.data()));
-    }
+    f.step(c.n_new, f.x.data(), f.out.data());
     f.truncate(c.cached);
     benchmark::DoNotOptimize(f.out.data());
   }

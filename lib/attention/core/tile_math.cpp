@@ -142,8 +142,9 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
   // Every block but the first starts at its key 0, on a strip: where the
   // first does too, the scores of each block are computed in place (bits
   // per score, whatever the tile) and only V, which P·V reduces over the
-  // whole tile, is gathered. (Blocks of 16 keys, b16 decode at kv 4096:
-  // gathering K as well took 1.6x the time of the int8 cache's step.)
+  // whole tile, is gathered. (Blocks of 16 keys, b16 decode at kv 4096,
+  // Zen 5: the bf16 cache's step took 15-18 ms so, 17-23 with K gathered
+  // too; the int8 cache's was within the noise.)
   const bool keys_in_place = kv.local(k0) % kv_.strip() == 0;
   for (std::size_t a = k0; a < k1;) {
     const std::size_t b = std::min(k1, (a / kv.block_tokens + 1) * kv.block_tokens);

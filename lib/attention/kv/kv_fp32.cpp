@@ -69,10 +69,7 @@ class KvFp32 final : public KvType {
         }
         for (std::size_t p = 0; p < d; ++p) std::copy_n(src + p * nr, r, dst + p * nr);
       });
-    const auto* vs = static_cast<const float*>(v);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::copy_n(vs + (j + i) * from.ldv, d, static_cast<float*>(v_to) + (to + i) * l.ldv);
-    }
+    copy_value_rows(from, v, j, n, l, v_to, to, d);
   }
 
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {

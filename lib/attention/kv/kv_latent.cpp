@@ -45,13 +45,11 @@ class KvLatentFp32 final : public KvType {
     std::fill_n(static_cast<float*>(v) + j * l.ldv, d, 0.0f);
   }
 
+  // The rows alone: they are K too.
   void copy_keys(const KvLayout& from, const void*, const void* v, std::size_t j, std::size_t n,
                  const KvLayout& l, void*, void* v_to, std::size_t to,
                  std::size_t d) const override {
-    const auto* vs = static_cast<const float*>(v);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::copy_n(vs + (j + i) * from.ldv, d, static_cast<float*>(v_to) + (to + i) * l.ldv);
-    }
+    copy_value_rows(from, v, j, n, l, v_to, to, d);
   }
 
   // Qᵀ [d x rows], then room for Sᵀ [key_tile x rows].

@@ -87,6 +87,16 @@ void for_each_lane_run(std::size_t j, std::size_t to, std::size_t n, std::size_t
   }
 }
 
+// V rows of keys [j, j + n) (head_dim floats, ldv apart) to rows [to, to + n)
+// of another head-block: copy_keys of the entries whose V is row-major fp32.
+inline void copy_value_rows(const KvLayout& from, const void* v, std::size_t j, std::size_t n,
+                            const KvLayout& l, void* v_to, std::size_t to, std::size_t d) {
+  const auto* vs = static_cast<const float*>(v);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::copy_n(vs + (j + i) * from.ldv, d, static_cast<float*>(v_to) + (to + i) * l.ldv);
+  }
+}
+
 // Keys per online-softmax step, before rounding to the kernels' strips. The
 // S tile (q_block x key_tile floats) and the K and V tiles (2 x key_tile x
 // head_dim) stay in L2 (64 + 128 KiB at head_dim 64), and the P·V product
