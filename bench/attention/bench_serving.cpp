@@ -9,18 +9,21 @@
 //     cache vs a one-batch-row mha_kv_cache per request. Counters:
 //     tokens_per_s, p50_step_ms, p99_step_ms. decoder_loop_small is the same
 //     loop at E = 256 (4 kv heads of 8), quick enough for smoke runs.
-//   forked_decode: one decode step of 32 samples of one 4096-token prompt,
-//     each holding 64 tokens of its own (Llama-3.2-1B-like, GQA 32/8, E
-//     2048, blocks of 16), in slots forked from the prompt's (shared) vs 32
-//     unshared copies of the same contents (unshared): the baseline of a
-//     cascade decode, which would read each shared key once. Counter:
-//     blocks, the pool's blocks in use.
+//   forked_decode: one decode step of 32 samples of one prompt (4096 or 512
+//     tokens), each holding 64 tokens of its own (Llama-3.2-1B-like, GQA
+//     32/8, E 2048, blocks of 16), in slots forked from the prompt's, whose
+//     shared chunks the step computes once (cascade) or once per sample
+//     (shared: cascade turned off, as tests do), vs 32 unshared copies of
+//     the same contents (unshared). fp32 and bf16 objects, 1 and 2 threads.
+//     Counters: blocks, the pool's blocks in use; shared_chunks, the step's
+//     (mha_kv_cache_shared_chunks).
 #include <benchmark/benchmark.h>
 #include <mha/mha.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "attention/core/core.hpp"
 #include "bench_common.hpp"
 #include "serving.hpp"
 
@@ -102,22 +105,34 @@ void decoder_loop(benchmark::State& state, const DecoderShape& d, bool paged) {
 
 const DecoderShape kLlama{4096, 32, 8}, kSmall{256, 8, 4};
 
-void forked_decode(benchmark::State& state, bool shared) {
+// How forked_decode's slots hold the prompt and attend it.
+enum class Forked {
+  cascade,   // forked, shared chunks computed once (the default)
+  shared,    // forked, each sample reading the prompt itself (cascade off)
+  unshared,  // 32 copies
+};
+
+// Args: the prompt's tokens, a bf16 object (0/1), threads.
+void forked_decode(benchmark::State& state, Forked mode) {
   constexpr std::size_t E = 2048, H = 32, KVH = 8, kv = KVH * (E / H);
-  constexpr std::size_t kSamples = 32, kPrompt = 4096, kOwn = 64, bt = 16;
+  constexpr std::size_t kSamples = 32, kOwn = 64, bt = 16;
+  const std::size_t prompt_len = static_cast<std::size_t>(state.range(0));
+  const bool bf16 = state.range(1) != 0;
+  mha_set_num_threads(static_cast<std::size_t>(state.range(2)));
   const Weights w(E, kv);
   const mha_config cfg{E, H, 0, 0, KVH};
-  const MultiheadAttention attn(cfg, w.view(E, kv));
-  const std::size_t pool = kSamples * (kPrompt + kOwn + 2 * bt) / bt;
+  const mha_attention_options options{sizeof(mha_attention_options), bf16 ? MHA_BF16 : MHA_FP32};
+  const MultiheadAttention attn(cfg, w.view(E, kv), options);
+  const std::size_t pool = kSamples * (prompt_len + kOwn + 2 * bt) / bt;
   PagedKvCache cache(attn, kSamples, bt, pool);
-  const std::vector<float> prompt = random_floats(kPrompt * E, 4);
-  std::vector<float> out(kPrompt * E);
+  const std::vector<float> prompt = random_floats(prompt_len * E, 4);
+  std::vector<float> out(prompt_len * E);
   std::vector<std::size_t> slots(kSamples), q_start(kSamples + 1);
   for (std::size_t s = 0; s < kSamples; ++s) slots[s] = s;
-  const std::size_t whole[] = {0, kPrompt};
+  const std::size_t whole[] = {0, prompt_len};
   for (std::size_t s = 0; s < kSamples; ++s) {
-    if (shared && s > 0) {
-      cache.fork_slot(0, s, kPrompt);
+    if (mode != Forked::unshared && s > 0) {
+      cache.fork_slot(0, s, prompt_len);
     } else {
       cache.step(1, &slots[s], whole, prompt.data(), prompt.data(), prompt.data(), out.data());
     }
@@ -130,12 +145,25 @@ void forked_decode(benchmark::State& state, bool shared) {
              out.data());
   for (std::size_t s = 0; s <= kSamples; ++s) q_start[s] = s;
   const std::vector<float> x = random_floats(kSamples * E, 6);
+  detail::set_core_cascade(mode != Forked::shared);
   for (auto _ : state) {
     cache.step(kSamples, slots.data(), q_start.data(), x.data(), x.data(), x.data(), out.data());
-    for (std::size_t s : slots) cache.truncate_slot(s, kPrompt + kOwn);
+    for (std::size_t s : slots) cache.truncate_slot(s, prompt_len + kOwn);
     benchmark::DoNotOptimize(out.data());
   }
+  detail::set_core_cascade(true);
+  mha_set_num_threads(0);
   state.counters["blocks"] = static_cast<double>(pool - cache.free_blocks());
+  state.counters["shared_chunks"] = static_cast<double>(cache.shared_chunks());
+}
+
+void forked_args(benchmark::internal::Benchmark* b) {
+  for (long prompt : {4096, 512}) {
+    for (long bf16 : {0, 1}) {
+      for (long threads : {1, 2}) b->Args({prompt, bf16, threads});
+    }
+  }
+  b->ArgNames({"prompt", "bf16", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
 BENCHMARK_CAPTURE(encoder_mix, ragged, true)->Name("serving/encoder_mix/ragged")->UseRealTime();
@@ -156,14 +184,15 @@ BENCHMARK_CAPTURE(decoder_loop, small_per_request, kSmall, false)
     ->Name("serving/decoder_loop_small/per_request")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(forked_decode, shared, true)
+BENCHMARK_CAPTURE(forked_decode, cascade, Forked::cascade)
+    ->Name("serving/forked_decode/cascade")
+    ->Apply(forked_args);
+BENCHMARK_CAPTURE(forked_decode, shared, Forked::shared)
     ->Name("serving/forked_decode/shared")
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(forked_decode, unshared, false)
+    ->Apply(forked_args);
+BENCHMARK_CAPTURE(forked_decode, unshared, Forked::unshared)
     ->Name("serving/forked_decode/unshared")
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->Apply(forked_args);
 
 }  // namespace
 }  // namespace mha::bench

@@ -75,6 +75,9 @@ class MHA_API PagedKvCache {
   // Empty slot dst becomes slot src's first len positions, sharing its
   // blocks (mha_kv_cache_fork_slot).
   void fork_slot(std::size_t src, std::size_t dst, std::size_t len);
+  // Key chunks the last step computed once for several slots
+  // (mha_kv_cache_shared_chunks).
+  std::size_t shared_chunks() const noexcept;
   // See mha_attention_step_ragged: sequence i's new tokens are rows
   // q_start[i] .. q_start[i+1]-1, appended to slot slots[i].
   void step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,

@@ -695,6 +695,19 @@ MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t 
  * out of range. Allocates dst's block table (MHA_OUT_OF_MEMORY). */
 MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src, size_t dst,
                                           size_t len);
+/* Key chunks (per kv head) that the last successful step on this cache
+ * computed once for several of its slots (0 for NULL): cascade decode, seen.
+ * Keys are reduced in chunks of 512 from position 0 (the key grid of
+ * mha_attention_step_ragged), so a chunk that the decode rows (one new
+ * token) of several slots read from the same blocks (forked slots) has the
+ * same partial softmax for each of them, whichever rows compute it. A step
+ * computes each such chunk, before every slot's new token, once for all
+ * those rows, their queries stacked: K and V are read once, and the
+ * products run on a block of rows rather than one per slot. The result is
+ * bit for bit that of unshared slots. Not with a window or ALiBi (each row's
+ * own position term), nor in a step where a slot brings more than one
+ * token. */
+MHA_API size_t mha_kv_cache_shared_chunks(const mha_paged_kv_cache* cache);
 
 /* One step of continuous batching over any `num` distinct slots: sequence i
  * brings q_start[i+1] - q_start[i] new tokens (0 allowed; 1 is a decode

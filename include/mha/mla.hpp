@@ -69,6 +69,9 @@ class MHA_API MlaPagedKvCache {
   std::size_t bytes() const noexcept;
   void reset_slot(std::size_t slot);
   void truncate_slot(std::size_t slot, std::size_t len);
+  // See mha_kv_cache_fork_slot and mha_kv_cache_shared_chunks.
+  void fork_slot(std::size_t src, std::size_t dst, std::size_t len);
+  std::size_t shared_chunks() const noexcept;
   // See mha_mla_step_ragged.
   void step(std::size_t num, const std::size_t* slots, const std::size_t* q_start, const float* x,
             float* out);

@@ -26,6 +26,7 @@ enum class ScratchSlot : unsigned {
   kAttention,
   kAttentionTask,
   kRagged,      // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
+  kCascade,     // a plan's shared chunks and their sequences
   kProjection,  // a projection's own intermediates (MLA's heads before o_proj)
   kCount
 };

@@ -208,9 +208,11 @@ TEST_CASE("window and sinks across split-KV chunks match the oracle", "[attentio
     arr.q_start[0] = arr.kv_start[0] = 0;
     arr.q_start[1] = 3;
     arr.kv_start[1] = kv_len;
+    mha::detail::AttentionMods windowed;
+    windowed.window = window;
     const mha::detail::CorePlan plan =
         mha::detail::plan_core(*mha::detail::make_kv_fp32(g), g, shape,
-                               {1, arr.q_start, arr.kv_start}, 0, false, false, window, arr);
+                               {1, arr.q_start, arr.kv_start}, 0, false, false, windowed, arr);
     INFO("window " << window << ": key_begin " << plan.key_begin << ", chunks " << plan.chunks);
     if (window == 1500) CHECK((plan.key_begin > 0 && plan.chunks > 1));
     if (window == 5000) CHECK((plan.key_begin == 0 && plan.chunks > 1));

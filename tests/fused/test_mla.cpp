@@ -378,5 +378,33 @@ TEST_CASE("mla: a forked latent slot gives the bits of an unshared copy", "[mla]
   }
 }
 
+TEST_CASE("mla: a decode step over forked latent slots computes their shared chunks once",
+          "[mla][paged][cascade]") {
+  const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
+  const MlaLayer layer(c, 33);
+  const Mla mla(layer.cfg, layer.view());
+  // Past one chunk of the key grid (512 keys rounded up to the key tile,
+  // 720 on AVX2's strips of 24), which the forks share.
+  const std::size_t E = c.hidden_size, prompt = 1100, slots = 3;
+  const auto x = random_vector(prompt * E, 34), next = random_vector(slots * E, 35);
+  for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+    INFO("dtype " << dt);
+    MlaPagedKvCache shared(mla, slots, 16, 80, dt), twin(mla, slots, 16, 240, dt);
+    std::vector<float> out(prompt * E), got(slots * E), want(slots * E);
+    const std::size_t whole[] = {0, prompt}, all[] = {0, 1, 2}, one[] = {0, 1, 2, 3};
+    for (std::size_t s = 0; s < slots; ++s) {
+      if (s == 0) shared.step(1, &s, whole, x.data(), out.data());
+      if (s > 0) shared.fork_slot(0, s, prompt - s);
+      const std::size_t len[] = {0, prompt - s};
+      twin.step(1, &s, len, x.data(), out.data());
+    }
+    shared.step(slots, all, one, next.data(), got.data());
+    CHECK(shared.shared_chunks() > 0);
+    twin.step(slots, all, one, next.data(), want.data());
+    CHECK(twin.shared_chunks() == 0);
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 }  // namespace mha::test

@@ -1203,10 +1203,25 @@ void fuzz_paged(Decoder& d, const Model& m) {
     }
     if (se == Expect::ok && need > blocks.free()) se = Expect::fail;  // MHA_OUT_OF_MEMORY
     prime_error();
+    const std::size_t shared_before = mha_kv_cache_shared_chunks(cache);
     const mha_status ss =
         mha_attention_step_ragged_mods(m.attn, cache, num, slots.data(), q_start.data(), q.data(),
                                        k.data(), v.data(), step_mods.ptr(), out.data());
     check_expectation(ss, se, "mha_attention_step_ragged_mods");
+    // Cascade runs only in a decode step (one token per slot, at least one
+    // of them) with no window or ALiBi, each shared chunk a full one of 512
+    // keys that two slots read; a failed step keeps the last count.
+    const std::size_t shared = mha_kv_cache_shared_chunks(cache);
+    bool may_share =
+        ss == MHA_OK && !(mods.on && (mods.m.window != 0 || mods.m.alibi_slopes != nullptr));
+    std::size_t chunks = 0;
+    for (std::size_t i = 0; may_share && i < num; ++i) {
+      if (q_start[i + 1] - q_start[i] > 1) may_share = false;
+      if (q_start[i + 1] - q_start[i] == 1) chunks += len(slots[i]) / 512;
+    }
+    FUZZ_CHECK(ss == MHA_OK ? shared <= (may_share ? chunks / 2 : 0) : shared == shared_before,
+               "mha_kv_cache_shared_chunks gave %zu after a step (%s)", shared,
+               ss == MHA_OK ? "ok" : "failed");
     const auto untouched = [](const std::vector<float>& x) {
       return std::all_of(x.begin(), x.end(), [](float y) { return y == kSentinel; });
     };
@@ -1234,6 +1249,7 @@ void fuzz_paged(Decoder& d, const Model& m) {
   }
   check_blocks("at the end");
   mha_paged_kv_cache_destroy(cache);
+  FUZZ_CHECK(mha_kv_cache_shared_chunks(nullptr) == 0, "mha_kv_cache_shared_chunks(NULL) != 0");
 }
 
 void fuzz_attention(Decoder& d) {

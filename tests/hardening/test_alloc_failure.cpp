@@ -390,6 +390,43 @@ void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
                  [&] { return mha_kv_cache_fork_slot(forked, 2, 1, 35); }, fork_state},
                 four_threads);
   mha_paged_kv_cache_destroy(forked);
+
+  // A decode step of three slots forked from one 600-token prompt: the
+  // plan finds their shared chunk of the key grid (in this thread's
+  // scratch) and computes it once for the three.
+  constexpr std::size_t kForked = 600;
+  mha_paged_kv_cache* cascade = nullptr;
+  const std::vector<float> long_pre = random_vector(kForked * E, 22);
+  std::vector<float> long_out(kForked * E);
+  const std::size_t all[] = {0, 1, 2}, each[] = {0, 1, 2, 3}, whole[] = {0, kForked};
+  const auto forked3 = [&] {
+    mha_paged_kv_cache_destroy(cascade);
+    cascade = nullptr;
+    REQUIRE(mha_kv_cache_create_paged_ex(s.attn, 3, 32, 32, &options, &cascade) == MHA_OK);
+    REQUIRE(mha_attention_step_ragged(s.attn, cascade, 1, &one, whole, long_pre.data(),
+                                      long_pre.data(), long_pre.data(), long_out.data()) == MHA_OK);
+    REQUIRE(mha_kv_cache_fork_slot(cascade, 2, 0, kForked) == MHA_OK);
+    REQUIRE(mha_kv_cache_fork_slot(cascade, 2, 1, kForked) == MHA_OK);
+    reset_out();
+  };
+  const auto cascade_state = [&] {
+    std::vector<float> v(s.out.begin(), s.out.begin() + 3 * E);
+    for (std::size_t slot : all) {
+      v.push_back(static_cast<float>(mha_kv_cache_slot_length(cascade, slot)));
+    }
+    v.push_back(static_cast<float>(mha_kv_cache_free_blocks(cascade)));
+    v.push_back(static_cast<float>(mha_kv_cache_shared_chunks(cascade)));
+    return v;
+  };
+  const auto cascade_step = [&] {
+    return mha_attention_step_ragged(s.attn, cascade, 3, all, each, rows.data(), rows.data(),
+                                     rows.data(), s.out.data());
+  };
+  run_injection({"paged cascade step" + name, forked3, cascade_step, cascade_state}, four_threads);
+  forked3();
+  REQUIRE(cascade_step() == MHA_OK);
+  CHECK(mha_kv_cache_shared_chunks(cascade) > 0);
+  mha_paged_kv_cache_destroy(cascade);
 }
 
 // An MLA layer's operations (mha_mla_*): create, forward (to its own buffer

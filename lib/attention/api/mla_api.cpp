@@ -280,6 +280,12 @@ void MlaPagedKvCache::reset_slot(std::size_t slot) {
 void MlaPagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
   ok(mha_kv_cache_truncate_slot(handle_, slot, len));
 }
+void MlaPagedKvCache::fork_slot(std::size_t src, std::size_t dst, std::size_t len) {
+  ok(mha_kv_cache_fork_slot(handle_, src, dst, len));
+}
+std::size_t MlaPagedKvCache::shared_chunks() const noexcept {
+  return mha_kv_cache_shared_chunks(handle_);
+}
 void MlaPagedKvCache::step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
                            const float* x, float* out) {
   mha::step_ragged(mla_, handle_, num, slots, q_start, x, out);

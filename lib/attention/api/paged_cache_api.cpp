@@ -192,6 +192,9 @@ void PagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
 void PagedKvCache::fork_slot(std::size_t src, std::size_t dst, std::size_t len) {
   mha::fork_slot(handle_, src, dst, len);
 }
+std::size_t PagedKvCache::shared_chunks() const noexcept {
+  return mha_kv_cache_shared_chunks(handle_);
+}
 void PagedKvCache::step(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
                         const float* query, const float* key, const float* value, float* out) {
   mha::step_ragged(attn_, handle_, num, slots, q_start, query, key, value, nullptr, out,
@@ -255,6 +258,10 @@ MHA_API mha_status mha_kv_cache_truncate_slot(mha_paged_kv_cache* cache, size_t 
 MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src, size_t dst,
                                           size_t len) {
   return mha::detail::guarded([&] { mha::fork_slot(cache, src, dst, len); });
+}
+
+MHA_API size_t mha_kv_cache_shared_chunks(const mha_paged_kv_cache* cache) {
+  return cache ? cache->cache->shared_chunks() : 0;
 }
 
 MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,

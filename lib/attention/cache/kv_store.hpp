@@ -26,6 +26,13 @@ class KvStore {
   virtual std::size_t scratch_floats(const SeqSpans& seqs) const = 0;
   // Keys per block of a paged store (tiles spanning blocks are gathered), or 0.
   virtual std::size_t block_tokens() const { return 0; }
+  // Gives views[i] sequence i's kv_len(i) keys as append() will, writing
+  // nothing, where a paged store (block_tokens() != 0) holds them: the plan
+  // reads which sequences share blocks.
+  virtual void describe(const SeqSpans& seqs, KvView* views) const {
+    static_cast<void>(seqs);
+    static_cast<void>(views);
+  }
   // Writes the new keys and gives views[i] sequence i's kv_len(i) keys.
   virtual void append(const SeqSpans& seqs, const std::size_t* key_start, const float* k,
                       const float* v, std::size_t ld, float* scratch, KvView* views) = 0;

@@ -174,14 +174,18 @@ void PagedKvCache::reserve(const std::size_t* slots, const SeqSpans& seqs) {
   }
 }
 
+void PagedKvCache::describe(const std::size_t* slots, const SeqSpans& seqs, KvView* views) const {
+  for (std::size_t i = 0; i < seqs.num; ++i) views[i] = view(slots[i], seqs.kv_len(i));
+}
+
 void PagedKvCache::append(const std::size_t* slots, const SeqSpans& seqs, const float* k,
                           const float* v, std::size_t ld, KvView* views) const {
   const AttentionShape& s = shape_;
   const KvType& type = type_;
   const std::size_t d = s.head_dim;
+  describe(slots, seqs, views);
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t start = lengths_[slots[i]];
-    views[i] = view(slots[i], seqs.kv_len(i));
     const KvView& w = views[i];
     for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
       const std::size_t pos = start + t;

@@ -72,6 +72,8 @@ class PagedKvCache {
   // slot slots[i] to kv_len(i) positions by q_len(i) new ones.
   // Takes the blocks every slot needs, or throws MHA_OUT_OF_MEMORY taking none.
   void reserve(const std::size_t* slots, const SeqSpans& seqs);
+  // views[i] gets slot slots[i]'s view of kv_len(i) keys (after reserve).
+  void describe(const std::size_t* slots, const SeqSpans& seqs, KvView* views) const;
   // Writes the new rows' K and V ([q_start[num], ld], kv head g at column
   // g*head_dim) after each slot's history; views[i] gets slot i's view of
   // kv_len(i) keys. Lengths are unchanged until commit.
@@ -83,6 +85,10 @@ class PagedKvCache {
   // Undoes reserve and append: clears what was written past each length and
   // returns the blocks beyond it. Idempotent.
   void rollback(const std::size_t* slots, const SeqSpans& seqs) noexcept;
+  // Key chunks (per kv head) the last successful step computed once for
+  // several rows (cascade), for mha_kv_cache_shared_chunks.
+  std::size_t shared_chunks() const { return shared_chunks_; }
+  void set_shared_chunks(std::size_t n) { shared_chunks_ = n; }
 
  private:
   // The slot's view of len keys (in blocks it holds).
@@ -118,6 +124,7 @@ class PagedKvCache {
   std::vector<std::size_t> lengths_;
   mutable std::vector<std::size_t> marks_;  // per slot: the last step that named it
   mutable std::size_t steps_ = 0;
+  std::size_t shared_chunks_ = 0;
 };
 
 // One step's view of a paged cache as a KvStore: sequence i is slot slots[i].
@@ -128,6 +135,9 @@ class PagedStep final : public KvStore {
   const KvType& type() const override { return cache_.type(); }
   std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
   std::size_t block_tokens() const override { return cache_.block_tokens(); }
+  void describe(const SeqSpans& seqs, KvView* views) const override {
+    cache_.describe(slots_, seqs, views);
+  }
   void append(const SeqSpans& seqs, const std::size_t*, const float* k, const float* v,
               std::size_t ld, float*, KvView* views) override {
     cache_.append(slots_, seqs, k, v, ld, views);

@@ -30,6 +30,46 @@ std::size_t seq_of(const CorePlan& plan, std::size_t num, std::size_t t) {
   return static_cast<std::size_t>(it - plan.task_begin) - 1;
 }
 
+// Shared chunk u's task t (from its task_begin): kv head g's query heads of
+// a run of its sequences, their decode queries stacked in the task's
+// scratch, against the chunk's keys as its first sequence reads them; each
+// row's (o, m, l) goes to its own sequence's partial of that chunk.
+template <class PartialsOf>
+void run_shared(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,
+                const CorePlan& plan, const CoreCall& call, const TaskScratch& ts, std::size_t u,
+                std::size_t t, const PartialsOf& partials) {
+  const SharedChunk& unit = plan.units[u];
+  const std::size_t d = s.head_dim, group = s.num_heads / s.num_kv_heads;
+  const std::size_t runs = ceil_div(unit.count, plan.shared_runs);
+  const std::size_t g = t / runs, m0 = t % runs * plan.shared_runs;
+  const std::size_t m1 = std::min(unit.count, m0 + plan.shared_runs);
+  const std::size_t* members = plan.members + unit.first;
+  for (std::size_t m = m0; m < m1; ++m) {
+    const CoreSeq& seq = call.seqs[members[m]];
+    std::copy_n(seq.q + g * group * d, group * d, ts.stage + (m - m0) * group * d);
+  }
+  const SeqAttention a(kv, sm, s, plan, call, call.seqs[members[0]]);
+  const std::size_t k0 = unit.chunk * plan.chunk_keys;
+  a.attend_shared(g, (m1 - m0) * group, ts.stage, k0, k0 + plan.chunk_keys, ts.co, ts.m, ts.l, ts);
+  for (std::size_t m = m0; m < m1; ++m) {
+    const auto parts = partials(members[m]);
+    for (std::size_t r = 0; r < group; ++r) {
+      const std::size_t row = (m - m0) * group + r, h = g * group + r;
+      std::copy_n(ts.co + row * d, d, parts.o(h, unit.chunk));
+      *parts.m(h, unit.chunk) = ts.m[row];
+      *parts.l(h, unit.chunk) = ts.l[row];
+    }
+  }
+}
+
+// The shared chunk owning task t (>= plan.own_tasks).
+std::size_t unit_of(const CorePlan& plan, std::size_t t) {
+  const SharedChunk* it =
+      std::upper_bound(plan.units, plan.units + plan.shared, t,
+                       [](std::size_t x, const SharedChunk& u) { return x < u.task_begin; });
+  return static_cast<std::size_t>(it - plan.units) - 1;
+}
+
 }  // namespace
 
 void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,
@@ -39,13 +79,18 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
     return Partials{workspace + plan.part_begin[i], call.seqs[i].q_len, d, plan.chunks_of[i]};
   };
   parallel_for(plan.tasks, plan.max_threads, [&](std::size_t t) {
+    const TaskScratch ts = TaskScratch::carve(
+        kv, plan, d, thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats));
+    kv.prepare_thread();
+    if (t >= plan.own_tasks) {
+      const std::size_t u = unit_of(plan, t);
+      run_shared(kv, sm, s, plan, call, ts, u, t - plan.units[u].task_begin, partials);
+      return;
+    }
     const std::size_t i = seq_of(plan, call.num, t);
     const CoreSeq& seq = call.seqs[i];
     const SeqAttention a(kv, sm, s, plan, call, seq);
     const std::size_t q_blocks = ceil_div(seq.q_len, bq), local = t - plan.task_begin[i];
-    const TaskScratch ts = TaskScratch::carve(
-        kv, plan, d, thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats));
-    kv.prepare_thread();
     const std::size_t kv_len = seq.kv.len;
     if (plan.average) {
       // Averaged weights: one task owns all heads of its rows, so the sum
@@ -92,6 +137,7 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
     const std::size_t c0 = g * per, c1 = std::min(chunks, c0 + per);
     const Partials parts = partials(i);
     for (std::size_t ch = c0; ch < c1; ++ch) {
+      if (plan.is_shared(i, plan.chunk0[i] + ch)) continue;
       const std::size_t k0 = (plan.chunk0[i] + ch) * plan.chunk_keys;
       const std::size_t k1 = std::min(kv_len, k0 + plan.chunk_keys);
       if (b.heads == 1) {

@@ -68,9 +68,20 @@ struct CoreArrays {
   std::size_t* chunk0;      // [num]: its first split chunk (of the key grid)
   std::size_t* chunks;      // [num]: its split chunks (1: not split)
   std::size_t* part_begin;  // [num]: its split partials in the workspace (floats)
-  KvView* views;            // [num]: each sequence's keys, as its KvStore gives them
-  CoreSeq* seqs;            // [num]
+  // [num + 1]: sequence i's full history chunks c (cascade candidates) have
+  // flags at shared_base[i] + c of the plan's `shared_of`.
+  std::size_t* shared_base;
+  KvView* views;  // [num]: each sequence's keys, as its KvStore gives them
+  CoreSeq* seqs;  // [num]
   static CoreArrays take(std::size_t num);
+};
+
+// A chunk of the key grid that several sequences' decode rows read in the
+// same pool blocks (forked slots), computed once for all of them
+// (cascade): count sequences from members[first], one task per kv head
+// and run of them from task_begin on.
+struct SharedChunk {
+  std::size_t chunk, first, count, task_begin;
 };
 
 // The task decomposition, a fixed function of the shapes and the KV type's
@@ -100,15 +111,34 @@ struct CorePlan {
   const std::size_t* chunk0 = nullptr;
   const std::size_t* chunks_of = nullptr;
   const std::size_t* part_begin = nullptr;
+  std::size_t task_rows = 0;  // rows per task at most (the scratch's)
+  // Cascade: tasks [own_tasks, tasks) compute the shared chunks, each into
+  // every member's split partial, and the members' own tasks skip them.
+  std::size_t own_tasks = 0;
+  std::size_t shared = 0;        // shared chunks (per kv head)
+  std::size_t shared_runs = 0;   // sequences per shared task at most
+  std::size_t stage_floats = 0;  // per task: a shared task's stacked queries
+  const SharedChunk* units = nullptr;
+  const std::size_t* members = nullptr;
+  const unsigned char* shared_of = nullptr;
+  const std::size_t* shared_base = nullptr;
+  // Whether sequence i's chunk c (of the key grid) is a shared task's.
+  bool is_shared(std::size_t i, std::size_t c) const {
+    return shared_of != nullptr && c < shared_base[i + 1] - shared_base[i] &&
+           shared_of[shared_base[i] + c] != 0;
+  }
 };
 
 // block_tokens: the keys live in a paged cache's blocks of that many keys,
-// or 0. window: mha_mods.window (0: none);
-// a sequence's split then covers only the keys some row's window reaches.
-// The plan's arrays are arr's.
+// or 0; arr.views then say in which (KvStore::describe), and full chunks of
+// the key grid that several decode rows read in the same blocks become
+// shared tasks (cascade), where no row's mask or position term tells them
+// apart: no window, ALiBi or weights. mods.window (0: none): a sequence's
+// split then covers only the keys some row's window reaches. The plan's
+// arrays are arr's, and the calling thread's kCascade scratch.
 CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape& s,
                    const SeqSpans& seqs, std::size_t block_tokens, bool weights, bool average,
-                   std::size_t window, const CoreArrays& arr);
+                   const AttentionMods& mods, const CoreArrays& arr);
 
 // The core's variants: a row block over all its keys (unsplit), one chunk
 // of the key grid per task folded afterwards (split-KV), the weights
@@ -118,6 +148,9 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
 // size; nullopt restores the plan's rule. Weights are never split.
 enum class CoreSplit : unsigned char { split, unsplit };
 void set_core_split_override(std::optional<CoreSplit> forced) noexcept;
+// For tests: every later plan on every thread computes shared chunks once
+// (true, the default) or once per sequence (false); the bits are the same.
+void set_core_cascade(bool enabled) noexcept;
 
 // Runs the core; `workspace` holds plan.workspace_floats floats.
 void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& s,

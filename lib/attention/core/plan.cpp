@@ -31,6 +31,101 @@ std::size_t first_key(std::size_t q_len, std::size_t kv_len, std::size_t window,
 
 // The split tests force (set_core_split_override), plus one; 0: none.
 std::atomic<unsigned> forced_split{0};
+std::atomic<bool> cascade_on{true};
+
+// Rows of a shared chunk's task at most: sequences times their kv head's
+// query heads (32 forked Llama-3.2-1B-like samples: 128).
+constexpr std::size_t kSharedRows = 128;
+
+// A cascade candidate: a full chunk of a decode row's history, by the pool
+// block its first key is in.
+struct ChunkKey {
+  std::size_t chunk, block, seq;
+};
+
+// Whether two views of one cache read keys [k0, k1) from the same blocks.
+bool same_blocks(const KvView& a, const KvView& b, std::size_t k0, std::size_t k1) {
+  for (std::size_t j = k0; j < k1; j = (j / a.block_tokens + 1) * a.block_tokens) {
+    if (a.block(j) != b.block(j)) return false;
+  }
+  return true;
+}
+
+// The plan's shared chunks: the full chunks of the key grid, before the new
+// token, that two or more decode rows read from the same pool blocks, with
+// their sequences in order (the units, whose task_begin the caller sets;
+// null if none). Blocks are shared only by forking, which keeps
+// a block at its index, so the chunks' first blocks sort the candidates and
+// the rest of each chunk's blocks is checked.
+SharedChunk* plan_cascade(CorePlan& p, const SeqSpans& seqs, const CoreArrays& arr) {
+  const std::size_t n = seqs.num, ck = p.chunk_keys;
+  std::size_t total = 0;
+  arr.shared_base[0] = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    // Not after a window dropped blocks: the view's table starts later.
+    if (seqs.q_len(i) == 1 && arr.views[i].block0 == 0) total += (seqs.kv_len(i) - 1) / ck;
+    arr.shared_base[i + 1] = total;
+  }
+  if (total < 2) return nullptr;
+  const char* what = "shared chunks";
+  const std::size_t key_words = ceil_div(sizeof(ChunkKey), sizeof(std::size_t));
+  const std::size_t unit_words = ceil_div(sizeof(SharedChunk), sizeof(std::size_t));
+  std::size_t words = checked_mul(total, key_words + 1, what);
+  words = checked_add(words, checked_mul(total / 2, unit_words, what), what);
+  words = checked_add(words, ceil_div(total, sizeof(std::size_t)), what);
+  auto* w = thread_scratch_array<std::size_t>(ScratchSlot::kCascade, words);
+  auto* keys = reinterpret_cast<ChunkKey*>(w);
+  std::size_t* members = w + total * key_words;
+  auto* units = reinterpret_cast<SharedChunk*>(members + total);
+  auto* flags = reinterpret_cast<unsigned char*>(units + total / 2);
+  static_assert(alignof(ChunkKey) <= alignof(std::size_t) &&
+                alignof(SharedChunk) <= alignof(std::size_t));
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t c = 0; c < arr.shared_base[i + 1] - arr.shared_base[i]; ++c) {
+      keys[at++] = {c, arr.views[i].block(c * ck), i};
+    }
+  }
+  std::sort(keys, keys + total, [](const ChunkKey& a, const ChunkKey& b) {
+    return a.chunk != b.chunk   ? a.chunk < b.chunk
+           : a.block != b.block ? a.block < b.block
+                                : a.seq < b.seq;
+  });
+  std::fill_n(flags, total, 0);
+  constexpr std::size_t kTaken = ~std::size_t{0};
+  std::size_t units_n = 0, members_n = 0;
+  for (std::size_t r0 = 0; r0 < total;) {
+    std::size_t r1 = r0 + 1;
+    while (r1 < total && keys[r1].chunk == keys[r0].chunk && keys[r1].block == keys[r0].block) ++r1;
+    const std::size_t c = keys[r0].chunk;
+    // Each untaken sequence of the run leads the ones reading its blocks.
+    for (std::size_t lead = r0; lead < r1; ++lead) {
+      if (keys[lead].seq == kTaken) continue;
+      const KvView& v = arr.views[keys[lead].seq];
+      SharedChunk u{c, members_n, 0, 0};
+      for (std::size_t x = lead; x < r1; ++x) {
+        const std::size_t i = keys[x].seq;
+        if (i == kTaken || !same_blocks(v, arr.views[i], c * ck, (c + 1) * ck)) continue;
+        members[u.first + u.count++] = i;
+        keys[x].seq = kTaken;
+      }
+      if (u.count < 2) continue;
+      for (std::size_t m = 0; m < u.count; ++m) {
+        flags[arr.shared_base[members[u.first + m]] + c] = 1;
+      }
+      members_n += u.count;
+      units[units_n++] = u;
+    }
+    r0 = r1;
+  }
+  if (units_n == 0) return nullptr;
+  p.shared = units_n;
+  p.units = units;
+  p.members = members;
+  p.shared_of = flags;
+  p.shared_base = arr.shared_base;
+  return units;
+}
 
 }  // namespace
 
@@ -38,12 +133,16 @@ void set_core_split_override(std::optional<CoreSplit> forced) noexcept {
   forced_split.store(forced ? static_cast<unsigned>(*forced) + 1 : 0, std::memory_order_relaxed);
 }
 
+void set_core_cascade(bool enabled) noexcept {
+  cascade_on.store(enabled, std::memory_order_relaxed);
+}
+
 CoreArrays CoreArrays::take(std::size_t num) {
-  // One block, size_t arrays first: 3 of [num + 1] and 3 of [num], then the
+  // One block, size_t arrays first: 4 of [num + 1] and 3 of [num], then the
   // views and the sequences.
   const char* what = "sequences";
   const std::size_t n1 = checked_add(num, 1, what);
-  const std::size_t words = checked_add(checked_mul(3, n1, what), checked_mul(3, num, what), what);
+  const std::size_t words = checked_add(checked_mul(4, n1, what), checked_mul(3, num, what), what);
   const std::size_t view_words = ceil_div(sizeof(KvView), sizeof(std::size_t));
   const std::size_t seq_words = ceil_div(sizeof(CoreSeq), sizeof(std::size_t));
   auto* w = thread_scratch_array<std::size_t>(
@@ -58,6 +157,7 @@ CoreArrays CoreArrays::take(std::size_t num) {
   a.chunk0 = w + 3 * n1;
   a.chunks = a.chunk0 + num;
   a.part_begin = a.chunks + num;
+  a.shared_base = a.part_begin + num;
   a.views = reinterpret_cast<KvView*>(w + words);
   a.seqs = reinterpret_cast<CoreSeq*>(w + words + num * view_words);
   return a;
@@ -65,8 +165,9 @@ CoreArrays CoreArrays::take(std::size_t num) {
 
 CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape& s,
                    const SeqSpans& seqs, std::size_t block_tokens, bool weights, bool average,
-                   std::size_t window, const CoreArrays& arr) {
+                   const AttentionMods& mods, const CoreArrays& arr) {
   CorePlan p;
+  const std::size_t window = mods.window;
   const std::size_t n = seqs.num, H = s.num_heads, d = s.head_dim;
   p.materialize = weights;
   p.average = weights && average;
@@ -98,8 +199,21 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   std::size_t unsplit = 0;
   for (std::size_t i = 0; i < n; ++i) unsplit += heads * ceil_div(seqs.q_len(i), p.q_block);
   const unsigned forced = forced_split.load(std::memory_order_relaxed);
-  const bool split = !weights && forced != static_cast<unsigned>(CoreSplit::unsplit) + 1 &&
-                     (unsplit < kSplitTargetTasks || forced != 0);
+  const bool unsplit_forced = forced == static_cast<unsigned>(CoreSplit::unsplit) + 1;
+  const bool split = !weights && !unsplit_forced && (unsplit < kSplitTargetTasks || forced != 0);
+  // Cascade: the rows of a shared chunk differ in nothing but their queries
+  // (decode rows, every key before each, no per-row position term).
+  SharedChunk* units = nullptr;
+  if (cascade_on.load(std::memory_order_relaxed) && block_tokens != 0 && !weights &&
+      !unsplit_forced && max_q == 1 && window == 0 && mods.alibi == nullptr) {
+    units = plan_cascade(p, seqs, arr);
+  }
+  const auto shares = [&](std::size_t i) {
+    if (p.shared == 0) return false;
+    const unsigned char* f = p.shared_of;
+    return std::any_of(f + arr.shared_base[i], f + arr.shared_base[i + 1],
+                       [](unsigned char x) { return x != 0; });
+  };
   const std::size_t min_span = forced != 0 ? 1 : 2 * kMinChunk;
   // Tasks per split sequence and head and query block: enough for
   // kSplitTargetTasks in all (forced: one per chunk); each takes a run of
@@ -117,7 +231,8 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
     if (i == 0) p.key_begin = begin;
     arr.chunk0[i] = begin / p.chunk_keys;
     arr.chunks[i] = 1;
-    if (split && len - begin >= min_span && ceil_div(len, p.chunk_keys) - arr.chunk0[i] > 1) {
+    if (((split && len - begin >= min_span) || shares(i)) &&
+        ceil_div(len, p.chunk_keys) - arr.chunk0[i] > 1) {
       arr.chunks[i] = ceil_div(len, p.chunk_keys) - arr.chunk0[i];
     }
     p.chunks = std::max(p.chunks, arr.chunks[i]);
@@ -130,7 +245,18 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
     const std::size_t seen = window != 0 ? std::min(len - begin, window) : len - begin;
     flops += 4.0 * static_cast<double>(H * q) * static_cast<double>(seen * d);
   }
-  p.tasks = arr.task_begin[n];
+  p.own_tasks = p.tasks = arr.task_begin[n];
+  // Each shared chunk: a task per kv head and run of its sequences, at
+  // least two (MLA's 128 heads share one latent head).
+  const std::size_t group = H / s.num_kv_heads;
+  p.shared_runs = std::max<std::size_t>(2, kSharedRows / group);
+  std::size_t run_max = 0;
+  for (std::size_t u = 0; u < p.shared; ++u) {
+    SharedChunk& unit = units[u];
+    unit.task_begin = p.tasks;
+    p.tasks += s.num_kv_heads * ceil_div(unit.count, p.shared_runs);
+    run_max = std::max(run_max, std::min(unit.count, p.shared_runs));
+  }
   p.task_begin = arr.task_begin;
   p.chunk0 = arr.chunk0;
   p.chunks_of = arr.chunks;
@@ -141,13 +267,16 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   // weights), the running and the chunk's (max, sum) per row, the chunk's
   // accumulator, the prepared queries and the rounded P rows.
   // (With per-head weights, P is the caller's array.)
-  const std::size_t bq = p.q_block * p.bundle;
+  p.task_rows = std::max(p.q_block * p.bundle, run_max * group);
+  p.stage_floats = p.shared != 0 ? round_up(p.task_rows * d, 16) : 0;
+  const std::size_t bq = p.task_rows;
   p.p_cols = weights ? max_kv : p.key_tile;
   // (The S tile also holds 3 floats per row for the chunk folds, tile_math.cpp.)
   p.s_cols = weights && !average ? 0 : std::max<std::size_t>(p.p_cols, 3);
   p.task_floats = round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
                   round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16) +
-                  (p.gather_layout.k_bytes + p.gather_layout.v_bytes) / sizeof(float);
+                  (p.gather_layout.k_bytes + p.gather_layout.v_bytes) / sizeof(float) +
+                  p.stage_floats;
   return p;
 }
 

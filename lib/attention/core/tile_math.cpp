@@ -26,7 +26,7 @@ constexpr auto kRamp = [] {
 
 TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
                                float* base) {
-  const std::size_t bq = plan.q_block * plan.bundle;  // rows per task
+  const std::size_t bq = plan.task_rows;
   TaskScratch t;
   t.s = base;
   t.m = t.s + round_up(bq * plan.s_cols, 16);
@@ -38,6 +38,7 @@ TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size
   t.pbuf = t.qbuf + round_up(kv.query_floats(bq, head_dim), 16);
   t.kbuf = t.pbuf + round_up(kv.p_floats(bq, plan.p_cols), 16);
   t.vbuf = t.kbuf + plan.gather_layout.k_bytes / sizeof(float);
+  t.stage = t.vbuf + plan.gather_layout.v_bytes / sizeof(float);
   return t;
 }
 
@@ -209,6 +210,16 @@ void SeqAttention::attend_online(const RowBlock& b, std::size_t kbeg, std::size_
     }
     c0 = c1;
   }
+}
+
+void SeqAttention::attend_shared(std::size_t g, std::size_t rows, const float* q, std::size_t k0,
+                                 std::size_t k1, float* o, float* m, float* l,
+                                 const TaskScratch& t) const {
+  // As a bundle of `rows` heads at this sequence's decode row: mask_scores
+  // then applies the soft-cap alone, the one modifier a shared row can have.
+  const RowBlock b{g * group(), rows, seq_.q_len - 1, seq_.q_len};
+  kv_.prepare_queries(rows, s_.head_dim, q, s_.head_dim, t.qbuf);
+  attend_chunk(b, k0, k1, o, s_.head_dim, m, l, t);
 }
 
 // online_fold of the chunk's rows (t.cm, t.cl, t.co) into (m, l, o), with

@@ -14,16 +14,17 @@ namespace mha::detail {
 
 // A task's scratch (plan.task_floats), carved in plan_core's order.
 struct TaskScratch {
-  float* s;     // the S tile (q_block x key_tile), or a block of weight rows
-  float* m;     // running max per row
-  float* l;     // running sum per row
-  float* cm;    // the chunk's max per row
-  float* cl;    // the chunk's sum per row
-  float* co;    // the chunk's accumulator (q_block x head_dim)
-  float* qbuf;  // the prepared query block
-  float* pbuf;  // P rows as the KV type rounds them
-  float* kbuf;  // a key tile gathered from paged blocks (plan.gather): K,
-  float* vbuf;  // then V, a head-block of plan.gather_layout
+  float* s;      // the S tile (q_block x key_tile), or a block of weight rows
+  float* m;      // running max per row
+  float* l;      // running sum per row
+  float* cm;     // the chunk's max per row
+  float* cl;     // the chunk's sum per row
+  float* co;     // the chunk's accumulator (q_block x head_dim)
+  float* qbuf;   // the prepared query block
+  float* pbuf;   // P rows as the KV type rounds them
+  float* kbuf;   // a key tile gathered from paged blocks (plan.gather): K,
+  float* vbuf;   // then V, a head-block of plan.gather_layout
+  float* stage;  // a shared chunk's stacked queries (plan.stage_floats)
   static TaskScratch carve(const KvType& kv, const CorePlan& plan, std::size_t head_dim,
                            float* base);
 };
@@ -51,6 +52,13 @@ class SeqAttention {
   // see no key keep m = -inf, l = 0, o = 0.
   void attend_online(const RowBlock& b, std::size_t kbeg, std::size_t kend, float* o,
                      std::size_t ldo, float* m, float* l, const TaskScratch& t) const;
+  // One shared chunk, keys [k0, k1) of kv head g as this sequence reads them,
+  // from a fresh state into (o, m, l) (ld head_dim) for `rows` query rows
+  // of other sequences too (q, ld head_dim): rows the plan has checked see
+  // every key and have no per-row term (core.hpp's cascade), so each row's
+  // bits are what its own sequence's task gives that chunk.
+  void attend_shared(std::size_t g, std::size_t rows, const float* q, std::size_t k0,
+                     std::size_t k1, float* o, float* m, float* l, const TaskScratch& t) const;
   // o rows /= l (with each row's head's sink joined): zero for rows that saw
   // no key, NaN for poisoned ones; their log-sum-exp to lse if asked.
   void normalize(const RowBlock& b, float* o, std::size_t ldo, const float* m,

@@ -139,6 +139,7 @@ struct AttentionEngine::Call {
   AttentionMods mods;
   KvStore* store;
   CoreArrays arrays;
+  std::size_t* shared_chunks = nullptr;  // the plan's, where asked
 
   std::size_t q_rows() const { return seqs.q_start[seqs.num]; }
   std::size_t kv_rows() const { return key_start[seqs.num]; }
@@ -180,8 +181,9 @@ AttentionEngine::Layout AttentionEngine::layout(const Call& c) const {
     }
   }
   f.rope = round_up(rope_table_floats(c.mods, positions), 16);
+  c.store->describe(c.seqs, c.arrays.views);
   f.plan = plan_core(c.store->type(), gemm(), shape_, c.seqs, c.store->block_tokens(),
-                     c.attn_weights != nullptr, c.average_weights, c.mods.window, c.arrays);
+                     c.attn_weights != nullptr, c.average_weights, c.mods, c.arrays);
   return f;
 }
 
@@ -266,6 +268,7 @@ void AttentionEngine::run_stored(const Call& c) const {
   if (c.attn_weights != nullptr) proj_->reserve_out(q_rows);
   run_core(c.store->type(), softmax(), s, f.plan, call, core_ws);
   proj_->project_out(q_rows, merged, c.out);
+  if (c.shared_chunks != nullptr) *c.shared_chunks = f.plan.shared;
 }
 
 namespace {
@@ -332,7 +335,11 @@ void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const st
   PagedStep store(cache, slots, mods.window);
   AttentionMods causal = mods;
   causal.causal = true;
-  run(Call(arr, seqs, q_start, query, key, value, out, causal, true, store));
+  Call c(arr, seqs, q_start, query, key, value, out, causal, true, store);
+  std::size_t shared = 0;
+  c.shared_chunks = &shared;
+  run(c);
+  cache.set_shared_chunks(shared);
 }
 
 }  // namespace mha::detail
