@@ -17,10 +17,16 @@
 //     the same contents (unshared). fp32 and bf16 objects, 1 and 2 threads.
 //     Counters: blocks, the pool's blocks in use; shared_chunks, the step's
 //     (mha_kv_cache_shared_chunks).
+//   tree_verify: one speculative-decoding step at kv 4096 (Llama-3.2-1B-
+//     like, blocks of 16): a 60-token EAGLE-2-shaped tree of depth 6
+//     (mha_attention_step_tree, then an empty accept) vs a 60-token causal
+//     chunk (chain, then truncated back). fp32 and bf16 objects, 1 and 2
+//     threads.
 #include <benchmark/benchmark.h>
 #include <mha/mha.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "attention/core/core.hpp"
@@ -166,6 +172,51 @@ void forked_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"prompt", "bf16", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// Args: a bf16 object (0/1), threads.
+void tree_verify(benchmark::State& state, bool tree) {
+  constexpr std::size_t E = 2048, H = 32, KVH = 8, kv = KVH * (E / H);
+  constexpr std::size_t kHistory = 4096, kDraft = 60, kWidth = 10, bt = 16;
+  const bool bf16 = state.range(0) != 0;
+  mha_set_num_threads(static_cast<std::size_t>(state.range(1)));
+  const Weights w(E, kv);
+  const mha_config cfg{E, H, 0, 0, KVH};
+  const mha_attention_options options{sizeof(mha_attention_options), bf16 ? MHA_BF16 : MHA_FP32};
+  const MultiheadAttention attn(cfg, w.view(E, kv), options);
+  PagedKvCache cache(attn, 1, bt, (kHistory + kDraft) / bt + 2);
+  const std::vector<float> history = random_floats(kHistory * E, 7);
+  std::vector<float> out(kHistory * E);
+  const std::size_t slot = 0, whole[] = {0, kHistory}, draft[] = {0, kDraft};
+  cache.step(1, &slot, whole, history.data(), history.data(), history.data(), out.data());
+  // EAGLE-2's shape: 6 levels of 10 candidates, each a child of one of
+  // the 10 before (the top-k of its parents' children).
+  std::vector<std::int32_t> parent(kDraft);
+  for (std::size_t r = 0; r < kDraft; ++r) {
+    const std::size_t level = r / kWidth;
+    parent[r] = level == 0 ? -1 : static_cast<std::int32_t>((level - 1) * kWidth + r % 3);
+  }
+  const std::vector<float> x = random_floats(kDraft * E, 8);
+  for (auto _ : state) {
+    if (tree) {
+      cache.step_tree(1, &slot, draft, parent.data(), x.data(), x.data(), x.data(), nullptr,
+                      out.data());
+      cache.accept_path(slot, 0, nullptr);
+    } else {
+      cache.step(1, &slot, draft, x.data(), x.data(), x.data(), out.data());
+      cache.truncate_slot(slot, kHistory);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  mha_set_num_threads(0);
+  state.counters["shared_chunks"] = static_cast<double>(cache.shared_chunks());
+}
+
+void tree_args(benchmark::internal::Benchmark* b) {
+  for (long bf16 : {0, 1}) {
+    for (long threads : {1, 2}) b->Args({bf16, threads});
+  }
+  b->ArgNames({"bf16", "threads"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 BENCHMARK_CAPTURE(encoder_mix, ragged, true)->Name("serving/encoder_mix/ragged")->UseRealTime();
 BENCHMARK_CAPTURE(encoder_mix, padded, false)->Name("serving/encoder_mix/padded")->UseRealTime();
 BENCHMARK_CAPTURE(decoder_loop, paged, kLlama, true)
@@ -193,6 +244,9 @@ BENCHMARK_CAPTURE(forked_decode, shared, Forked::shared)
 BENCHMARK_CAPTURE(forked_decode, unshared, Forked::unshared)
     ->Name("serving/forked_decode/unshared")
     ->Apply(forked_args);
+
+BENCHMARK_CAPTURE(tree_verify, tree, true)->Name("serving/tree_verify/tree")->Apply(tree_args);
+BENCHMARK_CAPTURE(tree_verify, chain, false)->Name("serving/tree_verify/chain")->Apply(tree_args);
 
 }  // namespace
 }  // namespace mha::bench

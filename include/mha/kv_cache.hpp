@@ -6,6 +6,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <mha/attention.hpp>
 
 namespace mha {
@@ -75,6 +76,11 @@ class MHA_API PagedKvCache {
   // Empty slot dst becomes slot src's first len positions, sharing its
   // blocks (mha_kv_cache_fork_slot).
   void fork_slot(std::size_t src, std::size_t dst, std::size_t len);
+  // See mha_attention_step_tree and mha_kv_cache_accept_path.
+  void step_tree(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                 const std::int32_t* parent, const float* query, const float* key,
+                 const float* value, const mha_mods* mods, float* out);
+  void accept_path(std::size_t slot, std::size_t n, const std::size_t* path);
   // Key chunks the last step computed once for several slots
   // (mha_kv_cache_shared_chunks).
   std::size_t shared_chunks() const noexcept;

@@ -753,6 +753,41 @@ MHA_API mha_status mha_attention_step_ragged_mods(const mha_attention* attn,
                                                   const float* value, const mha_mods* mods,
                                                   float* out);
 
+/* Speculative decoding: mha_attention_step_ragged_mods whose new tokens form
+ * a tree per slot (a draft's candidates, EAGLE's or Medusa's), verified in
+ * one step. parent[r] (r a packed row) is the index, within its slot's new
+ * tokens, of row r's parent, or -1 for a child of the slot's last position;
+ * a parent comes before its children (else MHA_INVALID_ARGUMENT). Row r
+ * attends its slot's cached positions and its path: its ancestors among the
+ * new tokens, root first, and itself. Its position, for RoPE and ALiBi, is
+ * the slot's length L plus its depth (a root's is L), and nothing is
+ * materialized over the cached positions. Bit for bit, row r's output and
+ * lse are those of a plain step (mha_attention_step_ragged_mods) whose new
+ * tokens are its path, on every kernel set and at any thread count. Every
+ * new token's K and V is stored: until mha_kv_cache_accept_path the slot
+ * holds L + its new tokens (mha_kv_cache_slot_length counts them), and any
+ * other step on it, a truncate to more than L or a fork of more than L is
+ * MHA_INVALID_ARGUMENT (a reset, or a truncate to at most L, drops the
+ * tree). A window drops blocks only at the next plain step. Decode rows of
+ * one slot read its whole cached chunks alike: they are computed once for
+ * all of them (mha_kv_cache_shared_chunks). Allocates each slot's tree
+ * record once it outgrows its largest (MHA_OUT_OF_MEMORY, changing
+ * nothing). */
+MHA_API mha_status mha_attention_step_tree(const mha_attention* attn, mha_paged_kv_cache* cache,
+                                           size_t num, const size_t* slots, const size_t* q_start,
+                                           const int32_t* parent, const float* query,
+                                           const float* key, const float* value,
+                                           const mha_mods* mods, float* out);
+/* After a tree step: its new tokens path[0..n) (indices within the slot's
+ * last step, a root-to-node path; n = 0 keeps none) become the slot's next
+ * n positions, and the step's other tokens go (their blocks to the pool).
+ * The slot then equals, bit for bit, one that was stepped with that path
+ * alone, for every later step. Copies at most n positions. A slot whose
+ * last step was not a tree step, n past the tree, or a path that is not
+ * root-to-node: MHA_INVALID_ARGUMENT, changing nothing. */
+MHA_API mha_status mha_kv_cache_accept_path(mha_paged_kv_cache* cache, size_t slot, size_t n,
+                                            const size_t* path);
+
 /* ---- Multi-head Latent Attention (DeepSeek-V2/V3/R1, Kimi K2) -------- */
 
 /* One MLA layer as Hugging Face transformers' DeepseekV3Attention computes
@@ -865,6 +900,10 @@ MHA_API mha_status mha_mla_step(const mha_mla* mla, mha_kv_cache* cache, size_t 
 MHA_API mha_status mha_mla_step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, size_t num,
                                        const size_t* slots, const size_t* q_start, const float* x,
                                        float* out);
+/* A tree step over a paged latent cache, as mha_attention_step_tree. */
+MHA_API mha_status mha_mla_step_tree(const mha_mla* mla, mha_paged_kv_cache* cache, size_t num,
+                                     const size_t* slots, const size_t* q_start,
+                                     const int32_t* parent, const float* x, float* out);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <mha/error.hpp>
 
 namespace mha {
@@ -75,6 +76,10 @@ class MHA_API MlaPagedKvCache {
   // See mha_mla_step_ragged.
   void step(std::size_t num, const std::size_t* slots, const std::size_t* q_start, const float* x,
             float* out);
+  // See mha_mla_step_tree and mha_kv_cache_accept_path.
+  void step_tree(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                 const std::int32_t* parent, const float* x, float* out);
+  void accept_path(std::size_t slot, std::size_t n, const std::size_t* path);
   mha_paged_kv_cache* handle() const noexcept { return handle_; }
 
  private:

@@ -25,8 +25,10 @@ enum class ScratchSlot : unsigned {
   kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B
   kAttention,
   kAttentionTask,
-  kRagged,      // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
-  kCascade,     // a plan's shared chunks and their sequences
+  kRagged,   // a ragged pass's per-sequence arrays (offsets, plan, K/V views)
+  kCascade,  // a plan's shared chunks and their sequences
+  kTree,     // a tree step's rows (their slots, indices, paths)
+  kTreePaths,
   kProjection,  // a projection's own intermediates (MLA's heads before o_proj)
   kCount
 };

@@ -406,5 +406,40 @@ TEST_CASE("mla: a decode step over forked latent slots computes their shared chu
   }
 }
 
+TEST_CASE("mla: a tree step's rows and accepted path give the bits of plain steps",
+          "[mla][paged][tree]") {
+  const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
+  const MlaLayer layer(c, 36);
+  const Mla mla(layer.cfg, layer.view());
+  const std::size_t E = c.hidden_size, prompt = 40, n = 6;
+  const auto x = random_vector(prompt * E, 37), tree_x = random_vector(n * E, 38);
+  const std::int32_t parent[] = {-1, 0, 0, 1, -1, 3};  // paths to 5: 0, 1, 3, 5
+  for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+    INFO("dtype " << dt);
+    MlaPagedKvCache cache(mla, 2, 16, 16, dt);
+    std::vector<float> out(prompt * E), tree_out(n * E);
+    const std::size_t s0 = 0, s1 = 1, whole[] = {0, prompt}, rows[] = {0, n};
+    cache.step(1, &s0, whole, x.data(), out.data());
+    cache.step_tree(1, &s0, rows, parent, tree_x.data(), tree_out.data());
+    // Row 5 against a plain step of its path on a fork of the history.
+    const std::size_t path[] = {0, 1, 3, 5}, four[] = {0, 4};
+    std::vector<float> path_x;
+    for (std::size_t j : path) {
+      path_x.insert(path_x.end(), tree_x.begin() + j * E, tree_x.begin() + (j + 1) * E);
+    }
+    cache.fork_slot(0, 1, prompt);
+    cache.step(1, &s1, four, path_x.data(), out.data());
+    CHECK(std::memcmp(&out[3 * E], &tree_out[5 * E], E * sizeof(float)) == 0);
+    // Accepted, the path is slot 1's history: the next step agrees.
+    cache.accept_path(0, 4, path);
+    REQUIRE(cache.slot_length(0) == prompt + 4);
+    const std::size_t one[] = {0, 1};
+    std::vector<float> got(E), want(E);
+    cache.step(1, &s0, one, x.data(), got.data());
+    cache.step(1, &s1, one, x.data(), want.data());
+    CHECK(std::memcmp(got.data(), want.data(), E * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 }  // namespace mha::test

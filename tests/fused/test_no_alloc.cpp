@@ -261,6 +261,30 @@ void check_entry_points(std::size_t threads) {
     CHECK(steady_allocations([&] {
             paged.step_mods(2, slots, ones, x.data(), x.data(), x.data(), &mods, out.data());
           }) <= allowed);
+
+    // Forked slots decoding together (their shared chunk computed once,
+    // its plan in the thread's scratch), and a tree step with its accept.
+    constexpr std::size_t kLong = 800;  // past a chunk of the key grid (720 on AVX2)
+    mha::PagedKvCache forked(attn, 3, 16, 64);
+    const std::vector<float> long_x = random_vector(kLong * E, 12);
+    std::vector<float> long_out(kLong * E);
+    const std::size_t s0 = 0, all[] = {0, 1, 2}, whole[] = {0, kLong};
+    forked.step(1, &s0, whole, long_x.data(), long_x.data(), long_x.data(), long_out.data());
+    forked.fork_slot(0, 1, kLong);
+    forked.fork_slot(0, 2, kLong);
+    CHECK(steady_allocations([&] {
+            forked.step(3, all, ones, x.data(), x.data(), x.data(), out.data());
+            for (std::size_t slot : all) forked.truncate_slot(slot, kLong);
+          }) <= allowed);
+    CHECK(forked.shared_chunks() > 0);
+    const std::int32_t parent[] = {-1, 0, 0, 1};
+    const std::size_t four[] = {0, 4}, path[] = {0, 1, 3};
+    CHECK(steady_allocations([&] {
+            forked.step_tree(1, &s0, four, parent, x.data(), x.data(), x.data(), nullptr,
+                             out.data());
+            forked.accept_path(0, 3, path);
+            forked.truncate_slot(0, kLong);
+          }) <= allowed);
   }
 
   // MLA: the forward, a decode step over a contiguous latent cache of each

@@ -1080,6 +1080,99 @@ struct BlockMirror {
   }
 };
 
+// One slot's tree step (mha_attention_step_tree; sometimes bad parents)
+// and the accept of a path (sometimes not root-to-node, or too long), each
+// checked against the mirror: every row against the double reference of
+// its path, and an accepted path becomes the slot's history. A failed
+// accept is followed by an empty one, which drops the tree.
+void fuzz_tree(Decoder& d, const Model& m, const Mods& mods, mha_paged_kv_cache* cache,
+               BlockMirror& blocks, std::vector<std::vector<float>>& hq,
+               std::vector<std::vector<float>>& hk, std::vector<std::vector<float>>& hv,
+               double tol) {
+  const std::size_t num_slots = hk.size(), H = m.cfg.num_heads, bt = blocks.bt;
+  const std::size_t slot = d.p.ConsumeIntegralInRange<std::size_t>(0, num_slots - 1);
+  const std::size_t n = d.p.ConsumeIntegralInRange<std::size_t>(1, 8);
+  const std::size_t L = hk[slot].size() / std::max<std::size_t>(1, m.kdim);
+  const std::size_t first = blocks.first[slot], w = mods.m.window;
+  std::vector<std::int32_t> parent(n);
+  bool bad = false;
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto p = d.p.ConsumeIntegralInRange<std::int64_t>(-2, static_cast<std::int64_t>(r));
+    parent[r] = static_cast<std::int32_t>(r == 0 && p >= 0 && !d.coin(8) ? -1 : p);
+    bad = bad || parent[r] < -1 || parent[r] >= static_cast<std::int32_t>(r);
+  }
+  Expect e = bad || !mods.valid ? Expect::fail : Expect::ok;
+  if (n > blocks.num_blocks * bt - (L - first)) e = Expect::fail;
+  if (first != 0 && (!mods.on || w == 0 || w > L + 1 - first || first_read(L + 1 - w) < first))
+    e = Expect::fail;
+  if (e == Expect::ok && blocks.need(slot, L + n) > blocks.free()) e = Expect::fail;
+  const std::vector<float> q = d.values(n * m.E), k = d.values(n * m.kdim),
+                           v = d.values(n * m.vdim);
+  std::vector<float> out(n * m.E, kSentinel), lse(n * H, kSentinel);
+  Mods step_mods = mods;
+  if (step_mods.on && d.coin()) step_mods.m.lse = lse.data();
+  const std::size_t slots[] = {slot}, q_start[] = {0, n};
+  prime_error();
+  const mha_status st =
+      mha_attention_step_tree(m.attn, cache, 1, slots, q_start, parent.data(), q.data(), k.data(),
+                              v.data(), step_mods.ptr(), out.data());
+  check_expectation(st, e, "mha_attention_step_tree");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(std::all_of(out.begin(), out.end(), [](float x) { return x == kSentinel; }),
+               "a failed tree step wrote out");
+    return;
+  }
+  blocks.grow(slot, L + n);
+  const auto path_to = [&](std::size_t r) {
+    std::vector<std::size_t> p{r};
+    while (parent[p.back()] >= 0) p.push_back(static_cast<std::size_t>(parent[p.back()]));
+    std::reverse(p.begin(), p.end());
+    return p;
+  };
+  // The slot's history with a path's tokens after it.
+  const auto with_path = [&](const std::vector<std::size_t>& path, const std::vector<float>& h,
+                             const std::vector<float>& x, std::size_t width) {
+    std::vector<float> all(h);
+    for (std::size_t j : path)
+      all.insert(all.end(), x.begin() + j * width, x.begin() + (j + 1) * width);
+    return all;
+  };
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::vector<std::size_t> path = path_to(r);
+    const std::vector<float> pk = with_path(path, hk[slot], k, m.kdim);
+    const std::vector<float> pv = with_path(path, hv[slot], v, m.vdim);
+    check_sequence(m, mods, true, 1, L + path.size(), q.data() + r * m.E, pk.data(), pv.data(),
+                   out.data() + r * m.E, step_mods.m.lse ? lse.data() + r * H : nullptr,
+                   "mha_attention_step_tree", tol);
+  }
+  // A path to a random token, a random prefix of it, sometimes spoilt.
+  std::vector<std::size_t> path = path_to(d.p.ConsumeIntegralInRange<std::size_t>(0, n - 1));
+  path.resize(d.p.ConsumeIntegralInRange<std::size_t>(0, path.size()));
+  bool valid = true;
+  if (!path.empty() && d.coin(8)) {
+    path[d.p.ConsumeIntegralInRange<std::size_t>(0, path.size() - 1)] =
+        d.p.ConsumeIntegralInRange<std::size_t>(0, n);
+    for (std::size_t j = 0; j < path.size(); ++j) {
+      valid = valid && path[j] < n &&
+              parent[path[j]] == (j == 0 ? -1 : static_cast<std::int32_t>(path[j - 1]));
+    }
+  }
+  prime_error();
+  const mha_status as = mha_kv_cache_accept_path(cache, slot, path.size(), path.data());
+  check_expectation(as, valid ? Expect::ok : Expect::fail, "mha_kv_cache_accept_path");
+  FUZZ_CHECK(as == MHA_OK || mha_kv_cache_slot_length(cache, slot) == L + n,
+             "a failed mha_kv_cache_accept_path changed the slot's length");
+  if (as != MHA_OK) {
+    path.clear();
+    FUZZ_CHECK(mha_kv_cache_accept_path(cache, slot, 0, nullptr) == MHA_OK,
+               "an empty mha_kv_cache_accept_path failed");
+  }
+  blocks.truncate(slot, L + n, L + path.size());
+  hq[slot] = with_path(path, hq[slot], q, m.E);
+  hk[slot] = with_path(path, hk[slot], k, m.kdim);
+  hv[slot] = with_path(path, hv[slot], v, m.vdim);
+}
+
 // A paged cache through random steps, truncations, resets and forks, against
 // a host mirror: each slot's inputs so far and its blocks (BlockMirror).
 // The modifiers are fixed per cache (its K is stored after RoPE).
@@ -1169,6 +1262,12 @@ void fuzz_paged(Decoder& d, const Model& m) {
       hk[dst].assign(hk[src].begin(), hk[src].begin() + static_cast<std::ptrdiff_t>(n * m.kdim));
       hv[dst].assign(hv[src].begin(), hv[src].begin() + static_cast<std::ptrdiff_t>(n * m.vdim));
       check_lengths("after a fork");
+      continue;
+    }
+    if (d.coin(4)) {
+      fuzz_tree(d, m, mods, cache, blocks, hq, hk, hv, tol);
+      check_blocks("after a tree step");
+      check_lengths("after a tree step");
       continue;
     }
     // A step over a random subset of slots (sometimes one twice or out of

@@ -427,6 +427,39 @@ void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
   REQUIRE(cascade_step() == MHA_OK);
   CHECK(mha_kv_cache_shared_chunks(cascade) > 0);
   mha_paged_kv_cache_destroy(cascade);
+
+  // A tree step of 5 tokens onto a 40-token slot (its rows, paths and tree
+  // record), then the accept of a path (its keys through scratch).
+  mha_paged_kv_cache* treed = nullptr;
+  const std::int32_t tree_parent[] = {-1, 0, 0, 2, -1};
+  const std::size_t five[] = {0, 5}, tree_path[] = {0, 2, 3};
+  const auto fresh_tree = [&] {
+    mha_paged_kv_cache_destroy(treed);
+    treed = nullptr;
+    REQUIRE(mha_kv_cache_create_paged_ex(s.attn, 3, 32, 8, &options, &treed) == MHA_OK);
+    REQUIRE(mha_attention_step_ragged(s.attn, treed, 1, &one, one_q, pre.data(), pre.data(),
+                                      pre.data(), pre_out.data()) == MHA_OK);
+    reset_out();
+  };
+  const auto tree_step = [&] {
+    return mha_attention_step_tree(s.attn, treed, 1, &one, five, tree_parent, rows.data(),
+                                   rows.data(), rows.data(), nullptr, s.out.data());
+  };
+  const auto tree_state = [&] {
+    std::vector<float> v(s.out.begin(), s.out.begin() + 5 * E);
+    v.push_back(static_cast<float>(mha_kv_cache_slot_length(treed, one)));
+    v.push_back(static_cast<float>(mha_kv_cache_free_blocks(treed)));
+    return v;
+  };
+  run_injection({"paged tree step" + name, fresh_tree, tree_step, tree_state}, four_threads);
+  run_injection({"accept path" + name,
+                 [&] {
+                   fresh_tree();
+                   REQUIRE(tree_step() == MHA_OK);
+                 },
+                 [&] { return mha_kv_cache_accept_path(treed, one, 3, tree_path); }, tree_state},
+                four_threads);
+  mha_paged_kv_cache_destroy(treed);
 }
 
 // An MLA layer's operations (mha_mla_*): create, forward (to its own buffer

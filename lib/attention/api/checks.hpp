@@ -6,6 +6,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 
 #include "attention/core/shape.hpp"
@@ -48,5 +49,12 @@ void check_ragged_slots(PagedKvCache& c, std::size_t num, const std::size_t* slo
 // none), a position a window dropped.
 void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t* slots,
                        const std::size_t* q_start, std::size_t window, const char* fn);
+// A tree step's parents: -1 or an earlier token of the same slot.
+void check_tree_parents(std::size_t num, const std::size_t* q_start, const std::int32_t* parent,
+                        const char* fn);
+// An accepted path: the slot's last step was a tree step, and path[0..n)
+// runs from one of its roots down, each a child of the one before.
+void check_tree_path(const PagedKvCache& c, std::size_t slot, std::size_t n,
+                     const std::size_t* path, const char* fn);
 
 }  // namespace mha::detail

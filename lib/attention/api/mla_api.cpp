@@ -179,15 +179,18 @@ void step(const mha_mla* mla, mha_kv_cache* cache, std::size_t n_new, const floa
   m.decode().step(c, n_new, x, x, x, out, m.mods(0));
 }
 
+// mha_mla_step_ragged, or mha_mla_step_tree where parent is given.
 void step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, std::size_t num,
-                 const std::size_t* slots, const std::size_t* q_start, const float* x, float* out) {
-  constexpr const char* fn = "mha_mla_step_ragged";
+                 const std::size_t* slots, const std::size_t* q_start, const float* x, float* out,
+                 const std::int32_t* parent = nullptr, bool tree = false) {
+  const char* fn = tree ? "mha_mla_step_tree" : "mha_mla_step_ragged";
   const detail::MlaModel& m = model_of(mla, fn);
   check_arg(cache != nullptr, fn, ": cache must not be NULL");
   detail::PagedKvCache& c = *cache->cache;
   check_arg(c.owner() == &m.decode(), fn,
             ": cache was not created by mha_mla_kv_cache_create_paged for this mha_mla");
   detail::check_ragged_slots(c, num, slots, q_start, fn);
+  if (tree) detail::check_tree_parents(num, q_start, parent, fn);
   const std::size_t rows = q_start[num], E = m.shape().E;
   const auto ex = tensor_extent(x, {rows, E}, "mha_mla_step_ragged: x [q_start[num], hidden]");
   const auto eo = tensor_extent(out, {rows, E}, "mha_mla_step_ragged: out [q_start[num], hidden]");
@@ -196,7 +199,11 @@ void step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, std::size_t num,
   check_arg(x != nullptr, fn, ": x must not be NULL");
   check_arg(out != nullptr, fn, ": out must not be NULL");
   detail::check_no_overlap(eo, ex, true, "mha_mla_step_ragged: out", "x");
-  m.decode().step_ragged(c, num, slots, q_start, x, x, x, m.mods(0), out);
+  if (tree) {
+    m.decode().step_tree(c, num, slots, q_start, parent, x, x, x, m.mods(0), out);
+  } else {
+    m.decode().step_ragged(c, num, slots, q_start, x, x, x, m.mods(0), out);
+  }
 }
 
 void ok(mha_status s) {
@@ -280,6 +287,14 @@ void MlaPagedKvCache::reset_slot(std::size_t slot) {
 void MlaPagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
   ok(mha_kv_cache_truncate_slot(handle_, slot, len));
 }
+void MlaPagedKvCache::step_tree(std::size_t num, const std::size_t* slots,
+                                const std::size_t* q_start, const std::int32_t* parent,
+                                const float* x, float* out) {
+  mha::step_ragged(mla_, handle_, num, slots, q_start, x, out, parent, true);
+}
+void MlaPagedKvCache::accept_path(std::size_t slot, std::size_t n, const std::size_t* path) {
+  ok(mha_kv_cache_accept_path(handle_, slot, n, path));
+}
 void MlaPagedKvCache::fork_slot(std::size_t src, std::size_t dst, std::size_t len) {
   ok(mha_kv_cache_fork_slot(handle_, src, dst, len));
 }
@@ -337,6 +352,13 @@ MHA_API mha_status mha_mla_kv_cache_create_paged(const mha_mla* mla, size_t num_
 MHA_API mha_status mha_mla_step(const mha_mla* mla, mha_kv_cache* cache, size_t n_new,
                                 const float* x, float* out) {
   return mha::detail::guarded([&] { mha::step(mla, cache, n_new, x, out); });
+}
+
+MHA_API mha_status mha_mla_step_tree(const mha_mla* mla, mha_paged_kv_cache* cache, size_t num,
+                                     const size_t* slots, const size_t* q_start,
+                                     const int32_t* parent, const float* x, float* out) {
+  return mha::detail::guarded(
+      [&] { mha::step_ragged(mla, cache, num, slots, q_start, x, out, parent, true); });
 }
 
 MHA_API mha_status mha_mla_step_ragged(const mha_mla* mla, mha_paged_kv_cache* cache, size_t num,

@@ -3,6 +3,7 @@
 // calls directly and the C entry points wrap in guarded().
 #include <mha/mha.h>
 
+#include <cstdint>
 #include <memory>
 #include <mha/kv_cache.hpp>
 #include <utility>
@@ -51,6 +52,8 @@ void check_ragged_slots(PagedKvCache& c, std::size_t num, const std::size_t* slo
     check_arg(slots[i] < c.num_slots(), fn, ": slots[", i, "] must be < num_slots (", c.num_slots(),
               "), got ", slots[i]);
     check_arg(c.mark(slots[i], step), fn, ": slots[", i, "] (", slots[i], ") appears twice");
+    check_arg(!c.tree_pending(slots[i]), fn, ": slot ", slots[i],
+              " holds a tree step's tokens; accept a path first (mha_kv_cache_accept_path)");
     check_arg(q_start[i + 1] >= q_start[i], fn, ": q_start[", i + 1, "] must be >= q_start[", i,
               "] (", q_start[i], "), got ", q_start[i + 1]);
   }
@@ -72,6 +75,37 @@ void check_ragged_room(const PagedKvCache& c, std::size_t num, const std::size_t
            " on (a window dropped the ones before), but this step's window (", window,
            "; 0 = none) reaches further back");
     }
+  }
+}
+
+void check_tree_parents(std::size_t num, const std::size_t* q_start, const std::int32_t* parent,
+                        const char* fn) {
+  check_arg(q_start[num] == 0 || parent != nullptr, fn,
+            ": parent must be [q_start[num]] indices, got NULL");
+  for (std::size_t i = 0; i < num; ++i) {
+    for (std::size_t r = q_start[i]; r < q_start[i + 1]; ++r) {
+      const std::int32_t p = parent[r];
+      check_arg(p == -1 || (p >= 0 && static_cast<std::size_t>(p) < r - q_start[i]), fn,
+                ": parent[", r, "] must be -1 or the index of an earlier token of its slot (< ",
+                r - q_start[i], "), got ", p);
+    }
+  }
+}
+
+void check_tree_path(const PagedKvCache& c, std::size_t slot, std::size_t n,
+                     const std::size_t* path, const char* fn) {
+  check_arg(c.tree_pending(slot), fn, ": slot ", slot,
+            "'s last step was not a tree step (mha_attention_step_tree)");
+  const std::vector<std::int32_t>& tree = c.tree(slot);
+  check_arg(n <= tree.size(), fn, ": n must be <= the tree's tokens (", tree.size(), "), got ", n);
+  check_arg(n == 0 || path != nullptr, fn, ": path must be [n] indices, got NULL");
+  for (std::size_t j = 0; j < n; ++j) {
+    check_arg(path[j] < tree.size(), fn, ": path[", j, "] must be < the tree's tokens (",
+              tree.size(), "), got ", path[j]);
+    const std::int32_t want = j == 0 ? -1 : static_cast<std::int32_t>(path[j - 1]);
+    check_arg(tree[path[j]] == want, fn, ": path[", j, "] (", path[j], ") must be ",
+              j == 0 ? "a root (parent -1)" : "a child of path[j - 1]", "; its parent is ",
+              tree[path[j]]);
   }
 }
 
@@ -104,6 +138,9 @@ void truncate_slot(mha_paged_kv_cache* cache, std::size_t slot, std::size_t len)
             "mha_kv_cache_truncate_slot: len must be 0 or >= the first position the slot still "
             "holds (",
             c.first_kept(slot), ": a window dropped the ones before), got ", len);
+  check_arg(!c.tree_pending(slot) || len <= c.tree_base(slot),
+            "mha_kv_cache_truncate_slot: the slot holds a tree step's tokens from position ",
+            c.tree_base(slot), "; accept a path, or truncate to at most that, got ", len);
   c.truncate(slot, len);
 }
 
@@ -119,19 +156,24 @@ void fork_slot(mha_paged_kv_cache* cache, std::size_t src, std::size_t dst, std:
   check_arg(len == 0 || len >= c.first_kept(src), fn,
             ": len must be 0 or >= the first position slot src still holds (", c.first_kept(src),
             ": a window dropped the ones before), got ", len);
+  check_arg(!c.tree_pending(src) || len <= c.tree_base(src), fn,
+            ": slot src holds a tree step's tokens from position ", c.tree_base(src),
+            "; accept a path first, or fork at most that, got ", len);
   c.fork(src, dst, len);
 }
 
-void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
-                 const std::size_t* slots, const std::size_t* q_start, const float* query,
-                 const float* key, const float* value, const mha_mods* mods, float* out,
-                 const char* fn) {
+// A step's checks (tree: its parents too); false if it has no rows (nothing to do).
+bool check_step(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
+                const std::size_t* slots, const std::size_t* q_start, const std::int32_t* parent,
+                bool tree, const float* query, const float* key, const float* value,
+                const mha_mods* mods, float* out, const char* fn, detail::AttentionMods& m) {
   check_arg(attn != nullptr, fn, ": attn must not be NULL");
   check_arg(cache != nullptr, fn, ": cache must not be NULL");
   detail::PagedKvCache& c = *cache->cache;
   check_arg(c.owner() == attn->engine.get(), fn,
             ": cache was created for a different mha_attention");
   detail::check_ragged_slots(c, num, slots, q_start, fn);
+  if (tree) detail::check_tree_parents(num, q_start, parent, fn);
   const auto& s = attn->engine->shape();
   const std::size_t rows = q_start[num];
   using detail::tensor_extent;
@@ -139,9 +181,9 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   const auto ek = tensor_extent(key, {rows, s.kdim}, "key [q_start[num], kdim]");
   const auto ev = tensor_extent(value, {rows, s.vdim}, "value [q_start[num], vdim]");
   const auto eo = tensor_extent(out, {rows, s.embed_dim}, "out [q_start[num], embed_dim]");
-  const detail::AttentionMods m = detail::resolve_mods(mods, s, rows, {eq, ek, ev, eo}, fn);
+  m = detail::resolve_mods(mods, s, rows, {eq, ek, ev, eo}, fn);
   detail::check_ragged_room(c, num, slots, q_start, m.window, fn);
-  if (rows == 0) return;
+  if (rows == 0) return false;
   check_arg(query != nullptr, fn, ": query must not be NULL");
   check_arg(key != nullptr, fn, ": key must not be NULL");
   check_arg(value != nullptr, fn, ": value must not be NULL");
@@ -150,7 +192,37 @@ void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size
   detail::check_no_overlap(eo, eq, true, "out", "query");
   detail::check_no_overlap(eo, ek, true, "out", "key");
   detail::check_no_overlap(eo, ev, true, "out", "value");
-  attn->engine->step_ragged(c, num, slots, q_start, query, key, value, m, out);
+  return true;
+}
+
+void step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
+                 const std::size_t* slots, const std::size_t* q_start, const float* query,
+                 const float* key, const float* value, const mha_mods* mods, float* out,
+                 const char* fn) {
+  detail::AttentionMods m;
+  if (check_step(attn, cache, num, slots, q_start, nullptr, false, query, key, value, mods, out, fn,
+                 m)) {
+    attn->engine->step_ragged(*cache->cache, num, slots, q_start, query, key, value, m, out);
+  }
+}
+
+void step_tree(const mha_attention* attn, mha_paged_kv_cache* cache, std::size_t num,
+               const std::size_t* slots, const std::size_t* q_start, const std::int32_t* parent,
+               const float* query, const float* key, const float* value, const mha_mods* mods,
+               float* out) {
+  detail::AttentionMods m;
+  if (check_step(attn, cache, num, slots, q_start, parent, true, query, key, value, mods, out,
+                 "mha_attention_step_tree", m)) {
+    attn->engine->step_tree(*cache->cache, num, slots, q_start, parent, query, key, value, m, out);
+  }
+}
+
+void accept_path(mha_paged_kv_cache* cache, std::size_t slot, std::size_t n,
+                 const std::size_t* path) {
+  const char* fn = "mha_kv_cache_accept_path";
+  detail::PagedKvCache& c = slot_cache(cache, slot, fn);
+  detail::check_tree_path(c, slot, n, path, fn);
+  c.accept(slot, n, path);
 }
 
 }  // namespace
@@ -191,6 +263,14 @@ void PagedKvCache::truncate_slot(std::size_t slot, std::size_t len) {
 }
 void PagedKvCache::fork_slot(std::size_t src, std::size_t dst, std::size_t len) {
   mha::fork_slot(handle_, src, dst, len);
+}
+void PagedKvCache::step_tree(std::size_t num, const std::size_t* slots, const std::size_t* q_start,
+                             const std::int32_t* parent, const float* query, const float* key,
+                             const float* value, const mha_mods* mods, float* out) {
+  mha::step_tree(attn_, handle_, num, slots, q_start, parent, query, key, value, mods, out);
+}
+void PagedKvCache::accept_path(std::size_t slot, std::size_t n, const std::size_t* path) {
+  mha::accept_path(handle_, slot, n, path);
 }
 std::size_t PagedKvCache::shared_chunks() const noexcept {
   return mha_kv_cache_shared_chunks(handle_);
@@ -262,6 +342,21 @@ MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src,
 
 MHA_API size_t mha_kv_cache_shared_chunks(const mha_paged_kv_cache* cache) {
   return cache ? cache->cache->shared_chunks() : 0;
+}
+
+MHA_API mha_status mha_kv_cache_accept_path(mha_paged_kv_cache* cache, size_t slot, size_t n,
+                                            const size_t* path) {
+  return mha::detail::guarded([&] { mha::accept_path(cache, slot, n, path); });
+}
+
+MHA_API mha_status mha_attention_step_tree(const mha_attention* attn, mha_paged_kv_cache* cache,
+                                           size_t num, const size_t* slots, const size_t* q_start,
+                                           const int32_t* parent, const float* query,
+                                           const float* key, const float* value,
+                                           const mha_mods* mods, float* out) {
+  return mha::detail::guarded([&] {
+    mha::step_tree(attn, cache, num, slots, q_start, parent, query, key, value, mods, out);
+  });
 }
 
 MHA_API mha_status mha_attention_step_ragged(const mha_attention* attn, mha_paged_kv_cache* cache,

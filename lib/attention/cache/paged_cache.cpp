@@ -4,6 +4,7 @@
 
 #include "common/checked.hpp"
 #include "common/error.hpp"
+#include "common/scratch.hpp"
 
 namespace mha::detail {
 
@@ -20,7 +21,9 @@ PagedKvCache::PagedKvCache(const AttentionEngine& owner, const AttentionShape& s
       tables_(num_slots),
       first_block_(num_slots, 0),
       lengths_(num_slots, 0),
-      marks_(num_slots, 0) {
+      marks_(num_slots, 0),
+      tree_base_(num_slots, kNoTree),
+      trees_(num_slots) {
   const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
   const std::size_t blocks = checked_mul(num_blocks, shape.num_kv_heads, what);
   k_region_ = checked_mul(blocks, layout_.k_bytes, what);
@@ -93,6 +96,8 @@ void PagedKvCache::copy_block(std::size_t from, std::size_t to) noexcept {
 }
 
 void PagedKvCache::release(std::size_t slot, std::size_t len) noexcept {
+  // Positions a pending tree held go with it (the API allows only this).
+  if (tree_base_[slot] != kNoTree && len <= tree_base_[slot]) tree_base_[slot] = kNoTree;
   std::vector<std::size_t>& table = tables_[slot];
   const std::size_t end = ceil_div(len, block_tokens_), first = first_block_[slot];
   const std::size_t keep = end > first ? end - first : 0;
@@ -225,6 +230,82 @@ void PagedKvCache::rollback(const std::size_t* slots, const SeqSpans& seqs) noex
     release(slot, lengths_[slot]);
     clear(slot, lengths_[slot], seqs.kv_len(i));
   }
+}
+
+}  // namespace mha::detail
+
+namespace mha::detail {
+
+void PagedKvCache::describe_tree(const std::size_t* slots, const SeqSpans& slot_seqs,
+                                 const TreeRows& rows, const SeqSpans& seqs, KvView* views) const {
+  for (std::size_t r = 0; r < seqs.num; ++r) {
+    const std::size_t i = rows.seq[r];
+    views[r] = view(slots[i], seqs.kv_len(r));
+    views[r].tail = slot_seqs.kv_len(i) - slot_seqs.q_len(i);
+    views[r].path = rows.path + rows.path_begin[r];
+  }
+}
+
+void PagedKvCache::append_tree(const std::size_t* slots, const SeqSpans& slot_seqs,
+                               const TreeRows& rows, const SeqSpans& seqs, const float* k,
+                               const float* v, std::size_t ld, KvView* views) const {
+  const std::size_t d = shape_.head_dim;
+  for (std::size_t r = 0; r < seqs.num; ++r) {
+    const std::size_t i = rows.seq[r], slot = slots[i];
+    const std::size_t pos = slot_seqs.kv_len(i) - slot_seqs.q_len(i) + rows.local[r];
+    const KvView w = view(slot, pos + 1);
+    for (std::size_t g = 0; g < shape_.num_kv_heads; ++g) {
+      type_.put(layout_, w.k_block(g, pos), w.v_block(g, pos), w.local(pos), d, k + r * ld + g * d,
+                v + r * ld + g * d);
+    }
+  }
+  describe_tree(slots, slot_seqs, rows, seqs, views);
+}
+
+void PagedKvCache::reserve_tree(const std::size_t* slots, const SeqSpans& slot_seqs) {
+  for (std::size_t i = 0; i < slot_seqs.num; ++i) {
+    std::vector<std::int32_t>& t = trees_[slots[i]];
+    const std::size_t n = slot_seqs.q_len(i);
+    if (t.capacity() < n) t.reserve(std::max(n, 2 * t.capacity()));
+  }
+}
+
+void PagedKvCache::set_tree(std::size_t slot, std::size_t base, const std::int32_t* parent,
+                            std::size_t n) noexcept {
+  tree_base_[slot] = base;
+  trees_[slot].assign(parent, parent + n);  // within reserve_tree's capacity
+}
+
+void PagedKvCache::accept(std::size_t slot, std::size_t n, const std::size_t* path) {
+  const std::size_t base = tree_base_[slot], d = shape_.head_dim;
+  // Through the calling thread's scratch, a head-block of the n keys: a
+  // path's key and its target can share a V group of keys (kv_bf16), which
+  // copy_keys writes whole, so they are gathered first, as the core gathers
+  // a tile, then written back in order (the only step that can fail).
+  const KvLayout s = type_.layout(d, std::max<std::size_t>(n, 1));
+  char* buf = reinterpret_cast<char*>(
+      thread_scratch(ScratchSlot::kTree, (s.k_bytes + s.v_bytes) / sizeof(float)));
+  const KvView v = view(slot, lengths_[slot]);
+  for (std::size_t g = 0; n != 0 && g < shape_.num_kv_heads; ++g) {
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t from = base + path[j];
+      type_.copy_keys(layout_, v.k_block(g, from), v.v_block(g, from), v.local(from), 1, s, buf,
+                      buf + s.k_bytes, j, d);
+    }
+    // By runs inside blocks; a copy may write past its run in a V group,
+    // into the next run's keys (rewritten next) or past n (cleared below).
+    for (std::size_t a = 0; a < n;) {
+      const std::size_t at = base + a;
+      const std::size_t r = std::min(n - a, block_tokens_ - at % block_tokens_);
+      type_.copy_keys(s, buf, buf + s.k_bytes, a, r, layout_, v.k_block(g, at), v.v_block(g, at),
+                      v.local(at), d);
+      a += r;
+    }
+  }
+  tree_base_[slot] = kNoTree;
+  release(slot, base + n);
+  clear(slot, base + n, lengths_[slot]);
+  lengths_[slot] = base + n;
 }
 
 }  // namespace mha::detail

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,16 @@
 namespace mha::detail {
 
 class AttentionEngine;
+
+// The rows of a tree step: packed row r is new token local[r] of sequence
+// seq[r], and reads its path (root to r) from positions path[path_begin[r]]
+// .. path[path_begin[r + 1] - 1] of its slot.
+struct TreeRows {
+  const std::size_t* seq;
+  const std::size_t* local;
+  const std::size_t* path_begin;
+  const std::size_t* path;
+};
 
 class PagedKvCache {
  public:
@@ -85,6 +96,31 @@ class PagedKvCache {
   // Undoes reserve and append: clears what was written past each length and
   // returns the blocks beyond it. Idempotent.
   void rollback(const std::size_t* slots, const SeqSpans& seqs) noexcept;
+  // Tree steps (mha_attention_step_tree). The step's views, one per row:
+  // the slot's keys to the row's position, its path gathered (KvView::tail).
+  void describe_tree(const std::size_t* slots, const SeqSpans& slot_seqs, const TreeRows& rows,
+                     const SeqSpans& seqs, KvView* views) const;
+  // Writes row r's K and V (rows of k and v) at its slot's position
+  // length + rows.local[r]; views as describe_tree.
+  void append_tree(const std::size_t* slots, const SeqSpans& slot_seqs, const TreeRows& rows,
+                   const SeqSpans& seqs, const float* k, const float* v, std::size_t ld,
+                   KvView* views) const;
+  // Room for each slot's tree of q_len(i) tokens (allocates, changing nothing).
+  void reserve_tree(const std::size_t* slots, const SeqSpans& slot_seqs);
+  // After a tree step's commit: slot's positions from base on are tree
+  // tokens with these parents (within the step), until accept().
+  void set_tree(std::size_t slot, std::size_t base, const std::int32_t* parent,
+                std::size_t n) noexcept;
+  // Whether the slot's last step was a tree step not yet accepted; its
+  // first tree position, size and parents.
+  bool tree_pending(std::size_t slot) const { return tree_base_[slot] != kNoTree; }
+  std::size_t tree_base(std::size_t slot) const { return tree_base_[slot]; }
+  const std::vector<std::int32_t>& tree(std::size_t slot) const { return trees_[slot]; }
+  // Tree tokens path[0..n) (a root-to-node path, checked) become the slot's
+  // next n positions; the others go. Throws MHA_OUT_OF_MEMORY, changing
+  // nothing, if the calling thread's scratch cannot hold n keys.
+  void accept(std::size_t slot, std::size_t n, const std::size_t* path);
+
   // Key chunks (per kv head) the last successful step computed once for
   // several rows (cascade), for mha_kv_cache_shared_chunks.
   std::size_t shared_chunks() const { return shared_chunks_; }
@@ -125,6 +161,11 @@ class PagedKvCache {
   mutable std::vector<std::size_t> marks_;  // per slot: the last step that named it
   mutable std::size_t steps_ = 0;
   std::size_t shared_chunks_ = 0;
+  // Per slot: the first position of a pending tree (kNoTree: none) and its
+  // tokens' parents (capacity kept, as the tables').
+  static constexpr std::size_t kNoTree = static_cast<std::size_t>(-1);
+  std::vector<std::size_t> tree_base_;
+  std::vector<std::vector<std::int32_t>> trees_;
 };
 
 // One step's view of a paged cache as a KvStore: sequence i is slot slots[i].
@@ -149,6 +190,42 @@ class PagedStep final : public KvStore {
   PagedKvCache& cache_;
   const std::size_t* slots_;
   std::size_t window_;
+};
+
+// A tree step's view of a paged cache: the core's sequences are its rows
+// (one query each, the keys of its path), the cache's are its slots
+// (slot_seqs: every tree token appended). A window drops nothing until the
+// accepted path is the slot's (the next plain step's commit).
+class TreeStep final : public KvStore {
+ public:
+  TreeStep(PagedKvCache& cache, const std::size_t* slots, const SeqSpans& slot_seqs,
+           const TreeRows& rows, const std::int32_t* parent)
+      : cache_(cache), slots_(slots), slot_seqs_(slot_seqs), rows_(rows), parent_(parent) {}
+  const KvType& type() const override { return cache_.type(); }
+  std::size_t scratch_floats(const SeqSpans&) const override { return 0; }
+  std::size_t block_tokens() const override { return cache_.block_tokens(); }
+  void describe(const SeqSpans& seqs, KvView* views) const override {
+    cache_.describe_tree(slots_, slot_seqs_, rows_, seqs, views);
+  }
+  void append(const SeqSpans& seqs, const std::size_t*, const float* k, const float* v,
+              std::size_t ld, float*, KvView* views) override {
+    cache_.append_tree(slots_, slot_seqs_, rows_, seqs, k, v, ld, views);
+  }
+  void commit(const SeqSpans&) override {
+    const SeqSpans& s = slot_seqs_;
+    for (std::size_t i = 0; i < s.num; ++i) {
+      cache_.set_tree(slots_[i], s.kv_len(i) - s.q_len(i), parent_ + s.q_start[i], s.q_len(i));
+    }
+    cache_.commit(slots_, s, 0);
+  }
+  void rollback(const SeqSpans&) noexcept override { cache_.rollback(slots_, slot_seqs_); }
+
+ private:
+  PagedKvCache& cache_;
+  const std::size_t* slots_;
+  SeqSpans slot_seqs_;
+  TreeRows rows_;
+  const std::int32_t* parent_;
 };
 
 }  // namespace mha::detail

@@ -63,7 +63,9 @@ SharedChunk* plan_cascade(CorePlan& p, const SeqSpans& seqs, const CoreArrays& a
   arr.shared_base[0] = 0;
   for (std::size_t i = 0; i < n; ++i) {
     // Not after a window dropped blocks: the view's table starts later.
-    if (seqs.q_len(i) == 1 && arr.views[i].block0 == 0) total += (seqs.kv_len(i) - 1) / ck;
+    // (A tree row's keys from its tail on are its own.)
+    const KvView& v = arr.views[i];
+    if (seqs.q_len(i) == 1 && v.block0 == 0) total += std::min(seqs.kv_len(i) - 1, v.tail) / ck;
     arr.shared_base[i + 1] = total;
   }
   if (total < 2) return nullptr;
@@ -177,6 +179,10 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   // laid out as a head-block of one tile, so the products see the same
   // operands and every block size gives the same bits.
   p.gather = block_tokens % p.key_tile != 0;
+  // A tree step's rows gather their paths (KvView::tail).
+  for (std::size_t i = 0; block_tokens != 0 && !p.gather && i < seqs.num; ++i) {
+    p.gather = arr.views[i].path != nullptr;
+  }
   if (p.gather) p.gather_layout = kv.layout(d, p.key_tile);
   p.chunk_keys = round_up(kMinChunk, p.key_tile);
   std::size_t max_q = 0, max_kv = 0;

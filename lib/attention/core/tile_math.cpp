@@ -146,10 +146,13 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
   // whole tile, is gathered. (Blocks of 16 keys, b16 decode at kv 4096,
   // Zen 5: the bf16 cache's step took 15-18 ms so, 17-23 with K gathered
   // too; the int8 cache's was within the noise.)
-  const bool keys_in_place = kv.local(k0) % kv_.strip() == 0;
+  // A tree row's path (from kv.tail on) is gathered key by key.
+  const bool keys_in_place = k1 <= kv.tail && kv.local(k0) % kv_.strip() == 0;
   for (std::size_t a = k0; a < k1;) {
-    const std::size_t b = std::min(k1, (a / kv.block_tokens + 1) * kv.block_tokens);
-    kv_.copy_keys(kv.layout, kv.k_block(g, a), kv.v_block(g, a), kv.local(a), b - a,
+    const std::size_t b =
+        a >= kv.tail ? a + 1 : std::min({k1, kv.tail, (a / kv.block_tokens + 1) * kv.block_tokens});
+    const std::size_t at = kv.source(a);
+    kv_.copy_keys(kv.layout, kv.k_block(g, at), kv.v_block(g, at), kv.local(at), b - a,
                   plan_.gather_layout, keys_in_place ? nullptr : t.kbuf, t.vbuf, a - k0, d);
     if (keys_in_place)
       kv_.scores(rows, d, t.qbuf, kv.tile(g, a, b), gemm_alpha(), t.s + (a - k0), bk);

@@ -342,4 +342,63 @@ void AttentionEngine::step_ragged(PagedKvCache& cache, std::size_t num, const st
   cache.set_shared_chunks(shared);
 }
 
+void AttentionEngine::step_tree(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
+                                const std::size_t* q_start, const std::int32_t* parent,
+                                const float* query, const float* key, const float* value,
+                                const AttentionMods& mods, float* out) const {
+  const std::size_t rows = q_start[num];
+  const CoreArrays arr = CoreArrays::take(rows);
+  // Per slot its keys after the step ([num + 1]); per row its sequence, its
+  // index there and where its path starts ([rows], [rows], [rows + 1]).
+  const char* what = "tree rows";
+  auto* w = thread_scratch_array<std::size_t>(
+      ScratchSlot::kTree, checked_add(checked_mul(3, rows, what), num + 2, what));
+  std::size_t* slot_kv = w;
+  std::size_t* seq = w + num + 1;
+  std::size_t* local = seq + rows;
+  std::size_t* path_begin = local + rows;
+  slot_kv[0] = 0;
+  // Each row's path length (its depth + 1) at path_begin[r + 1], then summed.
+  path_begin[0] = 0;
+  for (std::size_t i = 0; i < num; ++i) {
+    slot_kv[i + 1] = slot_kv[i] + cache.length(slots[i]) + (q_start[i + 1] - q_start[i]);
+    for (std::size_t r = q_start[i]; r < q_start[i + 1]; ++r) {
+      seq[r] = i;
+      local[r] = r - q_start[i];
+      path_begin[r + 1] = parent[r] < 0 ? 1 : path_begin[q_start[i] + parent[r] + 1] + 1;
+    }
+  }
+  // The core's sequences: row r alone, over its slot's history and path.
+  arr.kv_start[0] = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    arr.q_start[r] = r;
+    arr.kv_start[r + 1] = arr.kv_start[r] + cache.length(slots[seq[r]]) + path_begin[r + 1];
+    path_begin[r + 1] += path_begin[r];
+  }
+  arr.q_start[rows] = rows;
+  // The paths: a row's is its parent's and itself.
+  auto* path = thread_scratch_array<std::size_t>(ScratchSlot::kTreePaths, path_begin[rows]);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t i = seq[r], base = cache.length(slots[i]);
+    std::size_t* p = path + path_begin[r];
+    if (parent[r] >= 0) {
+      const std::size_t up = q_start[i] + static_cast<std::size_t>(parent[r]);
+      std::copy(path + path_begin[up], path + path_begin[up + 1], p);
+    }
+    path[path_begin[r + 1] - 1] = base + local[r];
+  }
+  const SeqSpans slot_seqs{num, q_start, slot_kv};
+  cache.reserve_tree(slots, slot_seqs);
+  cache.reserve(slots, slot_seqs);
+  TreeStep store(cache, slots, slot_seqs, {seq, local, path_begin, path}, parent);
+  AttentionMods causal = mods;
+  causal.causal = true;
+  Call c(arr, {rows, arr.q_start, arr.kv_start}, arr.q_start, query, key, value, out, causal, true,
+         store);
+  std::size_t shared = 0;
+  c.shared_chunks = &shared;
+  run(c);
+  cache.set_shared_chunks(shared);
+}
+
 }  // namespace mha::detail

@@ -7,6 +7,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mha/isa.hpp>
 
@@ -85,6 +86,16 @@ class AttentionEngine {
   void step_ragged(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
                    const std::size_t* q_start, const float* query, const float* key,
                    const float* value, const AttentionMods& mods, float* out) const;
+
+  // Speculative decoding: step_ragged whose new tokens form a tree per slot
+  // (parent[r], for packed row r: the index among its slot's new tokens of
+  // its parent, which comes first, or -1 for a child of the slot's last
+  // position; checked). Row r attends the slot's history and its path from
+  // the root, at position length + its depth, and every row's K and V is
+  // appended; the slot then holds them until PagedKvCache::accept.
+  void step_tree(PagedKvCache& cache, std::size_t num, const std::size_t* slots,
+                 const std::size_t* q_start, const std::int32_t* parent, const float* query,
+                 const float* key, const float* value, const AttentionMods& mods, float* out) const;
 
   const AttentionShape& shape() const { return shape_; }
   // The ISA the engine was created on: its packed weights and every call run

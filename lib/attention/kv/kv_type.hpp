@@ -50,7 +50,14 @@ struct KvView {
   std::size_t row = 0;
   const std::size_t* blocks = nullptr;
   std::size_t block_tokens = 0, block0 = 0;
+  // A tree step's row (mha_attention_step_tree): keys from `tail` on are
+  // its path, key j at position path[j - tail] of the slot, which the core
+  // gathers key by key (no tail: keys are where they are).
+  std::size_t tail = static_cast<std::size_t>(-1);
+  const std::size_t* path = nullptr;
 
+  // Where key j is: the position the blocks hold it at.
+  std::size_t source(std::size_t j) const { return j < tail ? j : path[j - tail]; }
   std::size_t block(std::size_t j) const {
     return blocks == nullptr ? row : blocks[j / block_tokens - block0];
   }
@@ -65,7 +72,7 @@ struct KvView {
   // `strip` keys, so the products can read them in place.
   bool in_place(std::size_t k0, std::size_t k1, std::size_t strip) const {
     return blocks == nullptr ||
-           (k0 / block_tokens == (k1 - 1) / block_tokens && local(k0) % strip == 0);
+           (k1 <= tail && k0 / block_tokens == (k1 - 1) / block_tokens && local(k0) % strip == 0);
   }
   // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
   KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
@@ -140,6 +147,9 @@ class KvType {
   // key order from key 0 of a scratch head-block; what the products read
   // past the tile's keys (V's slots of a key group) is zero or a copied
   // source's, finite as put() and clear() leave it. k_to null: V alone.
+  // Also back from such a head-block into a cache block, in key order (a
+  // tree's accepted path), where what it writes past the keys in a V group
+  // is rewritten or cleared next.
   virtual void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j,
                          std::size_t n, const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                          std::size_t head_dim) const = 0;
