@@ -5,8 +5,10 @@
 
 #include <mha/mha.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,5 +89,50 @@ struct ModsCases {
   ModsCases(const ModsCases&) = delete;
   ModsCases& operator=(const ModsCases&) = delete;
 };
+
+// The paged cascade and tree tests' modifier cases: none, RoPE with
+// soft-cap and sinks, ALiBi, a window. The first two leave a decode row no
+// term of its own over the keys before it, so forked rows share chunks
+// (cascades()); ALiBi and the window do not.
+enum class StepCase { plain, rope_cap_sinks, alibi, window };
+
+struct StepMods {
+  std::vector<float> slopes, sinks;
+  mha_mods m{};
+  StepMods(StepCase c, std::size_t heads, std::size_t rope_dim, std::size_t window)
+      : slopes(random_vector(heads, 93, 0.f, 0.3f)), sinks(random_vector(heads, 94, -1.f, 1.f)) {
+    m.struct_size = sizeof(mha_mods);
+    if (c == StepCase::rope_cap_sinks) {
+      m.rope_dim = rope_dim;
+      m.softcap = 4.0f;
+      m.sinks = sinks.data();
+    }
+    if (c == StepCase::alibi) m.alibi_slopes = slopes.data();
+    if (c == StepCase::window) m.window = window;
+  }
+  bool cascades() const { return m.alibi_slopes == nullptr && m.window == 0; }
+  StepMods(const StepMods&) = delete;
+  StepMods& operator=(const StepMods&) = delete;
+};
+
+// The cascade and tree tests' configurations, f(compute, kv dtype, block
+// tokens, case): fp32 and bf16 objects, every KV type, blocks of 16 and 7,
+// every StepCase; at reduced scale (sanitizers, qemu), blocks of 16, no fp8,
+// and the cases in `reduced` alone.
+template <class F>
+void for_each_step_config(std::initializer_list<StepCase> reduced, const F& f) {
+  const bool full = case_scale() >= 1.0;
+  for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+    for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
+      for (std::size_t bt : {std::size_t{16}, std::size_t{7}}) {
+        for (StepCase c :
+             {StepCase::plain, StepCase::rope_cap_sinks, StepCase::alibi, StepCase::window}) {
+          const bool in_reduced = std::find(reduced.begin(), reduced.end(), c) != reduced.end();
+          if (full || (dt != MHA_KV_FP8_E4M3 && bt == 16 && in_reduced)) f(compute, dt, bt, c);
+        }
+      }
+    }
+  }
+}
 
 }  // namespace mha::test

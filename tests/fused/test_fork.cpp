@@ -24,34 +24,19 @@
 #include <vector>
 
 #include "attention/core/core.hpp"
+#include "fused/handles.hpp"
 #include "fused/model_weights.hpp"
 #include "support/reference.hpp"
 
 namespace {
 
+using mha::test::Attn;
+using mha::test::make_attn;
+using mha::test::make_paged;
+using mha::test::Paged;
 using mha::test::random_vector;
-using Attn = std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>;
-using Paged = std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)>;
-
-Attn make_attn(const mha::test::ModelWeights& w, mha_dtype compute) {
-  const mha_attention_options o{sizeof(mha_attention_options), compute};
-  const mha_weights weights = w.view();
-  mha_attention* a = nullptr;
-  REQUIRE(mha_attention_create_ex(&w.cfg, &weights, &o, &a) == MHA_OK);
-  return Attn(a, mha_attention_destroy);
-}
-
-Paged make_paged(const mha_attention* a, std::size_t slots, std::size_t block_tokens,
-                 std::size_t blocks, mha_kv_dtype dtype) {
-  const mha_kv_cache_options o{sizeof(mha_kv_cache_options), dtype};
-  mha_paged_kv_cache* c = nullptr;
-  REQUIRE(mha_kv_cache_create_paged_ex(a, slots, block_tokens, blocks, &o, &c) == MHA_OK);
-  return Paged(c, mha_paged_kv_cache_destroy);
-}
-
-bool same_bits(const float* a, const float* b, std::size_t n) {
-  return std::memcmp(a, b, n * sizeof(float)) == 0;
-}
+using mha::test::same_bits;
+using mha::test::StepCase;
 
 // One step of n rows on one slot.
 mha_status step(const mha_attention* a, mha_paged_kv_cache* c, std::size_t slot, std::size_t n,
@@ -282,34 +267,14 @@ struct Fork {
 constexpr std::size_t kPrompt = 1100, kOther = 900, kCascadeSlots = 7, kOwnTokens = 3;
 constexpr Fork kForks[] = {{0, 1, 1100}, {0, 2, 1100}, {0, 3, 1030}, {0, 4, 700}, {1, 5, 1050}};
 
-enum class ModsCase { plain, rope_cap_sinks, alibi, window };
-
-struct CascadeMods {
-  std::vector<float> slopes, sinks;
-  mha_mods m{};
-  CascadeMods(ModsCase c, std::size_t H) : slopes(H), sinks(H) {
-    m.struct_size = sizeof(mha_mods);
-    for (std::size_t h = 0; h < H; ++h) {
-      slopes[h] = 0.05f * static_cast<float>(h + 1);
-      sinks[h] = 0.5f - 0.25f * static_cast<float>(h);
-    }
-    if (c == ModsCase::rope_cap_sinks) {
-      m.rope_dim = 8;
-      m.softcap = 5.0f;
-      m.sinks = sinks.data();
-    }
-    if (c == ModsCase::alibi) m.alibi_slopes = slopes.data();
-    if (c == ModsCase::window) m.window = 600;
-  }
-  // The mods of a step writing lse to `lse` (the window only on the
-  // joint steps, so every slot holds its whole history until then).
-  mha_mods with(float* lse, bool joint) const {
-    mha_mods r = m;
-    r.lse = lse;
-    if (!joint) r.window = 0;
-    return r;
-  }
-};
+// A step's mods writing lse to `lse`, the window only on the joint steps
+// (so every slot holds its whole history until then).
+mha_mods with_lse(const mha_mods& base, float* lse, bool joint) {
+  mha_mods r = base;
+  r.lse = lse;
+  if (!joint) r.window = 0;
+  return r;
+}
 
 }  // namespace
 
@@ -333,110 +298,98 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
   std::vector<std::size_t> slots(kCascadeSlots), one(kCascadeSlots + 1);
   for (std::size_t s = 0; s < kCascadeSlots; ++s) slots[s] = s;
   for (std::size_t s = 0; s <= kCascadeSlots; ++s) one[s] = s;
-  // Reduced scale (sanitizers, qemu): blocks of 16, no fp8, and one mods
-  // case that runs the cascade and one that does not.
-  const bool full = mha::test::case_scale() >= 1.0;
-  for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
-    const Attn a = make_attn(w, compute);
-    for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
-      for (std::size_t bt : {std::size_t{16}, std::size_t{7}}) {
-        for (ModsCase mc :
-             {ModsCase::plain, ModsCase::rope_cap_sinks, ModsCase::alibi, ModsCase::window}) {
-          if (!full && (dt == MHA_KV_FP8_E4M3 || bt == 7 || mc == ModsCase::plain ||
-                        mc == ModsCase::window)) {
-            continue;
+  mha::test::for_each_step_config(
+      {StepCase::rope_cap_sinks, StepCase::alibi},
+      [&](mha_dtype compute, mha_kv_dtype dt, std::size_t bt, StepCase mc) {
+        CAPTURE(compute, dt, bt, static_cast<int>(mc));
+        const Attn a = make_attn(w, compute);
+        const mha::test::StepMods mods(mc, H, 8, 600);
+        const std::size_t pool = 4 * (kPrompt + kOther) / bt;
+        std::vector<float> lse(kPrompt * H), out(kPrompt * E);
+        // A step of n tokens per slot (rows of x per slot in order).
+        const auto step_slots = [&](mha_paged_kv_cache* c, std::size_t num,
+                                    const std::size_t* which, const std::size_t* q_start,
+                                    const float* x, bool joint) {
+          out.assign(q_start[num] * E, 0.0f);
+          lse.assign(q_start[num] * H, 0.0f);
+          const mha_mods m = with_lse(mods.m, lse.data(), joint);
+          return mha_attention_step_ragged_mods(a.get(), c, num, which, q_start, x, x, x, &m,
+                                                out.data());
+        };
+        const auto one_slot = [&](mha_paged_kv_cache* c, std::size_t slot, std::size_t from,
+                                  std::size_t n) {
+          const std::size_t q_start[] = {0, n};
+          REQUIRE(step_slots(c, 1, &slot, q_start, history[slot].data() + from * E, false) ==
+                  MHA_OK);
+        };
+        // Forked (shared) or each slot prefilled on its own (the twin);
+        // then every slot's own tokens, one step each.
+        const auto build = [&](bool forked) {
+          Paged c = make_paged(a.get(), kCascadeSlots, bt, pool, dt);
+          one_slot(c.get(), 0, 0, kPrompt);
+          for (const Fork& f : kForks) {
+            if (forked) {
+              REQUIRE(mha_kv_cache_fork_slot(c.get(), f.src, f.dst, f.len) == MHA_OK);
+            } else {
+              one_slot(c.get(), f.dst, 0, f.len);
+            }
           }
-          CAPTURE(compute, dt, bt, static_cast<int>(mc));
-          const CascadeMods mods(mc, H);
-          const std::size_t pool = 4 * (kPrompt + kOther) / bt;
-          std::vector<float> lse(kPrompt * H), out(kPrompt * E);
-          // A step of n tokens per slot (rows of x per slot in order).
-          const auto step_slots = [&](mha_paged_kv_cache* c, std::size_t num,
-                                      const std::size_t* which, const std::size_t* q_start,
-                                      const float* x, bool joint) {
-            out.assign(q_start[num] * E, 0.0f);
-            lse.assign(q_start[num] * H, 0.0f);
-            const mha_mods m = mods.with(lse.data(), joint);
-            return mha_attention_step_ragged_mods(a.get(), c, num, which, q_start, x, x, x, &m,
-                                                  out.data());
-          };
-          const auto one_slot = [&](mha_paged_kv_cache* c, std::size_t slot, std::size_t from,
-                                    std::size_t n) {
-            const std::size_t q_start[] = {0, n};
-            REQUIRE(step_slots(c, 1, &slot, q_start, history[slot].data() + from * E, false) ==
+          one_slot(c.get(), 6, 0, kOther);
+          for (std::size_t s = 0; s < kCascadeSlots; ++s) {
+            for (std::size_t t = 0; t < kOwnTokens; ++t) {
+              one_slot(c.get(), s, mha_kv_cache_slot_length(c.get(), s), 1);
+            }
+          }
+          return c;
+        };
+        const Paged on = build(true), off = build(true), twin = build(false);
+        const bool cascade = mods.cascades();
+        for (std::size_t joint = 0; joint < 2; ++joint) {
+          CAPTURE(joint);
+          const std::vector<float> x = random_vector(kCascadeSlots * E, 40 + joint);
+          const auto lengths = state(on.get(), kCascadeSlots);
+          std::vector<float> want_out, want_lse;
+          // (Not rewound under a window: its step dropped the blocks
+          // that the same step, rewound, would read.)
+          const std::size_t rounds = mc == StepCase::window ? 1 : 3;
+          for (std::size_t threads = 1; threads <= rounds; ++threads) {
+            CAPTURE(threads);
+            mha_set_num_threads(threads);
+            if (threads > 1) {  // the same step again
+              for (std::size_t s = 0; s < kCascadeSlots; ++s) {
+                REQUIRE(mha_kv_cache_truncate_slot(on.get(), s, lengths[s + 1]) == MHA_OK);
+              }
+            }
+            REQUIRE(step_slots(on.get(), kCascadeSlots, slots.data(), one.data(), x.data(), true) ==
                     MHA_OK);
-          };
-          // Forked (shared) or each slot prefilled on its own (the twin);
-          // then every slot's own tokens, one step each.
-          const auto build = [&](bool forked) {
-            Paged c = make_paged(a.get(), kCascadeSlots, bt, pool, dt);
-            one_slot(c.get(), 0, 0, kPrompt);
-            for (const Fork& f : kForks) {
-              if (forked) {
-                REQUIRE(mha_kv_cache_fork_slot(c.get(), f.src, f.dst, f.len) == MHA_OK);
-              } else {
-                one_slot(c.get(), f.dst, 0, f.len);
-              }
+            CHECK((mha_kv_cache_shared_chunks(on.get()) > 0) == cascade);
+            if (threads == 1) {
+              want_out = out;
+              want_lse = lse;
             }
-            one_slot(c.get(), 6, 0, kOther);
-            for (std::size_t s = 0; s < kCascadeSlots; ++s) {
-              for (std::size_t t = 0; t < kOwnTokens; ++t) {
-                one_slot(c.get(), s, mha_kv_cache_slot_length(c.get(), s), 1);
-              }
-            }
-            return c;
-          };
-          const Paged on = build(true), off = build(true), twin = build(false);
-          const bool cascade = mc == ModsCase::plain || mc == ModsCase::rope_cap_sinks;
-          for (std::size_t joint = 0; joint < 2; ++joint) {
-            CAPTURE(joint);
-            const std::vector<float> x = random_vector(kCascadeSlots * E, 40 + joint);
-            const auto lengths = state(on.get(), kCascadeSlots);
-            std::vector<float> want_out, want_lse;
-            // (Not rewound under a window: its step dropped the blocks
-            // that the same step, rewound, would read.)
-            const std::size_t rounds = mc == ModsCase::window ? 1 : 3;
-            for (std::size_t threads = 1; threads <= rounds; ++threads) {
-              CAPTURE(threads);
-              mha_set_num_threads(threads);
-              if (threads > 1) {  // the same step again
-                for (std::size_t s = 0; s < kCascadeSlots; ++s) {
-                  REQUIRE(mha_kv_cache_truncate_slot(on.get(), s, lengths[s + 1]) == MHA_OK);
-                }
-              }
-              REQUIRE(step_slots(on.get(), kCascadeSlots, slots.data(), one.data(), x.data(),
-                                 true) == MHA_OK);
-              CHECK((mha_kv_cache_shared_chunks(on.get()) > 0) == cascade);
-              if (threads == 1) {
-                want_out = out;
-                want_lse = lse;
-              }
-              REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
-              REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
-            }
-            mha_set_num_threads(0);
-            mha::detail::set_core_cascade(false);
-            REQUIRE(step_slots(off.get(), kCascadeSlots, slots.data(), one.data(), x.data(),
-                               true) == MHA_OK);
-            mha::detail::set_core_cascade(true);
-            CHECK(mha_kv_cache_shared_chunks(off.get()) == 0);
-            REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
-            REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
-            REQUIRE(step_slots(twin.get(), kCascadeSlots, slots.data(), one.data(), x.data(),
-                               true) == MHA_OK);
-            CHECK(mha_kv_cache_shared_chunks(twin.get()) == 0);
             REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
             REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
           }
-          // A step where a slot brings two tokens runs no shared chunk.
-          const std::vector<float> x = random_vector((kCascadeSlots + 1) * E, 50);
-          std::vector<std::size_t> q_start(one);
-          for (std::size_t s = 1; s <= kCascadeSlots; ++s) ++q_start[s];
-          REQUIRE(step_slots(on.get(), kCascadeSlots, slots.data(), q_start.data(), x.data(),
-                             true) == MHA_OK);
-          CHECK(mha_kv_cache_shared_chunks(on.get()) == 0);
+          mha_set_num_threads(0);
+          mha::detail::set_core_cascade(false);
+          REQUIRE(step_slots(off.get(), kCascadeSlots, slots.data(), one.data(), x.data(), true) ==
+                  MHA_OK);
+          mha::detail::set_core_cascade(true);
+          CHECK(mha_kv_cache_shared_chunks(off.get()) == 0);
+          REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
+          REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
+          REQUIRE(step_slots(twin.get(), kCascadeSlots, slots.data(), one.data(), x.data(), true) ==
+                  MHA_OK);
+          CHECK(mha_kv_cache_shared_chunks(twin.get()) == 0);
+          REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
+          REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
         }
-      }
-    }
-  }
+        // A step where a slot brings two tokens runs no shared chunk.
+        const std::vector<float> x = random_vector((kCascadeSlots + 1) * E, 50);
+        std::vector<std::size_t> q_start(one);
+        for (std::size_t s = 1; s <= kCascadeSlots; ++s) ++q_start[s];
+        REQUIRE(step_slots(on.get(), kCascadeSlots, slots.data(), q_start.data(), x.data(), true) ==
+                MHA_OK);
+        CHECK(mha_kv_cache_shared_chunks(on.get()) == 0);
+      });
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/handles.hpp"
 #include "fused/model_weights.hpp"
 #include "kvquant/format.hpp"
 #include "support/reference.hpp"
@@ -38,43 +39,18 @@ kvq::Code code_of(mha_kv_dtype d) {
   return d == MHA_KV_INT8 ? kvq::Code::int8 : kvq::Code::e4m3;
 }
 
-using Attn = std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>;
-using Cache = std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)>;
-using Paged = std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)>;
-
-Attn make_attn(const mha_config& cfg, const mha_weights& w, mha_dtype compute) {
-  const mha_attention_options o{sizeof(mha_attention_options), compute};
-  mha_attention* a = nullptr;
-  REQUIRE(mha_attention_create_ex(&cfg, &w, &o, &a) == MHA_OK);
-  return Attn(a, mha_attention_destroy);
-}
-
-Cache make_cache(const mha_attention* a, std::size_t batch, std::size_t max_len, mha_kv_dtype d) {
-  const mha_kv_cache_options o{sizeof(mha_kv_cache_options), d};
-  mha_kv_cache* c = nullptr;
-  REQUIRE(mha_kv_cache_create_ex(a, batch, max_len, &o, &c) == MHA_OK);
-  return Cache(c, mha_kv_cache_destroy);
-}
-
-Paged make_paged(const mha_attention* a, std::size_t slots, std::size_t block_tokens,
-                 std::size_t blocks, mha_kv_dtype d) {
-  const mha_kv_cache_options o{sizeof(mha_kv_cache_options), d};
-  mha_paged_kv_cache* c = nullptr;
-  REQUIRE(mha_kv_cache_create_paged_ex(a, slots, block_tokens, blocks, &o, &c) == MHA_OK);
-  return Paged(c, mha_paged_kv_cache_destroy);
-}
+using mha::test::Attn;
+using mha::test::Cache;
+using mha::test::make_attn;
+using mha::test::make_cache;
+using mha::test::make_paged;
+using mha::test::Paged;
+using mha::test::same_bits;
 
 std::uint32_t bits(float x) {
   std::uint32_t b;
   std::memcpy(&b, &x, sizeof b);
   return b;
-}
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (bits(a[i]) != bits(b[i])) return false;
-  }
-  return true;
 }
 
 float bf16_round(float x) {

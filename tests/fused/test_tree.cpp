@@ -18,57 +18,21 @@
 #include <random>
 #include <vector>
 
+#include "fused/handles.hpp"
 #include "fused/model_weights.hpp"
 #include "support/reference.hpp"
 
 namespace {
 
+using mha::test::Attn;
+using mha::test::make_attn;
+using mha::test::make_paged;
+using mha::test::Paged;
 using mha::test::random_vector;
-using Attn = std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>;
-using Paged = std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)>;
+using mha::test::same_bits;
+using mha::test::StepCase;
 
 constexpr std::size_t E = 64, H = 8;
-
-Attn make_attn(const mha::test::ModelWeights& w, mha_dtype compute) {
-  const mha_attention_options o{sizeof(mha_attention_options), compute};
-  const mha_weights weights = w.view();
-  mha_attention* a = nullptr;
-  REQUIRE(mha_attention_create_ex(&w.cfg, &weights, &o, &a) == MHA_OK);
-  return Attn(a, mha_attention_destroy);
-}
-
-Paged make_paged(const mha_attention* a, std::size_t slots, std::size_t block_tokens,
-                 std::size_t blocks, mha_kv_dtype dtype) {
-  const mha_kv_cache_options o{sizeof(mha_kv_cache_options), dtype};
-  mha_paged_kv_cache* c = nullptr;
-  REQUIRE(mha_kv_cache_create_paged_ex(a, slots, block_tokens, blocks, &o, &c) == MHA_OK);
-  return Paged(c, mha_paged_kv_cache_destroy);
-}
-
-bool same_bits(const float* a, const float* b, std::size_t n) {
-  return std::memcmp(a, b, n * sizeof(float)) == 0;
-}
-
-enum class ModsCase { plain, rope_cap_sinks, alibi, window };
-
-struct TreeMods {
-  std::vector<float> slopes = std::vector<float>(H), sinks = std::vector<float>(H);
-  mha_mods m{};
-  explicit TreeMods(ModsCase c) {
-    m.struct_size = sizeof(mha_mods);
-    for (std::size_t h = 0; h < H; ++h) {
-      slopes[h] = 0.03f * static_cast<float>(h + 1);
-      sinks[h] = 0.25f * static_cast<float>(h) - 1.0f;
-    }
-    if (c == ModsCase::rope_cap_sinks) {
-      m.rope_dim = 8;
-      m.softcap = 4.0f;
-      m.sinks = sinks.data();
-    }
-    if (c == ModsCase::alibi) m.alibi_slopes = slopes.data();
-    if (c == ModsCase::window) m.window = 300;
-  }
-};
 
 // A random tree of n tokens: each a root (-1) or a child of an earlier one.
 std::vector<std::int32_t> random_tree(std::size_t n, std::mt19937_64& rng) {
@@ -96,118 +60,106 @@ TEST_CASE("a sequence's bits do not depend on verifying it in a tree step", "[pa
   constexpr std::size_t kLen[] = {800, 300}, kTree[] = {12, 5}, kScratch = 2;
   const std::vector<float> history[] = {random_vector(kLen[0] * E, 1),
                                         random_vector(kLen[1] * E, 2)};
-  // Reduced scale (sanitizers, qemu): blocks of 16, no fp8, two mods cases.
-  const bool full = mha::test::case_scale() >= 1.0;
-  for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
-    const Attn a = make_attn(w, compute);
-    for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
-      for (std::size_t bt : {std::size_t{16}, std::size_t{7}}) {
-        for (ModsCase mc :
-             {ModsCase::plain, ModsCase::rope_cap_sinks, ModsCase::alibi, ModsCase::window}) {
-          if (!full && (dt == MHA_KV_FP8_E4M3 || bt == 7 || mc == ModsCase::plain ||
-                        mc == ModsCase::alibi)) {
-            continue;
-          }
-          CAPTURE(compute, dt, bt, static_cast<int>(mc));
-          const TreeMods mods(mc);
-          std::mt19937_64 rng(bt + 10 * static_cast<unsigned>(dt) + static_cast<unsigned>(mc));
-          const std::size_t pool = 3 * (kLen[0] + kLen[1]) / bt;
-          const Paged c = make_paged(a.get(), 3, bt, pool, dt);
-          // Plain steps of x's rows on one slot: out and lse.
-          std::vector<float> out, lse;
-          const auto plain = [&](mha_paged_kv_cache* cache, std::size_t slot, std::size_t n,
-                                 const float* x) {
-            out.assign(n * E, 0.0f);
-            lse.assign(n * H, 0.0f);
-            mha_mods m = mods.m;
-            m.lse = lse.data();
-            const std::size_t q_start[] = {0, n};
-            return mha_attention_step_ragged_mods(a.get(), cache, 1, &slot, q_start, x, x, x, &m,
-                                                  out.data());
-          };
-          for (std::size_t s = 0; s < 2; ++s) {
-            REQUIRE(plain(c.get(), s, kLen[s], history[s].data()) == MHA_OK);
-          }
-          // The tree step: both slots' trees, packed.
-          const std::vector<std::int32_t> t0 = random_tree(kTree[0], rng),
-                                          t1 = random_tree(kTree[1], rng);
-          std::vector<std::int32_t> parent(t0);
-          parent.insert(parent.end(), t1.begin(), t1.end());
-          const std::size_t rows = kTree[0] + kTree[1];
-          const std::size_t slots[] = {0, 1}, q_start[] = {0, kTree[0], rows};
-          const std::vector<float> x = random_vector(rows * E, 3);
-          std::vector<float> tree_out, tree_lse;
-          for (std::size_t threads : {1, 3}) {
-            CAPTURE(threads);
-            mha_set_num_threads(threads);
-            for (std::size_t s = 0; s < 2; ++s) {  // drops a tree the last round left
-              REQUIRE(mha_kv_cache_truncate_slot(c.get(), s, kLen[s]) == MHA_OK);
-            }
-            out.assign(rows * E, 0.0f);
-            lse.assign(rows * H, 0.0f);
-            mha_mods m = mods.m;
-            m.lse = lse.data();
-            REQUIRE(mha_attention_step_tree(a.get(), c.get(), 2, slots, q_start, parent.data(),
-                                            x.data(), x.data(), x.data(), &m,
-                                            out.data()) == MHA_OK);
-            if (threads > 1) {
-              REQUIRE(same_bits(out.data(), tree_out.data(), out.size()));
-              REQUIRE(same_bits(lse.data(), tree_lse.data(), lse.size()));
-            }
-            tree_out = out;
-            tree_lse = lse;
-          }
-          mha_set_num_threads(0);
-          const bool shares = mc == ModsCase::plain || mc == ModsCase::rope_cap_sinks;
-          CHECK((mha_kv_cache_shared_chunks(c.get()) > 0) == shares);
-          for (std::size_t s = 0; s < 2; ++s) {
-            REQUIRE(mha_kv_cache_slot_length(c.get(), s) == kLen[s] + kTree[s]);
-          }
-          // Each row against a plain step of its path on a fork of its slot.
-          std::vector<float> path_x;
-          for (std::size_t r = 0; r < rows; ++r) {
-            const std::size_t s = r < kTree[0] ? 0 : 1, r0 = q_start[s];
-            const std::vector<std::size_t> path = path_to(parent.data() + r0, r - r0);
-            CAPTURE(r, path.size());
-            path_x.clear();
-            for (std::size_t j : path) {
-              path_x.insert(path_x.end(), x.begin() + (r0 + j) * E, x.begin() + (r0 + j + 1) * E);
-            }
-            REQUIRE(mha_kv_cache_fork_slot(c.get(), s, kScratch, kLen[s]) == MHA_OK);
-            REQUIRE(plain(c.get(), kScratch, path.size(), path_x.data()) == MHA_OK);
-            const std::size_t last = path.size() - 1;
-            REQUIRE(same_bits(out.data() + last * E, tree_out.data() + r * E, E));
-            REQUIRE(same_bits(lse.data() + last * H, tree_lse.data() + r * H, H));
-            REQUIRE(mha_kv_cache_reset_slot(c.get(), kScratch) == MHA_OK);
-          }
-          // Accept slot 0's path to its last token, none of slot 1's; then
-          // a plain step on each equals one on a slot stepped with the
-          // path alone (slot 2, a fork of the history).
-          const std::vector<std::size_t> keep = path_to(t0.data(), kTree[0] - 1);
-          REQUIRE(mha_kv_cache_accept_path(c.get(), 0, keep.size(), keep.data()) == MHA_OK);
-          REQUIRE(mha_kv_cache_accept_path(c.get(), 1, 0, nullptr) == MHA_OK);
-          REQUIRE(mha_kv_cache_slot_length(c.get(), 0) == kLen[0] + keep.size());
-          REQUIRE(mha_kv_cache_slot_length(c.get(), 1) == kLen[1]);
-          path_x.clear();
-          for (std::size_t j : keep) {
-            path_x.insert(path_x.end(), x.begin() + j * E, x.begin() + (j + 1) * E);
-          }
-          const std::vector<float> next = random_vector(3 * E, 4);
-          for (std::size_t s = 0; s < 2; ++s) {
-            CAPTURE(s);
-            const Paged twin = make_paged(a.get(), 1, bt, pool, dt);
-            REQUIRE(plain(twin.get(), 0, kLen[s], history[s].data()) == MHA_OK);
-            if (s == 0) REQUIRE(plain(twin.get(), 0, keep.size(), path_x.data()) == MHA_OK);
-            REQUIRE(plain(twin.get(), 0, 3, next.data()) == MHA_OK);
-            const std::vector<float> want = out, want_lse = lse;
-            REQUIRE(plain(c.get(), s, 3, next.data()) == MHA_OK);
-            REQUIRE(same_bits(out.data(), want.data(), out.size()));
-            REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
-          }
+  mha::test::for_each_step_config(
+      {StepCase::rope_cap_sinks, StepCase::window},
+      [&](mha_dtype compute, mha_kv_dtype dt, std::size_t bt, StepCase mc) {
+        CAPTURE(compute, dt, bt, static_cast<int>(mc));
+        const Attn a = make_attn(w, compute);
+        const mha::test::StepMods mods(mc, H, 8, 300);
+        std::mt19937_64 rng(bt + 10 * static_cast<unsigned>(dt) + static_cast<unsigned>(mc));
+        const std::size_t pool = 3 * (kLen[0] + kLen[1]) / bt;
+        const Paged c = make_paged(a.get(), 3, bt, pool, dt);
+        // Plain steps of x's rows on one slot: out and lse.
+        std::vector<float> out, lse;
+        const auto plain = [&](mha_paged_kv_cache* cache, std::size_t slot, std::size_t n,
+                               const float* x) {
+          out.assign(n * E, 0.0f);
+          lse.assign(n * H, 0.0f);
+          mha_mods m = mods.m;
+          m.lse = lse.data();
+          const std::size_t q_start[] = {0, n};
+          return mha_attention_step_ragged_mods(a.get(), cache, 1, &slot, q_start, x, x, x, &m,
+                                                out.data());
+        };
+        for (std::size_t s = 0; s < 2; ++s) {
+          REQUIRE(plain(c.get(), s, kLen[s], history[s].data()) == MHA_OK);
         }
-      }
-    }
-  }
+        // The tree step: both slots' trees, packed.
+        const std::vector<std::int32_t> t0 = random_tree(kTree[0], rng),
+                                        t1 = random_tree(kTree[1], rng);
+        std::vector<std::int32_t> parent(t0);
+        parent.insert(parent.end(), t1.begin(), t1.end());
+        const std::size_t rows = kTree[0] + kTree[1];
+        const std::size_t slots[] = {0, 1}, q_start[] = {0, kTree[0], rows};
+        const std::vector<float> x = random_vector(rows * E, 3);
+        std::vector<float> tree_out, tree_lse;
+        for (std::size_t threads : {1, 3}) {
+          CAPTURE(threads);
+          mha_set_num_threads(threads);
+          for (std::size_t s = 0; s < 2; ++s) {  // drops a tree the last round left
+            REQUIRE(mha_kv_cache_truncate_slot(c.get(), s, kLen[s]) == MHA_OK);
+          }
+          out.assign(rows * E, 0.0f);
+          lse.assign(rows * H, 0.0f);
+          mha_mods m = mods.m;
+          m.lse = lse.data();
+          REQUIRE(mha_attention_step_tree(a.get(), c.get(), 2, slots, q_start, parent.data(),
+                                          x.data(), x.data(), x.data(), &m, out.data()) == MHA_OK);
+          if (threads > 1) {
+            REQUIRE(same_bits(out.data(), tree_out.data(), out.size()));
+            REQUIRE(same_bits(lse.data(), tree_lse.data(), lse.size()));
+          }
+          tree_out = out;
+          tree_lse = lse;
+        }
+        mha_set_num_threads(0);
+        const bool shares = mods.cascades();
+        CHECK((mha_kv_cache_shared_chunks(c.get()) > 0) == shares);
+        for (std::size_t s = 0; s < 2; ++s) {
+          REQUIRE(mha_kv_cache_slot_length(c.get(), s) == kLen[s] + kTree[s]);
+        }
+        // Each row against a plain step of its path on a fork of its slot.
+        std::vector<float> path_x;
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t s = r < kTree[0] ? 0 : 1, r0 = q_start[s];
+          const std::vector<std::size_t> path = path_to(parent.data() + r0, r - r0);
+          CAPTURE(r, path.size());
+          path_x.clear();
+          for (std::size_t j : path) {
+            path_x.insert(path_x.end(), x.begin() + (r0 + j) * E, x.begin() + (r0 + j + 1) * E);
+          }
+          REQUIRE(mha_kv_cache_fork_slot(c.get(), s, kScratch, kLen[s]) == MHA_OK);
+          REQUIRE(plain(c.get(), kScratch, path.size(), path_x.data()) == MHA_OK);
+          const std::size_t last = path.size() - 1;
+          REQUIRE(same_bits(out.data() + last * E, tree_out.data() + r * E, E));
+          REQUIRE(same_bits(lse.data() + last * H, tree_lse.data() + r * H, H));
+          REQUIRE(mha_kv_cache_reset_slot(c.get(), kScratch) == MHA_OK);
+        }
+        // Accept slot 0's path to its last token, none of slot 1's; then
+        // a plain step on each equals one on a slot stepped with the
+        // path alone (slot 2, a fork of the history).
+        const std::vector<std::size_t> keep = path_to(t0.data(), kTree[0] - 1);
+        REQUIRE(mha_kv_cache_accept_path(c.get(), 0, keep.size(), keep.data()) == MHA_OK);
+        REQUIRE(mha_kv_cache_accept_path(c.get(), 1, 0, nullptr) == MHA_OK);
+        REQUIRE(mha_kv_cache_slot_length(c.get(), 0) == kLen[0] + keep.size());
+        REQUIRE(mha_kv_cache_slot_length(c.get(), 1) == kLen[1]);
+        path_x.clear();
+        for (std::size_t j : keep) {
+          path_x.insert(path_x.end(), x.begin() + j * E, x.begin() + (j + 1) * E);
+        }
+        const std::vector<float> next = random_vector(3 * E, 4);
+        for (std::size_t s = 0; s < 2; ++s) {
+          CAPTURE(s);
+          const Paged twin = make_paged(a.get(), 1, bt, pool, dt);
+          REQUIRE(plain(twin.get(), 0, kLen[s], history[s].data()) == MHA_OK);
+          if (s == 0) REQUIRE(plain(twin.get(), 0, keep.size(), path_x.data()) == MHA_OK);
+          REQUIRE(plain(twin.get(), 0, 3, next.data()) == MHA_OK);
+          const std::vector<float> want = out, want_lse = lse;
+          REQUIRE(plain(c.get(), s, 3, next.data()) == MHA_OK);
+          REQUIRE(same_bits(out.data(), want.data(), out.size()));
+          REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
+        }
+      });
 }
 
 TEST_CASE("paged cache: bad trees, paths and steps on a slot holding a tree change nothing",

@@ -26,5 +26,7 @@ bool threads_allowed();
 // Whether a and b hold the same floats bit for bit (NaN payloads included);
 // empty vectors compare equal.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
+// The same for n floats at a and b.
+bool same_bits(const float* a, const float* b, std::size_t n);
 
 }  // namespace mha::test
