@@ -705,8 +705,8 @@ MHA_API mha_status mha_kv_cache_fork_slot(mha_paged_kv_cache* cache, size_t src,
  * those rows, their queries stacked: K and V are read once, and the
  * products run on a block of rows rather than one per slot. The result is
  * bit for bit that of unshared slots. Not with a window or ALiBi (each row's
- * own position term), nor in a step where a slot brings more than one
- * token. */
+ * own position term); a slot that brings more than one token (a prefill
+ * chunk in the same step) reads its keys itself. */
 MHA_API size_t mha_kv_cache_shared_chunks(const mha_paged_kv_cache* cache);
 
 /* One step of continuous batching over any `num` distinct slots: sequence i

@@ -11,7 +11,8 @@
 //  - cascade decode: a step over forked slots computes their shared chunks
 //    once (mha_kv_cache_shared_chunks says how many) and gives, bit for bit,
 //    the step with cascade off, on unshared copies, and at 1, 2 and 3
-//    threads; with ALiBi, a window or a multi-token slot it does not run.
+//    threads, a prefill chunk of one slot beside the others' decode rows
+//    included; with ALiBi or a window it does not run.
 #include <mha/mha.h>
 
 #include <algorithm>
@@ -384,12 +385,22 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
           REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
           REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
         }
-        // A step where a slot brings two tokens runs no shared chunk.
+        // A step where slot 0 brings two tokens (a prefill chunk beside the
+        // decode rows): the others still share, with the same bits.
         const std::vector<float> x = random_vector((kCascadeSlots + 1) * E, 50);
         std::vector<std::size_t> q_start(one);
         for (std::size_t s = 1; s <= kCascadeSlots; ++s) ++q_start[s];
         REQUIRE(step_slots(on.get(), kCascadeSlots, slots.data(), q_start.data(), x.data(), true) ==
                 MHA_OK);
-        CHECK(mha_kv_cache_shared_chunks(on.get()) == 0);
+        CHECK((mha_kv_cache_shared_chunks(on.get()) > 0) == cascade);
+        const std::vector<float> want_out = out, want_lse = lse;
+        for (const Paged* c : {&off, &twin}) {
+          mha::detail::set_core_cascade(c != &off);
+          REQUIRE(step_slots(c->get(), kCascadeSlots, slots.data(), q_start.data(), x.data(),
+                             true) == MHA_OK);
+          mha::detail::set_core_cascade(true);
+          REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
+          REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
+        }
       });
 }

@@ -208,10 +208,11 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   const bool unsplit_forced = forced == static_cast<unsigned>(CoreSplit::unsplit) + 1;
   const bool split = !weights && !unsplit_forced && (unsplit < kSplitTargetTasks || forced != 0);
   // Cascade: the rows of a shared chunk differ in nothing but their queries
-  // (decode rows, every key before each, no per-row position term).
+  // (decode rows, every key before each, no per-row position term). A
+  // prefill chunk of another slot in the same step reads its keys itself.
   SharedChunk* units = nullptr;
   if (cascade_on.load(std::memory_order_relaxed) && block_tokens != 0 && !weights &&
-      !unsplit_forced && max_q == 1 && window == 0 && mods.alibi == nullptr) {
+      !unsplit_forced && window == 0 && mods.alibi == nullptr) {
     units = plan_cascade(p, seqs, arr);
   }
   const auto shares = [&](std::size_t i) {
