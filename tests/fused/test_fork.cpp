@@ -265,8 +265,9 @@ namespace {
 struct Fork {
   std::size_t src, dst, len;
 };
-constexpr std::size_t kPrompt = 1100, kOther = 900, kCascadeSlots = 7, kOwnTokens = 3;
-constexpr Fork kForks[] = {{0, 1, 1100}, {0, 2, 1100}, {0, 3, 1030}, {0, 4, 700}, {1, 5, 1050}};
+constexpr std::size_t kPrompt = 800, kOther = 500, kCascadeSlots = 7, kOwnTokens = 3;
+// Past the first chunk of the key grid (512 keys, 720 on AVX2).
+constexpr Fork kForks[] = {{0, 1, 800}, {0, 2, 800}, {0, 3, 760}, {0, 4, 600}, {1, 5, 780}};
 
 // A step's mods writing lse to `lse`, the window only on the joint steps
 // (so every slot holds its whole history until then).
@@ -343,7 +344,12 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
           }
           return c;
         };
-        const Paged on = build(true), off = build(true), twin = build(false);
+        // (At reduced scale, cascade on against off alone: test_fork's random
+        // operations hold forked slots to unshared copies.)
+        const Paged on = build(true), off = build(true);
+        const Paged twin = mha::test::case_scale() >= 1.0
+                               ? build(false)
+                               : Paged(nullptr, mha_paged_kv_cache_destroy);
         const bool cascade = mods.cascades();
         for (std::size_t joint = 0; joint < 2; ++joint) {
           CAPTURE(joint);
@@ -379,6 +385,7 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
           CHECK(mha_kv_cache_shared_chunks(off.get()) == 0);
           REQUIRE(same_bits(out.data(), want_out.data(), out.size()));
           REQUIRE(same_bits(lse.data(), want_lse.data(), lse.size()));
+          if (!twin) continue;
           REQUIRE(step_slots(twin.get(), kCascadeSlots, slots.data(), one.data(), x.data(), true) ==
                   MHA_OK);
           CHECK(mha_kv_cache_shared_chunks(twin.get()) == 0);
@@ -395,6 +402,7 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
         CHECK((mha_kv_cache_shared_chunks(on.get()) > 0) == cascade);
         const std::vector<float> want_out = out, want_lse = lse;
         for (const Paged* c : {&off, &twin}) {
+          if (!*c) continue;
           mha::detail::set_core_cascade(c != &off);
           REQUIRE(step_slots(c->get(), kCascadeSlots, slots.data(), q_start.data(), x.data(),
                              true) == MHA_OK);
