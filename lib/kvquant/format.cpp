@@ -197,10 +197,9 @@ void copy_values(std::size_t d, const std::uint8_t* v_block, std::size_t j, std:
 }
 
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
-                     const std::uint8_t* strips, std::size_t n, float alpha, float* s,
-                     std::size_t lds) {
+                     const KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
   for (std::size_t j = 0; j < n; ++j) {
-    const std::uint8_t* strip = strips + j / kStrip * key_strip_bytes(d);
+    const std::uint8_t* strip = keys.strip(j, d);
     for (std::size_t r = 0; r < rows; ++r) {
       float acc = 0.0f;
       for (std::size_t i = 0; i < d; ++i) {
@@ -212,14 +211,12 @@ void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, st
 }
 
 void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-                     const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
-                     std::size_t ldo) {
-  const std::size_t rb = value_row_bytes(d);
+                     const KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo) {
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < d; ++i) {
       float acc = 0.0f;
       for (std::size_t j = 0; j < n; ++j) {
-        acc = std::fma(p[r * ldp + j], value_element(c, d, rows_v + j * rb, i), acc);
+        acc = std::fma(p[r * ldp + j], value_element(c, d, keys.row(j, d), i), acc);
       }
       float& out = o[r * ldo + i];
       out = beta == 0.0f ? acc : std::fma(beta, out, acc);

@@ -84,19 +84,51 @@ float key_element(Code c, std::size_t d, const std::uint8_t* strip, std::size_t 
                   std::size_t i);
 float value_element(Code c, std::size_t d, const std::uint8_t* row, std::size_t i);
 
+// Where the keys of a product lie: key i (from the product's first) is key
+// j0 + i of a sequence of head-blocks, `k` and `v` holding its first; a
+// paged cache's keys run on in other blocks of `block_keys` keys (a
+// multiple of kStrip), block b of them `(blocks[b] - blocks[0])` head-blocks
+// of k_stride (v_stride) bytes from the first. blocks null: one head-block.
+// The kernels read K a strip and V a strip's rows at a time, so a product
+// over keys that span blocks reads them in place.
+struct KeyRuns {
+  const std::uint8_t* k = nullptr;
+  const std::uint8_t* v = nullptr;
+  std::size_t j0 = 0;
+  const std::size_t* blocks = nullptr;
+  std::size_t block_keys = 0, k_stride = 0, v_stride = 0;
+
+  // The K strip and the V row of key i (of the product's keys).
+  const std::uint8_t* strip(std::size_t i, std::size_t d) const {
+    const std::size_t j = j0 + i;
+    if (blocks == nullptr) return k + j / kStrip * key_strip_bytes(d);
+    return k + block_offset(j, k_stride) + j % block_keys / kStrip * key_strip_bytes(d);
+  }
+  const std::uint8_t* row(std::size_t i, std::size_t d) const {
+    const std::size_t j = j0 + i;
+    if (blocks == nullptr) return v + j * value_row_bytes(d);
+    return v + block_offset(j, v_stride) + j % block_keys * value_row_bytes(d);
+  }
+
+ private:
+  std::ptrdiff_t block_offset(std::size_t j, std::size_t stride) const {
+    return (static_cast<std::ptrdiff_t>(blocks[j / block_keys]) -
+            static_cast<std::ptrdiff_t>(blocks[0])) *
+           static_cast<std::ptrdiff_t>(stride);
+  }
+};
+
 // The products on the layout above, as every kernel computes them (the
 // scalar emulation the kernels are tested against):
 //   s[r][j] = alpha · acc, acc = fma(q[r][c], k[j][c], acc) for c = 0 .. d-1
 //             from acc = 0, k the dequantized key (code · scale, exact);
 //   o[r][c] = beta == 0 ? acc : fma(beta, o[r][c], acc),
 //             acc = fma(p[r][j], v[j][c], acc) for j = 0 .. n-1 from 0.
-// strips: the K strip holding key 0 of the n keys; rows: V row of key 0.
-// They allocate nothing: they are the scalar ISA's kernels.
+// over the n keys of `keys` (j0 on a strip). They allocate nothing: they
+// are the scalar ISA's kernels.
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
-                     const std::uint8_t* strips, std::size_t n, float alpha, float* s,
-                     std::size_t lds);
+                     const KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds);
 void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-                     const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
-                     std::size_t ldo);
+                     const KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo);
 
 }  // namespace mha::detail::kvq

@@ -14,10 +14,10 @@ namespace mha::detail {
 struct KvQuantKernels {
   // Arguments as kvq::scores_emulated and kvq::values_emulated.
   using Scores = void (*)(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
-                          const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                          const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                           std::size_t lds);
   using Values = void (*)(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-                          const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                          const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                           std::size_t ldo);
   Scores scores[2];  // by kvq::Code
   Values values[2];

@@ -8,12 +8,12 @@ namespace {
 
 template <kvq::Code C>
 void scores_scalar(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
-                   const std::uint8_t* k, std::size_t n, float alpha, float* s, std::size_t lds) {
+                   const kvq::KeyRuns& k, std::size_t n, float alpha, float* s, std::size_t lds) {
   kvq::scores_emulated(C, rows, d, q, ldq, k, n, alpha, s, lds);
 }
 template <kvq::Code C>
 void values_scalar(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-                   const std::uint8_t* v, std::size_t n, float beta, float* o, std::size_t ldo) {
+                   const kvq::KeyRuns& v, std::size_t n, float beta, float* o, std::size_t ldo) {
   kvq::values_emulated(C, rows, d, p, ldp, v, n, beta, o, ldo);
 }
 

@@ -59,25 +59,25 @@ struct KvQuantImpl {
 
   // Scores of MR rows against NS strips (n keys of them valid).
   template <Code C, std::size_t MR, std::size_t NS>
-  static void score_tile(std::size_t d, const float* q, std::size_t ldq, const std::uint8_t* strip,
-                         std::size_t sb, std::size_t n, float alpha, float* s,
+  static void score_tile(std::size_t d, const float* q, std::size_t ldq,
+                         const std::uint8_t* const* strip, std::size_t n, float alpha, float* s,
                          std::size_t lds) noexcept {
     const std::size_t G = kvq::groups(d);
     V acc[MR][NS * VPS];
     for (auto& row : acc) {
       for (V& a : row) a = L::splat(0.0f);
     }
-    const std::uint8_t* codes = strip + 2 * kvq::kStrip * G;
+    const std::size_t codes = 2 * kvq::kStrip * G;
     for (std::size_t g = 0; g < G; ++g) {
       V sc[NS * VPS];
       for (std::size_t t = 0; t < NS; ++t) {
-        L::widen_bf16x16(scales_at(strip + t * sb) + g * kvq::kStrip, sc + t * VPS);
+        L::widen_bf16x16(scales_at(strip[t]) + g * kvq::kStrip, sc + t * VPS);
       }
       const std::size_t c1 = std::min(d, (g + 1) * kvq::kGroup);
       for (std::size_t c = g * kvq::kGroup; c < c1; ++c) {
         for (std::size_t t = 0; t < NS; ++t) {
           V k[VPS];
-          widen<C>(codes + t * sb + c * kvq::kStrip, k);
+          widen<C>(strip[t] + codes + c * kvq::kStrip, k);
           for (std::size_t v = 0; v < VPS; ++v) {
             k[v] = k[v] * sc[t * VPS + v];
             for (std::size_t r = 0; r < MR; ++r) {
@@ -102,16 +102,18 @@ struct KvQuantImpl {
   // Strips [t0, ceil(n / 16)) in tiles of NS, the last of fewer.
   template <Code C, std::size_t MR, std::size_t NS = strips_for(MR)>
   static void score_rows(std::size_t d, std::size_t t0, const float* q, std::size_t ldq,
-                         const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                         const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                          std::size_t lds) noexcept {
-    const std::size_t sb = kvq::key_strip_bytes(d), strips_n = (n + kvq::kStrip - 1) / kvq::kStrip;
+    const std::size_t strips_n = (n + kvq::kStrip - 1) / kvq::kStrip;
     std::size_t t = t0;
     for (; t + NS <= strips_n; t += NS) {
       const std::size_t j = t * kvq::kStrip;
-      score_tile<C, MR, NS>(d, q, ldq, strips + t * sb, sb, n - j, alpha, s + j, lds);
+      const std::uint8_t* strip[NS];
+      for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kvq::kStrip, d);
+      score_tile<C, MR, NS>(d, q, ldq, strip, n - j, alpha, s + j, lds);
     }
     if constexpr (NS > 1) {
-      if (t < strips_n) score_rows<C, MR, NS - 1>(d, t, q, ldq, strips, n, alpha, s, lds);
+      if (t < strips_n) score_rows<C, MR, NS - 1>(d, t, q, ldq, keys, n, alpha, s, lds);
     }
   }
 
@@ -131,10 +133,10 @@ struct KvQuantImpl {
 
   template <Code C>
   static void scores(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
-                     const std::uint8_t* strips, std::size_t n, float alpha, float* s,
+                     const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                      std::size_t lds) noexcept {
     row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-      score_rows<C, decltype(mr)::value>(d, 0, q + r0 * ldq, ldq, strips, n, alpha, s + r0 * lds,
+      score_rows<C, decltype(mr)::value>(d, 0, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds,
                                          lds);
     });
   }
@@ -142,15 +144,18 @@ struct KvQuantImpl {
   // P·V of MR rows over NG groups of channels from group g0.
   template <Code C, std::size_t MR, std::size_t NG>
   static void value_tile(std::size_t d, std::size_t g0, const float* p, std::size_t ldp,
-                         const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                         const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                          std::size_t ldo) noexcept {
     const std::size_t G = kvq::groups(d), rb = kvq::value_row_bytes(d);
     V acc[MR][NG * GV];
     for (auto& row : acc) {
       for (V& a : row) a = L::splat(0.0f);
     }
+    // A strip's rows at a time: they are consecutive in one block.
+    const std::uint8_t* run = nullptr;
     for (std::size_t j = 0; j < n; ++j) {
-      const std::uint8_t* row = rows_v + j * rb;
+      if (j % kvq::kStrip == 0) run = keys.row(j, d);
+      const std::uint8_t* row = run + j % kvq::kStrip * rb;
       for (std::size_t g = 0; g < NG; ++g) {
         std::uint16_t bits;
         std::memcpy(&bits, row + 2 * (g0 + g), sizeof bits);
@@ -186,23 +191,22 @@ struct KvQuantImpl {
   // is a dependency chain over the keys: a decode row needs them all).
   template <Code C, std::size_t MR, std::size_t NG = groups_for(MR)>
   static void value_rows(std::size_t d, std::size_t g0, const float* p, std::size_t ldp,
-                         const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                         const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                          std::size_t ldo) noexcept {
     const std::size_t G = kvq::groups(d);
     std::size_t g = g0;
-    for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+    for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(d, g, p, ldp, keys, n, beta, o, ldo);
     if constexpr (NG > 1) {
-      if (g < G) value_rows<C, MR, NG - 1>(d, g, p, ldp, rows_v, n, beta, o, ldo);
+      if (g < G) value_rows<C, MR, NG - 1>(d, g, p, ldp, keys, n, beta, o, ldo);
     }
   }
 
   template <Code C>
   static void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-                     const std::uint8_t* rows_v, std::size_t n, float beta, float* o,
+                     const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                      std::size_t ldo) noexcept {
     row_blocks<kMrV>(rows, [&](std::size_t r0, auto mr) {
-      value_rows<C, decltype(mr)::value>(d, 0, p + r0 * ldp, ldp, rows_v, n, beta, o + r0 * ldo,
-                                         ldo);
+      value_rows<C, decltype(mr)::value>(d, 0, p + r0 * ldp, ldp, keys, n, beta, o + r0 * ldo, ldo);
     });
   }
 

@@ -74,6 +74,36 @@ struct Block {
       kvq::put_key(c, d, k.data(), v.data(), j, &keys[j * d], &values[j * d]);
     }
   }
+  kvq::KeyRuns keys() const { return {k.data(), v.data()}; }
+};
+
+// The same keys from key `first` of a block on (a multiple of kStrip), in
+// pool blocks of `block_keys` keys taken out of order, each kv head
+// of `heads` holding its head-block: the paged cache's layout, with the
+// KeyRuns that address it.
+struct Pool {
+  std::vector<std::uint8_t> k, v;
+  std::vector<std::size_t> blocks;
+  kvq::KeyRuns runs;
+  Pool(const Block& b, std::size_t d, std::size_t n, std::size_t first, std::size_t block_keys,
+       std::size_t heads, std::size_t head) {
+    const std::size_t sb = kvq::key_strip_bytes(d), rb = kvq::value_row_bytes(d);
+    const std::size_t kb = block_keys / kvq::kStrip * sb, vb = block_keys * rb;
+    const std::size_t count = (first + n + block_keys - 1) / block_keys;
+    // Backwards with gaps, so later blocks lie before the first.
+    for (std::size_t i = 0; i < count; ++i) blocks.push_back(2 * (count - 1 - i) + 1);
+    k.assign(2 * count * heads * kb, 0xCD);
+    v.assign(2 * count * heads * vb, 0xCD);
+    for (std::size_t j = 0; j < n; j += kvq::kStrip) {
+      const std::size_t at = first + j, blk = blocks[at / block_keys], local = at % block_keys;
+      std::memcpy(&k[(blk * heads + head) * kb + local / kvq::kStrip * sb],
+                  &b.k[j / kvq::kStrip * sb], sb);
+      const std::size_t rows = std::min(kvq::kStrip, n - j);
+      std::memcpy(&v[(blk * heads + head) * vb + local * rb], &b.v[j * rb], rows * rb);
+    }
+    const std::size_t b0 = (blocks[0] * heads + head);
+    runs = {&k[b0 * kb], &v[b0 * vb], first, blocks.data(), block_keys, heads * kb, heads * vb};
+  }
 };
 
 std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng, float scale = 1.0f) {
@@ -208,14 +238,58 @@ TEST_CASE("kv quant: each ISA's products are the emulation's bits", "[kv_quant]"
         const float* q = qbuf.data() + 1;
         const float* p = pbuf.data() + 1;
         std::vector<float> s(rows * lds + 1, 7.0f), s_ref(s);
-        kernels().scores[ci](rows, d, q, ldq, b.k.data(), n, 0.125f, s.data() + 1, lds);
-        kvq::scores_emulated(c, rows, d, q, ldq, b.k.data(), n, 0.125f, s_ref.data() + 1, lds);
+        kernels().scores[ci](rows, d, q, ldq, b.keys(), n, 0.125f, s.data() + 1, lds);
+        kvq::scores_emulated(c, rows, d, q, ldq, b.keys(), n, 0.125f, s_ref.data() + 1, lds);
         for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
         for (float beta : {0.0f, 1.0f, 0.5f}) {
           std::vector<float> o(rows * ldo + 1, beta == 0.0f ? kNaN : 2.0f), o_ref(o);
-          kernels().values[ci](rows, d, p, ldp, b.v.data(), n, beta, o.data() + 1, ldo);
-          kvq::values_emulated(c, rows, d, p, ldp, b.v.data(), n, beta, o_ref.data() + 1, ldo);
+          kernels().values[ci](rows, d, p, ldp, b.keys(), n, beta, o.data() + 1, ldo);
+          kvq::values_emulated(c, rows, d, p, ldp, b.keys(), n, beta, o_ref.data() + 1, ldo);
           for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
+        }
+      }
+    }
+  }
+}
+
+// A paged cache's keys: the products read keys that run on through pool
+// blocks of whole strips in place, with the bits of the same keys in one
+// head-block (and so of the emulation), from any strip of the first block.
+TEST_CASE("kv quant: products over keys in blocks are the contiguous bits", "[kv_quant]") {
+  std::mt19937_64 rng(5);
+  int trial = 0;
+  for (Code c : {Code::int8, Code::e4m3}) {
+    const auto ci = static_cast<std::size_t>(c);
+    for (std::size_t block_keys : {16, 32, 48, 64}) {
+      for (std::size_t n : {1, 15, 16, 17, 70, 256}) {
+        ++trial;
+        const std::size_t d = trial % 3 == 0 ? 33 : 64, rows = 1 + trial % 9;
+        const std::size_t first = trial % 2 == 0 ? 0 : block_keys - kvq::kStrip;
+        CAPTURE(static_cast<int>(c), block_keys, n, d, rows, first);
+        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+        if (trial % 4 == 0) keys[(n / 2) * d] = kNaN;
+        if (trial % 5 == 0) values[(n - 1) * d] = kInf;
+        const Block b(c, d, n, keys, values);
+        const Pool pool(b, d, n, first, block_keys, 3, 1);
+        const std::vector<float> q = random_floats(rows * d, rng);
+        std::vector<float> p(rows * n);
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        for (float& f : p) f = u(rng);
+        std::vector<float> s(rows * n), s_ref(rows * n), s_emu(rows * n);
+        kernels().scores[ci](rows, d, q.data(), d, pool.runs, n, 0.5f, s.data(), n);
+        kernels().scores[ci](rows, d, q.data(), d, b.keys(), n, 0.5f, s_ref.data(), n);
+        kvq::scores_emulated(c, rows, d, q.data(), d, pool.runs, n, 0.5f, s_emu.data(), n);
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          REQUIRE(bits(s[i]) == bits(s_ref[i]));
+          REQUIRE(bits(s_emu[i]) == bits(s_ref[i]));
+        }
+        std::vector<float> o(rows * d, 1.0f), o_ref(o), o_emu(o);
+        kernels().values[ci](rows, d, p.data(), n, pool.runs, n, 1.0f, o.data(), d);
+        kernels().values[ci](rows, d, p.data(), n, b.keys(), n, 1.0f, o_ref.data(), d);
+        kvq::values_emulated(c, rows, d, p.data(), n, pool.runs, n, 1.0f, o_emu.data(), d);
+        for (std::size_t i = 0; i < o.size(); ++i) {
+          REQUIRE(bits(o[i]) == bits(o_ref[i]));
+          REQUIRE(bits(o_emu[i]) == bits(o_ref[i]));
         }
       }
     }
@@ -243,8 +317,8 @@ TEST_CASE("kv quant: products are within fp32 rounding of double ones", "[kv_qua
       std::uniform_real_distribution<float> u(0.0f, 1.0f);
       for (float& f : p) f = u(rng);
       std::vector<float> s(rows * n), o(rows * d);
-      kernels().scores[ci](rows, d, q.data(), d, b.k.data(), n, 1.0f, s.data(), n);
-      kernels().values[ci](rows, d, p.data(), n, b.v.data(), n, 0.0f, o.data(), d);
+      kernels().scores[ci](rows, d, q.data(), d, b.keys(), n, 1.0f, s.data(), n);
+      kernels().values[ci](rows, d, p.data(), n, b.keys(), n, 0.0f, o.data(), d);
       for (std::size_t r = 0; r < rows; ++r) {
         for (std::size_t j = 0; j < n; ++j) {
           double exact = 0, mag = 0;

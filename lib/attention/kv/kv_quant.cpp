@@ -19,6 +19,8 @@ class KvQuant final : public KvType {
   const char* name() const override { return code_ == kvq::Code::int8 ? "int8" : "fp8_e4m3"; }
   std::size_t strip() const override { return kvq::kStrip; }
   std::size_t key_tile() const override { return key_tile_for(kvq::kStrip); }
+  // The kernels address K by strips and V by a strip's rows (kvq::KeyRuns).
+  bool spans_blocks() const override { return true; }
 
   // Each head-block's K and V rounded up to whole cache lines.
   KvLayout layout(std::size_t d, std::size_t capacity) const override {
@@ -74,18 +76,24 @@ class KvQuant final : public KvType {
   }
   void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
               std::size_t lds) const override {
-    const auto* strips =
-        static_cast<const std::uint8_t*>(t.k) + t.j0 / kvq::kStrip * kvq::key_strip_bytes(d);
-    k_.scores[index()](rows, d, qbuf, d, strips, t.n, alpha, s, lds);
+    k_.scores[index()](rows, d, qbuf, d, runs(t), t.n, alpha, s, lds);
   }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float*) const override {
-    const auto* rows_v = static_cast<const std::uint8_t*>(t.v) + t.j0 * kvq::value_row_bytes(d);
-    k_.values[index()](rows, d, p, ldp, rows_v, t.n, beta, o, ldo);
+    k_.values[index()](rows, d, p, ldp, runs(t), t.n, beta, o, ldo);
   }
 
  private:
   static std::uint8_t* bytes(void* p) { return static_cast<std::uint8_t*>(p); }
+  static kvq::KeyRuns runs(const KvTile& t) {
+    return {static_cast<const std::uint8_t*>(t.k),
+            static_cast<const std::uint8_t*>(t.v),
+            t.j0,
+            t.blocks,
+            t.block_keys,
+            t.k_stride,
+            t.v_stride};
+  }
   std::size_t index() const { return static_cast<std::size_t>(code_); }
   kvq::Code code_;
   const KvQuantKernels& k_;

@@ -27,12 +27,18 @@ struct KvLayout {
 };
 
 // One head-block's keys [j0, j0 + n) as a tile of the products: the block's
-// K and V and the layout they have (j0 on a strip of the entry).
+// K and V and the layout they have (j0 on a strip of the entry). In a paged
+// cache the keys from j0 + i = block_keys on run on in the tile's later
+// blocks: head-block b of them is (blocks[b] - blocks[0]) head-blocks of
+// k_stride (v_stride) bytes from (k, v). Only an entry that spans_blocks()
+// is handed such a tile; the others get keys of one head-block.
 struct KvTile {
   const KvLayout* layout;
   const void* k;
   const void* v;
   std::size_t j0, n;
+  const std::size_t* blocks = nullptr;
+  std::size_t block_keys = 0, k_stride = 0, v_stride = 0;
 };
 
 // The keys of one sequence, every kv head: key j of kv head g lives in
@@ -68,15 +74,24 @@ struct KvView {
   void* v_block(std::size_t g, std::size_t j) const {
     return static_cast<char*>(v) + (block(j) * kv_heads + g) * layout.v_bytes;
   }
-  // Whether keys [k0, k1) lie in one head-block from a key on a strip of
-  // `strip` keys, so the products can read them in place.
-  bool in_place(std::size_t k0, std::size_t k1, std::size_t strip) const {
-    return blocks == nullptr ||
-           (k1 <= tail && k0 / block_tokens == (k1 - 1) / block_tokens && local(k0) % strip == 0);
+  // Whether the products can read keys [k0, k1) in place: from a key on a
+  // strip of `strip` keys, in one head-block, or (`spans`: an entry that
+  // spans_blocks()) in blocks of whole strips.
+  bool in_place(std::size_t k0, std::size_t k1, std::size_t strip, bool spans) const {
+    if (blocks == nullptr) return true;
+    if (k1 > tail || local(k0) % strip != 0) return false;
+    return spans ? block_tokens % strip == 0 : k0 / block_tokens == (k1 - 1) / block_tokens;
   }
   // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
   KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
-    return {&layout, k_block(g, k0), v_block(g, k0), local(k0), k1 - k0};
+    KvTile t{&layout, k_block(g, k0), v_block(g, k0), local(k0), k1 - k0};
+    if (blocks != nullptr) {
+      t.blocks = blocks + (k0 / block_tokens - block0);
+      t.block_keys = block_tokens;
+      t.k_stride = kv_heads * layout.k_bytes;
+      t.v_stride = kv_heads * layout.v_bytes;
+    }
+    return t;
   }
 };
 
@@ -125,6 +140,10 @@ class KvType {
   virtual std::size_t strip() const = 0;
   // Keys per online-softmax step on contiguous keys (a multiple of strip()).
   virtual std::size_t key_tile() const = 0;
+  // Whether the products read a tile whose keys run on in other blocks of
+  // whole strips (KvTile::blocks) in place; the other entries' tiles that
+  // span blocks are gathered into one head-block first.
+  virtual bool spans_blocks() const { return false; }
   // The layout of a head-block for `capacity` keys; throws if it overflows.
   virtual KvLayout layout(std::size_t head_dim, std::size_t capacity) const = 0;
 
