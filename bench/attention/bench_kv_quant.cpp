@@ -2,7 +2,8 @@
 // (E 2048, 32 query heads over 8 K/V heads of 64): a decode step at b16 kv4096
 // and b1 kv16384, and a chunked prefill of 512 tokens onto 3584 cached ones
 // (b1); the b16 decode again in a paged cache of 16-token blocks (vLLM's
-// default; key tiles gathered across blocks); and a tiny decode for smoke
+// default: the fp32 and bf16 caches gather key tiles across blocks, the
+// quantized ones read them in place); and a tiny decode for smoke
 // runs; per object and cache type:
 //   fp32        fp32 object, its fp32 cache
 //   bf16        bf16 object, its bf16 cache
