@@ -384,9 +384,9 @@ TEST_CASE("mla: a decode step over forked latent slots computes their shared chu
   const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
   const MlaLayer layer(c, 33);
   const Mla mla(layer.cfg, layer.view());
-  // Past one chunk of the key grid (512 keys rounded up to the key tile,
-  // 720 on AVX2's strips of 24), which the forks share.
-  const std::size_t E = c.hidden_size, prompt = 730, slots = 3;
+  // Past one chunk of the key grid (512 keys rounded up to the key tile:
+  // 720 on AVX2's strips of 24, 756 on NEON's of 12), which the forks share.
+  const std::size_t E = c.hidden_size, prompt = 800, slots = 3;
   const auto x = random_vector(prompt * E, 34), next = random_vector(slots * E, 35);
   const std::vector<mha_kv_dtype> dtypes =
       case_scale() >= 1.0 ? std::vector<mha_kv_dtype>{MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}

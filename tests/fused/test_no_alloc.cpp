@@ -264,7 +264,7 @@ void check_entry_points(std::size_t threads) {
 
     // Forked slots decoding together (their shared chunk computed once,
     // its plan in the thread's scratch), and a tree step with its accept.
-    constexpr std::size_t kLong = 800;  // past a chunk of the key grid (720 on AVX2)
+    constexpr std::size_t kLong = 800;  // past a chunk of the key grid (720 on AVX2, 756 on NEON)
     mha::PagedKvCache forked(attn, 3, 16, 64);
     const std::vector<float> long_x = random_vector(kLong * E, 12);
     std::vector<float> long_out(kLong * E);
