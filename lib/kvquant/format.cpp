@@ -50,6 +50,26 @@ std::uint16_t scale_at(const std::uint8_t* p) {
   return bits;
 }
 
+// 16 bytes in a vector (SSE2 or NEON), so the transpose below is 64
+// byte interleaves rather than 256 scalar moves.
+using Bytes16 = std::uint8_t __attribute__((vector_size(16)));
+static_assert(kStrip == 16);
+
+// x[r][c] becomes x[c][r]: interleaving row i with row i + 8 rotates the
+// bits of (row, column) left by one, four times a transpose.
+void transpose(Bytes16 (&x)[kStrip]) {
+  for (int round = 0; round < 4; ++round) {
+    Bytes16 y[kStrip];
+    for (std::size_t i = 0; i < kStrip / 2; ++i) {
+      y[2 * i] = __builtin_shufflevector(x[i], x[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21,
+                                         6, 22, 7, 23);
+      y[2 * i + 1] = __builtin_shufflevector(x[i], x[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
+                                             13, 29, 14, 30, 15, 31);
+    }
+    std::copy_n(y, kStrip, x);
+  }
+}
+
 }  // namespace
 
 float key_element(Code c, std::size_t d, const std::uint8_t* strip, std::size_t lane,
@@ -138,14 +158,22 @@ void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block
   const std::size_t G = groups(d), lane = j % kStrip;
   std::uint8_t* strip = key_strip(k_block, d, j);
   if (lane == 0) std::memset(strip, 0, key_strip_bytes(d));
-  std::uint8_t* row = v_block + j * value_row_bytes(d);
   std::uint8_t codes[kGroup];
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t c0 = g * kGroup, n = std::min(kGroup, d - c0);
     const std::uint16_t ks = quantize_group(c, key + c0, n, codes);
     std::memcpy(strip + (g * kStrip + lane) * 2, &ks, 2);
     for (std::size_t i = 0; i < n; ++i) strip[2 * kStrip * G + (c0 + i) * kStrip + lane] = codes[i];
-    std::fill_n(codes, kGroup, std::uint8_t{0});
+  }
+  put_value(c, d, v_block, j, value);
+}
+
+void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value) {
+  const std::size_t G = groups(d);
+  std::uint8_t* row = v_block + j * value_row_bytes(d);
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t c0 = g * kGroup, n = std::min(kGroup, d - c0);
+    std::uint8_t codes[kGroup] = {};
     const std::uint16_t vs = quantize_group(c, value + c0, n, codes);
     std::memcpy(row + 2 * g, &vs, 2);
     std::memcpy(row + 2 * G + c0, codes, kGroup);
@@ -167,6 +195,10 @@ void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std:
   std::uint8_t* strip = key_strip(k_block, d, j);
   for (std::size_t g = 0; g < G; ++g) std::memset(strip + (g * kStrip + lane) * 2, 0, 2);
   for (std::size_t i = 0; i < d; ++i) strip[2 * kStrip * G + i * kStrip + lane] = 0;
+  clear_value(d, v_block, j);
+}
+
+void clear_value(std::size_t d, std::uint8_t* v_block, std::size_t j) {
   std::memset(v_block + j * value_row_bytes(d), 0, value_row_bytes(d));
 }
 
@@ -194,6 +226,30 @@ void copy_values(std::size_t d, const std::uint8_t* v_block, std::size_t j, std:
                  std::uint8_t* v_to, std::size_t to) {
   std::memcpy(v_to + to * value_row_bytes(d), v_block + j * value_row_bytes(d),
               n * value_row_bytes(d));
+}
+
+void strips_from_rows(std::size_t d, const KeyRuns& keys, std::size_t n, std::uint8_t* strips) {
+  const std::size_t G = groups(d), rb = value_row_bytes(d);
+  for (std::size_t t = 0; t * kStrip < n; ++t) {
+    std::uint8_t* strip = strips + t * key_strip_bytes(d);
+    const std::uint8_t* rows = keys.row(t * kStrip, d);  // a strip's rows are consecutive
+    const std::size_t m = std::min(kStrip, n - t * kStrip);
+    for (std::size_t g = 0; g < G; ++g) {
+      for (std::size_t lane = 0; lane < kStrip; ++lane) {
+        const std::uint16_t s = lane < m ? scale_at(rows + lane * rb + 2 * g) : 0;
+        std::memcpy(strip + (g * kStrip + lane) * 2, &s, 2);
+      }
+    }
+    // Rows hold whole groups of codes, so 16 from any c0 < d are there.
+    for (std::size_t c0 = 0; c0 < d; c0 += kStrip) {
+      Bytes16 x[kStrip] = {};
+      for (std::size_t lane = 0; lane < m; ++lane) {
+        std::memcpy(&x[lane], rows + lane * rb + 2 * G + c0, sizeof x[lane]);
+      }
+      transpose(x);
+      std::memcpy(strip + 2 * kStrip * G + c0 * kStrip, x, std::min(kStrip, d - c0) * kStrip);
+    }
+  }
 }
 
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,

@@ -70,6 +70,11 @@ void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block
 void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
              std::size_t j, float* key, float* value);
 void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j);
+// A key's V row alone, as put_key writes it, and clear_key's: a store whose
+// K is its V (MLA's latent rows) keeps the rows once and builds K strips
+// from them for the scores (strips_from_rows).
+void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value);
+void clear_value(std::size_t d, std::uint8_t* v_block, std::size_t j);
 // Keys [j, j + n) of one head-block become keys [to, to + n) of another,
 // byte for byte; both runs inside one K strip (lanes past them untouched).
 void copy_keys(std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
@@ -117,6 +122,12 @@ struct KeyRuns {
            static_cast<std::ptrdiff_t>(stride);
   }
 };
+
+// The K strips of keys [0, n) of `keys` (j0 on a strip) whose K is their V
+// row: ceil(n / kStrip) strips of key_strip_bytes(d) from `strips`, byte
+// for byte what put_key writes for key == value (the same groups give the
+// same codes and scales, transposed), lanes past n zero.
+void strips_from_rows(std::size_t d, const KeyRuns& keys, std::size_t n, std::uint8_t* strips);
 
 // The products on the layout above, as every kernel computes them (the
 // scalar emulation the kernels are tested against):

@@ -147,11 +147,13 @@ TEST_CASE("mla: quantized latent caches", "[mla]") {
   const auto f8 = step_all(mla, 2, seq, x.data(), {4, 1, 4}, MHA_KV_FP8_E4M3, E);
   CHECK(rel_error(f8, ref) <= 0.15);
   CHECK(step_all(mla, 2, seq, x.data(), std::vector<std::size_t>(seq, 1), MHA_KV_INT8, E) == i8);
-  // fp32 latent rows stored once: (r + dr) floats a token; int8 keeps K
-  // and V codes (2 x 612 bytes a token at 576).
-  MlaKvCache fp32(mla, 1, 10), int8(mla, 1, 10, MHA_KV_INT8);
-  CHECK(fp32.bytes() == 10 * 576 * sizeof(float));
-  CHECK(int8.bytes() < fp32.bytes());
+  // Latent rows stored once: (r + dr) floats a token in fp32; int8 and fp8
+  // keep one row of codes and scales (18 groups of 2 + 32 bytes at 576).
+  MlaKvCache fp32(mla, 1, 4096), int8(mla, 1, 4096, MHA_KV_INT8),
+      fp8(mla, 1, 4096, MHA_KV_FP8_E4M3);
+  CHECK(fp32.bytes() == 4096 * 576 * sizeof(float));
+  CHECK(int8.bytes() == 4096 * 612);
+  CHECK(fp8.bytes() == 4096 * 612);
 }
 
 TEST_CASE("mla: paged steps equal contiguous ones; truncate and re-step", "[mla]") {

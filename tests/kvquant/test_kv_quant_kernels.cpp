@@ -296,6 +296,41 @@ TEST_CASE("kv quant: products over keys in blocks are the contiguous bits", "[kv
   }
 }
 
+// MLA's latent rows are their own keys, so a shared cache stores the V rows
+// alone and builds K strips from them: byte for byte the strips put_key
+// writes for key == value, from one head-block or a pool's blocks, lanes
+// past the keys zero.
+TEST_CASE("kv quant: K strips built from V rows are put_key's strips", "[kv_quant]") {
+  std::mt19937_64 rng(11);
+  int trial = 0;
+  for (Code c : {Code::int8, Code::e4m3}) {
+    for (std::size_t d : {1, 15, 16, 31, 33, 64, 100, 576}) {
+      for (std::size_t n : {1, 7, 16, 17, 40, 64}) {
+        ++trial;
+        CAPTURE(static_cast<int>(c), d, n);
+        std::vector<float> rows = random_floats(n * d, rng);
+        for (std::size_t j = 0; j < n; ++j) rows[j * d + d / 2] *= 1000.0f;
+        if (trial % 3 == 0) std::fill_n(rows.begin(), d, 0.0f);
+        if (trial % 5 == 0) rows[(n - 1) * d] = kNaN;
+        if (trial % 7 == 0) rows[(n / 2) * d + d - 1] = -kInf;
+        const Block b(c, d, n, rows, rows);
+        const std::size_t sb = kvq::key_strip_bytes(d),
+                          strips = (n + kvq::kStrip - 1) / kvq::kStrip;
+        std::vector<std::uint8_t> built(strips * sb, 0xAB);
+        kvq::strips_from_rows(d, b.keys(), n, built.data());
+        REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
+        // Rows that run on through out-of-order blocks, from any strip of
+        // the first.
+        const std::size_t block_keys = trial % 2 == 0 ? 16 : 32;
+        const Pool pool(b, d, n, trial % 4 == 0 ? kvq::kStrip : 0, block_keys, 2, 1);
+        std::fill(built.begin(), built.end(), 0xAB);
+        kvq::strips_from_rows(d, pool.runs, n, built.data());
+        REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
+      }
+    }
+  }
+}
+
 // Against double sums of the dequantized values: each score is a chain of d
 // fp32 FMAs, so |error| <= d·2^-24·Σ|q·k| (the standard bound for recursive
 // summation, gamma_d, with one rounding per step); likewise P·V over n keys.

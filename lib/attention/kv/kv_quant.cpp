@@ -2,6 +2,9 @@
 // is quantized once, when it enters the store, and both products dequantize
 // K and V in registers. Q and P stay fp32 (on a bf16 object too): the
 // products are fp32 FMAs, so rounding them would only lose accuracy.
+// A shared entry (MLA's latent rows, K = V) stores the V rows alone and
+// builds each score chunk's K strips from them in task scratch: the bits
+// of the two-copy entry at half its bytes.
 #include <algorithm>
 #include <cstring>
 
@@ -15,8 +18,12 @@ namespace {
 
 class KvQuant final : public KvType {
  public:
-  KvQuant(kvq::Code code, const KvQuantKernels& k) : code_(code), k_(k) {}
-  const char* name() const override { return code_ == kvq::Code::int8 ? "int8" : "fp8_e4m3"; }
+  KvQuant(kvq::Code code, const KvQuantKernels& k, bool shared)
+      : code_(code), k_(k), shared_(shared) {}
+  const char* name() const override {
+    if (code_ == kvq::Code::int8) return shared_ ? "int8 shared K/V" : "int8";
+    return shared_ ? "fp8_e4m3 shared K/V" : "fp8_e4m3";
+  }
   std::size_t strip() const override { return kvq::kStrip; }
   std::size_t key_tile() const override { return key_tile_for(kvq::kStrip); }
   // The kernels address K by strips and V by a strip's rows (kvq::KeyRuns).
@@ -27,11 +34,13 @@ class KvQuant final : public KvType {
     const char* what = "KV cache layout (batch x kv_heads x padded max_len x padded head_dim)";
     KvLayout l;
     l.capacity = capacity;
-    l.k_bytes = float_bytes(
-        checked_round_up(
-            checked_mul(ceil_div(capacity, kvq::kStrip), kvq::key_strip_bytes(d), what), 64, what) /
-            sizeof(float),
-        what);
+    if (!shared_) {
+      l.k_bytes = float_bytes(checked_round_up(checked_mul(ceil_div(capacity, kvq::kStrip),
+                                                           kvq::key_strip_bytes(d), what),
+                                               64, what) /
+                                  sizeof(float),
+                              what);
+    }
     l.v_bytes = float_bytes(
         checked_round_up(checked_mul(capacity, kvq::value_row_bytes(d), what), 64, what) /
             sizeof(float),
@@ -41,6 +50,10 @@ class KvQuant final : public KvType {
 
   void put(const KvLayout&, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
+    if (shared_) {
+      kvq::put_value(code_, d, bytes(v), j, value);
+      return;
+    }
     kvq::put_key(code_, d, bytes(k), bytes(v), j, key, value);
   }
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
@@ -50,6 +63,10 @@ class KvQuant final : public KvType {
   // V too: its rows are read, times a zero P, so they must not keep a stale
   // NaN scale.
   void clear(const KvLayout&, void* k, void* v, std::size_t j, std::size_t d) const override {
+    if (shared_) {
+      kvq::clear_value(d, bytes(v), j);
+      return;
+    }
     kvq::clear_key(d, bytes(k), bytes(v), j);
   }
 
@@ -59,7 +76,7 @@ class KvQuant final : public KvType {
                  std::size_t d) const override {
     const auto* ks = static_cast<const std::uint8_t*>(k);
     const auto* vs = static_cast<const std::uint8_t*>(v);
-    if (k_to == nullptr) {
+    if (k_to == nullptr || shared_) {
       kvq::copy_values(d, vs, j, n, bytes(v_to), to);
       return;
     }
@@ -68,7 +85,11 @@ class KvQuant final : public KvType {
     });
   }
 
-  std::size_t query_floats(std::size_t rows, std::size_t d) const override { return rows * d; }
+  // Q's rows, then (shared) room for one chunk's K strips.
+  std::size_t query_floats(std::size_t rows, std::size_t d) const override {
+    if (!shared_) return rows * d;
+    return round_up(rows * d, 16) + ceil_div(kChunkStrips * kvq::key_strip_bytes(d), sizeof(float));
+  }
   std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
@@ -76,7 +97,19 @@ class KvQuant final : public KvType {
   }
   void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
               std::size_t lds) const override {
-    k_.scores[index()](rows, d, qbuf, d, runs(t), t.n, alpha, s, lds);
+    if (!shared_) {
+      k_.scores[index()](rows, d, qbuf, d, runs(t), t.n, alpha, s, lds);
+      return;
+    }
+    auto* strips = reinterpret_cast<std::uint8_t*>(qbuf + round_up(rows * d, 16));
+    const std::size_t chunk = kChunkStrips * kvq::kStrip;
+    kvq::KeyRuns from = runs(t);
+    for (std::size_t j = 0; j < t.n; j += chunk) {
+      const std::size_t n = std::min(chunk, t.n - j);
+      kvq::strips_from_rows(d, from, n, strips);
+      k_.scores[index()](rows, d, qbuf, d, kvq::KeyRuns{strips, nullptr}, n, alpha, s + j, lds);
+      from.j0 += n;
+    }
   }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float*) const override {
@@ -95,14 +128,18 @@ class KvQuant final : public KvType {
             t.v_stride};
   }
   std::size_t index() const { return static_cast<std::size_t>(code_); }
+  // K strips built per chunk (shared): 4, a score tile's widest, 39 KiB at
+  // MLA's 576 channels.
+  static constexpr std::size_t kChunkStrips = 4;
   kvq::Code code_;
   const KvQuantKernels& k_;
+  bool shared_;
 };
 
 }  // namespace
 
-std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa) {
-  return std::make_unique<KvQuant>(code, kv_quant_kernels(isa));
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, bool shared) {
+  return std::make_unique<KvQuant>(code, kv_quant_kernels(isa), shared);
 }
 
 }  // namespace mha::detail

@@ -206,7 +206,8 @@ std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels
 // (kv_latent.cpp).
 std::unique_ptr<KvType> make_kv_latent_fp32(const GemmKernels& g);
 // int8 or fp8 E4M3 K and V with scales (kv_quant.cpp, kvquant/format.hpp),
-// on isa's kernels: the quantized caches' type on any object.
-std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa);
+// on isa's kernels: the quantized caches' type on any object; `shared`:
+// rows that are both K and V, stored once (put() keeps the value alone).
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, bool shared);
 
 }  // namespace mha::detail
