@@ -99,14 +99,6 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, st
 //     product and the sum rounded apart, as the other kernel sets.
 template <class T, std::size_t MT, std::size_t NT>
 struct Block {
-  // C tiles (r, c) += A tile r · B tile c.
-  static void dot_all() {
-    T::template dp<0, 4, 6>();
-    if constexpr (NT == 2) T::template dp<1, 4, 7>();
-    if constexpr (MT == 2) T::template dp<2, 5, 6>();
-    if constexpr (MT == 2 && NT == 2) T::template dp<3, 5, 7>();
-  }
-
   // A's row block r from rows `stride` pairs apart, or through a zero-padded
   // copy of its `rows` x `pairs` valid part.
   template <int kTile>
@@ -121,10 +113,11 @@ struct Block {
     T::template load<kTile>(pad, kTileBytes);
   }
 
-  // acc[kMR x kNR] (the four C tiles) over kp pairs; A rows `stride` pairs
-  // apart, with `padded` rows and pairs (packed A) loaded whole.
+  // The four C tiles over kp pairs into acc (rows ld floats apart); A rows
+  // `stride` pairs apart, with `padded` rows and pairs (packed A) loaded
+  // whole.
   static void run(std::size_t kp, const std::uint32_t* a, std::size_t stride, bool padded,
-                  const std::uint16_t* b, std::size_t m, float* acc) {
+                  const std::uint16_t* b, std::size_t m, float* acc, std::size_t ld) {
     alignas(64) std::uint32_t apad[2][kTileRows * kTilePairs];
     alignas(64) std::uint16_t bpad[kTilePairs * kNR * 2];
     T::template zero<0>();
@@ -134,25 +127,33 @@ struct Block {
     for (std::size_t p0 = 0; p0 < kp; p0 += kTilePairs) {
       const std::size_t pairs = std::min(kTilePairs, kp - p0);
       const std::size_t rows0 = padded ? kTileRows : std::min(kTileRows, m);
-      load_a<4>(a + p0, stride, rows0, padded ? kTilePairs : pairs, apad[0]);
-      if constexpr (MT == 2) {
-        const std::size_t rows1 = padded ? kTileRows : m - kTileRows;
-        load_a<5>(a + kTileRows * stride + p0, stride, rows1, padded ? kTilePairs : pairs, apad[1]);
-      }
       const std::uint16_t* bp = b + p0 * kNR * 2;
       if (pairs < kTilePairs) {
         std::copy_n(bp, pairs * kNR * 2, bpad);
         std::fill(bpad + pairs * kNR * 2, bpad + kTilePairs * kNR * 2, std::uint16_t{0});
         bp = bpad;
       }
+      // Each load just before the first product that reads it: a load
+      // waits for the products still reading its tile (tiles are not
+      // renamed), so the next step's A0 and B0 start while C(1, *) run.
+      load_a<4>(a + p0, stride, rows0, padded ? kTilePairs : pairs, apad[0]);
       T::template load<6>(bp, kNR * 4);
-      if constexpr (NT == 2) T::template load<7>(bp + 16 * 2, kNR * 4);
-      dot_all();
+      T::template dp<0, 4, 6>();
+      if constexpr (NT == 2) {
+        T::template load<7>(bp + 16 * 2, kNR * 4);
+        T::template dp<1, 4, 7>();
+      }
+      if constexpr (MT == 2) {
+        const std::size_t rows1 = padded ? kTileRows : m - kTileRows;
+        load_a<5>(a + kTileRows * stride + p0, stride, rows1, padded ? kTilePairs : pairs, apad[1]);
+        T::template dp<2, 5, 6>();
+        if constexpr (NT == 2) T::template dp<3, 5, 7>();
+      }
     }
-    T::template store<0>(acc, kNR * 4);
-    if constexpr (NT == 2) T::template store<1>(acc + 16, kNR * 4);
-    if constexpr (MT == 2) T::template store<2>(acc + kTileRows * kNR, kNR * 4);
-    if constexpr (MT == 2 && NT == 2) T::template store<3>(acc + kTileRows * kNR + 16, kNR * 4);
+    T::template store<0>(acc, ld * 4);
+    if constexpr (NT == 2) T::template store<1>(acc + 16, ld * 4);
+    if constexpr (MT == 2) T::template store<2>(acc + kTileRows * ld, ld * 4);
+    if constexpr (MT == 2 && NT == 2) T::template store<3>(acc + kTileRows * ld + 16, ld * 4);
   }
 };
 
@@ -160,16 +161,22 @@ template <class T>
 void run(std::size_t kp, const std::uint32_t* a, std::size_t stride, bool padded,
          const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m, std::size_t n,
          float alpha, float beta) {
+  // A whole block whose C is the products' sum goes straight from the
+  // tiles to C (1·acc is acc), skipping a 4 KiB pass through acc.
+  if (m == kMR && n == kNR && alpha == 1.f && beta == 0.f) {
+    Block<T, 2, 2>::run(kp, a, stride, padded, b, m, c, ldc);
+    return;
+  }
   alignas(64) float acc[kMR * kNR];
   const bool two_m = m > kTileRows, two_n = n > 16;
   if (two_m && two_n) {
-    Block<T, 2, 2>::run(kp, a, stride, padded, b, m, acc);
+    Block<T, 2, 2>::run(kp, a, stride, padded, b, m, acc, kNR);
   } else if (two_m) {
-    Block<T, 2, 1>::run(kp, a, stride, padded, b, m, acc);
+    Block<T, 2, 1>::run(kp, a, stride, padded, b, m, acc, kNR);
   } else if (two_n) {
-    Block<T, 1, 2>::run(kp, a, stride, padded, b, m, acc);
+    Block<T, 1, 2>::run(kp, a, stride, padded, b, m, acc, kNR);
   } else {
-    Block<T, 1, 1>::run(kp, a, stride, padded, b, m, acc);
+    Block<T, 1, 1>::run(kp, a, stride, padded, b, m, acc, kNR);
   }
   T::finish(acc, c, ldc, m, n, alpha, beta);
 }
