@@ -158,19 +158,31 @@ double peak_gflops(int threads) {
   return it->second;
 }
 
-// Whether bf16 products run on the vdpbf16ps kernels now.
+// The bf16 kernel set the library runs now (mha_kernel_name).
+std::string_view bf16_kernel() {
+  return mha_kernel_name(MHA_BF16);
+}
+
+// Whether the bf16 products run faster than fp32 FMAs: on tiles or on
+// vdpbf16ps, each with its own peak loop; the widening sets run at the FMA
+// rate.
 bool bf16_dot() {
-  return std::string_view(mha_kernel_name(MHA_BF16)) == "avx512_bf16";
+  return bf16_kernel() == "avx512_bf16" || bf16_kernel() == "amx_bf16";
 }
 
 double peak_bf16_gflops(int threads) {
-#if MHA_BUILD_AVX512_BF16
+#if MHA_BUILD_AVX512_BF16 && MHA_BUILD_AMX_BF16
   if (bf16_dot()) {
     static std::mutex mutex;
-    static std::map<int, double> cache;
+    static std::map<std::pair<std::string, int>, double> cache;
     const std::lock_guard<std::mutex> lock(mutex);
-    auto [it, inserted] = cache.try_emplace(threads, 0.0);
-    if (inserted) it->second = measure_peak(detail::avx512_bf16::dpbf16_loop, threads);
+    const std::string set(bf16_kernel());
+    auto [it, inserted] = cache.try_emplace({set, threads}, 0.0);
+    if (inserted) {
+      it->second = measure_peak(
+          set == "amx_bf16" ? detail::amx_bf16::tdpbf16_loop : detail::avx512_bf16::dpbf16_loop,
+          threads);
+    }
     return it->second;
   }
 #endif
@@ -285,6 +297,7 @@ int main(int argc, char** argv) {
       benchmark::AddCustomContext("peak_gflops_" + std::to_string(t) + "t",
                                   mha::bench::format_number(mha::bench::peak_gflops(t)));
     }
+    benchmark::AddCustomContext("mha_bf16_kernel", std::string(mha::bench::bf16_kernel()));
     if (mha::bench::bf16_dot()) {
       for (int t : peak_counts) {
         benchmark::AddCustomContext("peak_bf16_gflops_" + std::to_string(t) + "t",

@@ -23,6 +23,11 @@ double fma_loop(std::uint64_t iterations, float* sink);
 namespace avx512_bf16 {
 double dpbf16_loop(std::uint64_t iterations, float* sink);
 }
+// tdpbf16ps on resident tiles (flops: 2 per bf16 multiply-add); only in
+// builds with AVX-512, to be run where the library picked amx_bf16.
+namespace amx_bf16 {
+double tdpbf16_loop(std::uint64_t iterations, float* sink);
+}
 namespace neon {
 double fma_loop(std::uint64_t iterations, float* sink);
 }

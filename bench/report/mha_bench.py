@@ -263,6 +263,7 @@ def results(record):
     for run in record["runs"]:
         context = run["gbench"].get("context", {})
         isa = context.get("mha_isa") or run.get("isa") or "?"
+        bf16_kernel = context.get("mha_bf16_kernel")
         groups = {}
         for b in run["gbench"].get("benchmarks", []):
             if not isinstance(b, dict) or "name" not in b:
@@ -295,6 +296,8 @@ def results(record):
             key = (suite, config, impl, threads, isa)
             row = {
                 "suite": suite, "config": config, "impl": impl, "threads": threads, "isa": isa,
+                # The bf16 kernel set a bf16 row of ours ran on (amx_bf16, avx512_bf16, ...).
+                "kernel": bf16_kernel if impl == "mha_bf16" else None,
                 "ms": None if errors else real_time * unit,
                 "gflops": to_float(chosen.get("GFLOPS")),
                 "peak_pct": to_float(chosen.get("peak_pct")),
@@ -374,7 +377,9 @@ HEADLINE_ALIGNS = ["<", ">", "<", ">", ">", ">", ">", "<", ">"]
 RATIO_NOTE = ("ratio = best baseline time / mha time (>1: mha is faster); best baseline = the "
               "fastest of oneDNN, OpenBLAS and PyTorch for the same configuration and threads "
               "(for a bf16 row, their bf16 rows too); %peak is against the measured peak of "
-              "the ISA at that thread count (FMA, or the bf16 dot product for bf16 rows).")
+              "the ISA at that thread count (FMA; for a bf16 row, named by its kernel set, that "
+              "set's own: resident tdpbf16ps for amx_bf16, vdpbf16ps for avx512_bf16, FMA for "
+              "the widening sets).")
 
 
 # Our implementations: mha, mha_prepacked (GEMM with B packed once, as the attention
@@ -386,6 +391,11 @@ OUR_SUFFIX = {"mha": "", "mha_prepacked": " prepacked", "mha_bf16": " bf16"}
 
 def our_label(suite, config, impl):
     return suite + "/" + config + OUR_SUFFIX[impl]
+
+
+def shown_isa(row):
+    """What a row ran on: the ISA, or for a bf16 row of ours its kernel set."""
+    return row.get("kernel") or row["isa"]
 
 
 def headline_body(rows):
@@ -403,11 +413,11 @@ def headline_body(rows):
         base = best_baseline(rows, r)
         label = our_label(r["suite"], r["config"], r["impl"])
         if r["ms"] is None:
-            body.append([label, r["threads"], r["isa"], "-", "-", "-",
+            body.append([label, r["threads"], shown_isa(r), "-", "-", "-",
                          "-", "error: " + (r["error"] or "?"), "-"])
             continue
         body.append([
-            label, r["threads"], r["isa"], fmt(r["ms"], ".3f"),
+            label, r["threads"], shown_isa(r), fmt(r["ms"], ".3f"),
             fmt(r["gflops"], ".1f"), fmt(r["peak_pct"], ".1f"), fmt(r["gbps"], ".1f"),
             "{} {:.3f} ms".format(base["impl"], base["ms"]) if base else "-",
             "{:.2f}x".format(base["ms"] / r["ms"]) if base and r["ms"] > 0 else "-",

@@ -124,6 +124,22 @@ class ResultsTest(unittest.TestCase):
         decode = self.rows[("attention", "decode_kv2048", "mha", 1, "avx512")]
         self.assertEqual(mha_bench.best_baseline(rows, decode)["impl"], "memcpy")
 
+    def test_bf16_rows_name_their_kernel_set(self):
+        def bench(impl, ms):
+            name = "attention/bert_b1_s128/{}/threads:1/real_time".format(impl)
+            return {"name": name, "run_name": name, "run_type": "iteration",
+                    "real_time": ms * 1e6, "time_unit": "ns"}
+        context = {"mha_isa": "avx512", "mha_bf16_kernel": "amx_bf16"}
+        record = {"runs": [{"gbench": {"context": context, "benchmarks": [
+            bench("mha", 4.0), bench("mha_bf16", 2.0), bench("onednn", 5.0)]}}]}
+        rows = mha_bench.results(record)
+        shown = {r[0]: r[2] for r in mha_bench.headline_body(rows)}
+        self.assertEqual(shown, {"attention/bert_b1_s128": "avx512",
+                                 "attention/bert_b1_s128 bf16": "amx_bf16"})
+        # Matched to baselines by ISA, as before.
+        bf16 = [r for r in rows if r["impl"] == "mha_bf16"][0]
+        self.assertEqual(mha_bench.best_baseline(rows, bf16)["impl"], "onednn")
+
     def test_prepacked_rows_are_listed_after_mha_with_their_ratio(self):
         def row(impl, ms):
             return {"suite": "gemm", "config": "proj_m128_n768_k768_nt", "impl": impl,
