@@ -193,10 +193,13 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   }
   // Short query sets stay one block: splitting 80 rows as 64 + 16 would run
   // the second block's products at a quarter of the micro-kernel's rows.
-  // Longer ones use blocks of whole micro-tiles (56 rows for AVX-512's 14-row
-  // tile rather than 64 = 4 x 14 + 8, whose last pass runs at 8/14).
+  // Longer ones use blocks of whole micro-tiles of the KV type's products
+  // (56 rows for AVX-512's 14-row tile rather than 64 = 4 x 14 + 8, whose
+  // last pass runs at 8/14; 64 for AMX's 32, where 56 left a tile of 8
+  // rows copied to a padded tile every step).
+  const std::size_t mr = kv.row_tile() != 0 ? kv.row_tile() : g.mr;
   p.q_block = max_q <= kQueryBlock + kQueryBlock / 2 ? std::max<std::size_t>(max_q, 1)
-                                                     : std::max(g.mr, kQueryBlock / g.mr * g.mr);
+                                                     : std::max(mr, kQueryBlock / mr * mr);
   // GQA decode: a K/V head's query heads as one task's rows. (A Llama-3.2-
   // 1B-like decode step, b1 kv16384, 1 thread on Zen 4, took 0.53-0.62x the
   // time of one task per query head, which reads each K/V head 4 times, on

@@ -19,6 +19,7 @@ class KvBf16 final : public KvType {
   KvBf16(const GemmKernels& g, const GemmBf16Kernels& g16) : g_(g), g16_(g16) {}
   const char* name() const override { return "bf16"; }
   std::size_t strip() const override { return g16_.nr; }
+  std::size_t row_tile() const override { return g16_.mr; }
   std::size_t key_tile() const override { return round_up(key_tile_for(g_.nr), g16_.nr); }
 
   // Each head-block rounded up to whole cache lines (32 elements).

@@ -140,6 +140,9 @@ class KvType {
   virtual std::size_t strip() const = 0;
   // Keys per online-softmax step on contiguous keys (a multiple of strip()).
   virtual std::size_t key_tile() const = 0;
+  // Query rows per register tile of the products, which query blocks are
+  // made of whole tiles of; 0: the fp32 kernels' (plan_core).
+  virtual std::size_t row_tile() const { return 0; }
   // Whether the products read a tile whose keys run on in other blocks of
   // whole strips (KvTile::blocks) in place; the other entries' tiles that
   // span blocks are gathered into one head-block first.
