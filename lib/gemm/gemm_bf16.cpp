@@ -60,6 +60,7 @@ void run_strips(const GemmBf16Kernels& g, std::size_t mb, std::size_t kp,
                 const std::uint32_t* apack, const std::uint16_t* bk, std::size_t b_strip, float* c,
                 std::size_t ldc, std::size_t n, float alpha, float beta) {
   if (mb == 1) return bf16_row(g, true, kp, apack, bk, b_strip, c, n, alpha, beta);
+  if (g.panel != nullptr) return g.panel(kp, apack, bk, b_strip, c, ldc, mb, n, alpha, beta);
   const std::size_t a_strip = packed_a_strip_words(g, kp);
   for (std::size_t is = 0; is * g.mr < mb; ++is) {
     const std::size_t mm = std::min(g.mr, mb - is * g.mr);

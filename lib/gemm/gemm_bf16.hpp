@@ -114,6 +114,18 @@ struct GemmBf16Kernels {
   // function call preserves it and each worker must load its own (oneDNN's
   // brgemm set_hw_context).
   void (*thread_setup)() = nullptr;
+  // Optional: C [m x n] = alpha·A·B + beta·C for every block of mr rows
+  // against every strip of B (b_strip elements apart) in one call, each
+  // block with ukernel's bits (panel: A packed strips, as run_strips walks
+  // them) or ukernel_rows' (panel_rows: rows lda pairs apart), for a set
+  // whose blocks overlap when run back to back (AMX: a block's epilogue on
+  // the vector unit while the tiles compute the next).
+  void (*panel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, std::size_t b_strip,
+                float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                float beta) = nullptr;
+  void (*panel_rows)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
+                     const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t ldc,
+                     std::size_t m, std::size_t n, float alpha, float beta) = nullptr;
   // 32-bit words per pair of A.
   std::size_t pair_words() const { return a_bytes / 2; }
 };
@@ -179,6 +191,8 @@ inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp
                       std::size_t b_strip, float* c, std::size_t ldc, std::size_t n, float alpha,
                       float beta) {
   if (rows == 1) return bf16_row(g, false, kp, a, b, b_strip, c, n, alpha, beta);
+  if (g.panel_rows != nullptr)
+    return g.panel_rows(kp, a, lda, b, b_strip, c, ldc, rows, n, alpha, beta);
   const std::size_t row_words = lda * g.pair_words();
   for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
     const std::size_t cols = n - j0 < g.nr ? n - j0 : g.nr;

@@ -92,15 +92,15 @@ struct Backend {
       _tile_dpbf16ps(3, 5, 7);
     }
   }
-  static void finish(const float* acc, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                     float alpha, float beta) {
+  static void finish(const float* acc, std::size_t lda, float* c, std::size_t ldc, std::size_t m,
+                     std::size_t n, float alpha, float beta) {
     const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     for (std::size_t i = 0; i < m; ++i) {
       for (std::size_t j = 0; j < n; j += 16) {
         const std::size_t lanes = n - j < 16 ? n - j : 16;
         const auto mask = static_cast<__mmask16>((1u << lanes) - 1u);
         float* p = c + i * ldc + j;
-        __m512 x = _mm512_mul_ps(_mm512_load_ps(acc + i * bf16_amx::kNR + j), va);
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, acc + i * lda + j), va);
         if (beta != 0.f) x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask, p)));
         _mm512_mask_storeu_ps(p, mask, x);
       }

@@ -88,11 +88,11 @@ struct Backend {
       }
     }
   }
-  static void finish(const float* acc, float* c, std::size_t ldc, std::size_t m, std::size_t n,
-                     float alpha, float beta) {
+  static void finish(const float* acc, std::size_t lda, float* c, std::size_t ldc, std::size_t m,
+                     std::size_t n, float alpha, float beta) {
     for (std::size_t i = 0; i < m; ++i) {
       for (std::size_t j = 0; j < n; ++j) {
-        const float r = alpha * acc[i * bf16_amx::kNR + j];
+        const float r = alpha * acc[i * lda + j];
         float& cij = c[i * ldc + j];
         cij = beta == 0.f ? r : r + beta * cij;
       }

@@ -568,6 +568,64 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   }
 }
 
+// bf16_rows over several row blocks and strips (a table's panel_rows where
+// it has one: AMX's, which defers each block's epilogue past the next
+// block's products and stores whole beta-0 blocks straight to C) gives, per
+// block, the bits of ukernel_rows on that block alone; the same for the
+// packed panel against ukernel. Elements past the panel stay untouched.
+TEST_CASE("bf16 panels give each block's own bits", "[gemm][bf16]") {
+  if (std::string(mha_isa_name()) != mha::isa_name(mha::supported_isas().front())) return;
+  std::mt19937_64 rng(93);
+  for (const mha::detail::GemmBf16Kernels* gp : mha::detail::gemm_bf16_kernel_sets()) {
+    const mha::detail::GemmBf16Kernels& g = *gp;
+    if (g.k_group != 2) continue;  // the panels' sets pair k by two
+    mha::detail::prepare_thread(g);
+    const std::size_t w = g.pair_words();
+    for (std::size_t k : {2, 7, 64, 131}) {
+      const std::size_t kp = (k + 1) / 2, lda = kp + 3;
+      for (std::size_t m : {2, 17, 32, 33, 64, 71}) {
+        for (std::size_t n : {1, 31, 64, 100}) {
+          INFO(g.name << ": k " << k << " m " << m << " n " << n);
+          const std::vector<std::uint16_t> a16 = random_bf16(m * k, rng());
+          const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
+          std::vector<float> a32(m * k);
+          for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = fp32(a16[i]);
+          std::vector<std::uint32_t> rows(m * lda * w, 0xffffffffu);
+          g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
+          const std::size_t a_strip = mha::detail::packed_a_strip_words(g, kp);
+          std::vector<std::uint32_t> packed((m + g.mr - 1) / g.mr * a_strip);
+          g.pack_a(false, m, k, a16.data(), k, packed.data());
+          const std::size_t strips = (n + g.nr - 1) / g.nr,
+                            strip = mha::detail::packed_b_rows(g, k) * g.nr;
+          std::vector<std::uint16_t> bp(strips * strip);
+          g.pack_b(false, k, n, b16.data(), n, bp.data(), strip);
+          const std::size_t ldc = n + 5;
+          for (float alpha : {1.f, 0.75f}) {
+            for (float beta : {0.f, 1.f}) {
+              std::vector<float> want(m * ldc, 0.5f), rows_c(want), packed_c(want);
+              for (std::size_t i0 = 0; i0 < m; i0 += g.mr) {
+                for (std::size_t js = 0; js < strips; ++js) {
+                  g.ukernel_rows(kp, rows.data() + i0 * lda * w, lda, bp.data() + js * strip,
+                                 want.data() + i0 * ldc + js * g.nr, ldc, std::min(g.mr, m - i0),
+                                 std::min(g.nr, n - js * g.nr), alpha, beta);
+                }
+              }
+              mha::detail::bf16_rows(g, m, kp, rows.data(), lda, bp.data(), strip, rows_c.data(),
+                                     ldc, n, alpha, beta);
+              CHECK(bitwise_equal(want, rows_c));
+              if (g.panel != nullptr) {
+                g.panel(kp, packed.data(), bp.data(), strip, packed_c.data(), ldc, m, n, alpha,
+                        beta);
+                CHECK(bitwise_equal(want, packed_c));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the widening kernels give emulated_vdpbf16ps's bits on normal operands",
           "[gemm][bf16]") {
   // Same order and single rounding per step as vdpbf16ps; only denormals
