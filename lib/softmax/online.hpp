@@ -40,16 +40,13 @@ inline bool online_poisoned(const OnlineRow& st) {
   return std::isnan(st.sum);
 }
 
-// Takes the next tile s[0..n) (n >= 1) of scaled and masked scores, replaces it
-// by exp(s - new max) and updates st. Returns alpha, the factor by which
-// everything accumulated from earlier tiles must be scaled (st.sum is already
-// rescaled): exp(old max - new max), or 1 while no earlier score was above
-// -inf (their weights are 0, so the accumulator holds only zeros). A tile
-// holding a NaN or +inf poisons the row, and online_finalize and online_merge
-// then give NaN whatever was accumulated; later tiles become NaN, alpha too.
-inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std::size_t n) {
+namespace online_impl {
+
+// online_update with the tile's max and its exp_sum(shift) given.
+template <class ExpSum>
+float update(OnlineRow& st, const SoftmaxKernels& k, float* s, std::size_t n, float tile_max,
+             const ExpSum& exp_sum) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const float tile_max = k.reduce_max(s, n);
   // A max above FLT_MAX or NaN means a +inf or NaN score (reduce_max may also
   // skip NaNs: the sum below catches those).
   if (online_poisoned(st) || !(tile_max <= FLT_MAX)) {
@@ -60,7 +57,7 @@ inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std
   const float m = st.max < tile_max ? tile_max : st.max;
   // While every score is -inf, exp(s - 0) turns the tile into zeros, and the
   // sum is NaN exactly when a NaN is among them.
-  const float tile_sum = k.exp_sum(s, n, m == kNegInf ? 0.f : m);
+  const float tile_sum = exp_sum(m == kNegInf ? 0.f : m);
   float alpha = 1.f;
   if (st.max != kNegInf && m != st.max) {
     alpha = st.max - m;
@@ -69,6 +66,31 @@ inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std
   st.sum = st.sum * alpha + tile_sum;
   st.max = m;
   return alpha;
+}
+
+}  // namespace online_impl
+
+// Takes the next tile s[0..n) (n >= 1) of scaled and masked scores, replaces it
+// by exp(s - new max) and updates st. Returns alpha, the factor by which
+// everything accumulated from earlier tiles must be scaled (st.sum is already
+// rescaled): exp(old max - new max), or 1 while no earlier score was above
+// -inf (their weights are 0, so the accumulator holds only zeros). A tile
+// holding a NaN or +inf poisons the row, and online_finalize and online_merge
+// then give NaN whatever was accumulated; later tiles become NaN, alpha too.
+inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std::size_t n) {
+  return online_impl::update(st, k, s, n, k.reduce_max(s, n),
+                             [&](float shift) { return k.exp_sum(s, n, shift); });
+}
+
+// online_update of the scores fl(x·scale) (scale > 0) from the tile x of
+// unscaled ones, bit for bit, with the scaling folded into the exp pass
+// (scale_exp_sum) rather than a pass of its own: rounding is monotonic, so
+// the max of the scaled scores is fl(max(x)·scale). x becomes exp(fl(x·scale)
+// - new max).
+inline float online_update_scaled(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
+                                  float scale) {
+  return online_impl::update(st, k, x, n, k.reduce_max(x, n) * scale,
+                             [&](float shift) { return k.scale_exp_sum(x, x, n, scale, shift); });
 }
 
 // acc[0..n) *= alpha (skipped when alpha is exactly 1: the max did not move).

@@ -317,6 +317,48 @@ TEST_CASE("online softmax over tiles equals one-pass softmax", "[softmax][online
   CHECK(mha::detail::online_poisoned(st2));
 }
 
+namespace {
+
+bool same_float(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+}  // namespace
+
+// The attention core's tiles of unscaled scores, scaled in the exp pass:
+// the state, alpha and the tile's weights are bitwise those of scaling the
+// tile first (the kernels' scale) and then online_update, over tiles with
+// -inf stretches, NaN, +inf, scores that overflow or underflow when scaled,
+// and scales below and above 1.
+TEST_CASE("online_update_scaled is scaling, then online_update, bit for bit", "[softmax][online]") {
+  const auto& k = mha::detail::softmax_kernels(mha::current_isa());
+  std::mt19937_64 rng(17);
+  const std::size_t cases = mha::test::scaled(200, 40);
+  const float scales[] = {0.125f, 0.088388346f, 1.0f, 3.0f, 1e-30f, 0.5f};
+  for (std::size_t c = 0; c < cases; ++c) {
+    const std::size_t n = 1 + rng() % 300;
+    auto x = online_scores(c, n, rng);
+    if (c % 3 == 1) x[rng() % n] = 3e38f;
+    if (c % 4 == 2) x[rng() % n] = -1e-44f;
+    const float s = scales[c % std::size(scales)];
+    mha::detail::OnlineRow a, b;
+    INFO("case " << c << " n " << n << " scale " << s);
+    for (std::size_t j0 = 0; j0 < n;) {
+      const std::size_t w = std::min<std::size_t>(n - j0, 1 + rng() % 64);
+      std::vector<float> ta(x.begin() + j0, x.begin() + j0 + w), tb(ta);
+      k.scale(ta.data(), w, s);
+      const float alpha_a = mha::detail::online_update(k, a, ta.data(), w);
+      const float alpha_b = mha::detail::online_update_scaled(k, b, tb.data(), w, s);
+      CHECK(same_float(alpha_a, alpha_b));
+      CHECK(same_float(a.max, b.max));
+      CHECK(same_float(a.sum, b.sum));
+      for (std::size_t j = 0; j < w; ++j) CHECK(same_float(ta[j], tb[j]));
+      j0 += w;
+    }
+  }
+}
+
 TEST_CASE("online softmax merged across key ranges equals one-pass softmax", "[softmax][online]") {
   const auto& k = mha::detail::softmax_kernels(mha::current_isa());
   std::mt19937_64 rng(11);

@@ -131,13 +131,26 @@ float SeqAttention::gemm_alpha() const {
   return seq_.additive && mods_.softcap == 0.f ? 1.0f : scale_;
 }
 
+// Whether a tile's scores can stay unscaled until the softmax scales them in
+// its exp pass (online_update_scaled, the same bits): nothing between the
+// product and the softmax reads their values, only the -inf of masked keys,
+// which scaling keeps. It saves the product's epilogue a pass over the tile
+// (AMX stores whole blocks from the tiles to S then).
+bool SeqAttention::scale_in_softmax() const {
+  return !seq_.additive && mods_.softcap == 0.f && mods_.alibi == nullptr && scale_ > 0.f;
+}
+
+float SeqAttention::tile_alpha() const {
+  return scale_in_softmax() ? 1.0f : gemm_alpha();
+}
+
 KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std::size_t k1,
                             const TaskScratch& t) const {
   const KvView& kv = seq_.kv;
   const std::size_t d = s_.head_dim, bk = plan_.key_tile;
   if (!plan_.gather || kv.in_place(k0, k1, kv_.strip(), kv_.spans_blocks())) {
     const KvTile tile = kv.tile(g, k0, k1);
-    kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+    kv_.scores(rows, d, t.qbuf, tile, tile_alpha(), t.s, bk);
     return tile;
   }
   // Every block but the first starts at its key 0, on a strip: where the
@@ -155,11 +168,11 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
     kv_.copy_keys(kv.layout, kv.k_block(g, at), kv.v_block(g, at), kv.local(at), b - a,
                   plan_.gather_layout, keys_in_place ? nullptr : t.kbuf, t.vbuf, a - k0, d);
     if (keys_in_place)
-      kv_.scores(rows, d, t.qbuf, kv.tile(g, a, b), gemm_alpha(), t.s + (a - k0), bk);
+      kv_.scores(rows, d, t.qbuf, kv.tile(g, a, b), tile_alpha(), t.s + (a - k0), bk);
     a = b;
   }
   const KvTile tile{&plan_.gather_layout, t.kbuf, t.vbuf, 0, k1 - k0};
-  if (!keys_in_place) kv_.scores(rows, d, t.qbuf, tile, gemm_alpha(), t.s, bk);
+  if (!keys_in_place) kv_.scores(rows, d, t.qbuf, tile, tile_alpha(), t.s, bk);
   return tile;
 }
 
@@ -176,9 +189,13 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
     if (tile_all_padded(k0, k1)) continue;
     const KvTile tile = scores(rows, gh, k0, k1, t);
     mask_scores(b, k0, n, t.s, bk);
+    const bool scaled = scale_in_softmax();
     for (std::size_t r = 0; r < rows; ++r) {
       OnlineRow st{m[r], l[r]};
-      online_rescale(sm_, o + r * ldo, d, online_update(sm_, st, t.s + r * bk, n));
+      float* row = t.s + r * bk;
+      online_rescale(
+          sm_, o + r * ldo, d,
+          scaled ? online_update_scaled(sm_, st, row, n, scale_) : online_update(sm_, st, row, n));
       m[r] = st.max;
       l[r] = st.sum;
     }

@@ -93,6 +93,8 @@ class SeqAttention {
                    std::size_t ldsc) const;
   void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
   float gemm_alpha() const;
+  bool scale_in_softmax() const;
+  float tile_alpha() const;  // the key tiles' product scale (attend_chunk)
   // The scores of `rows` prepared queries against keys [k0, k1) of kv head
   // g into t.s; returns the keys as P·V reads them: in place, or gathered
   // into t's buffers where they span paged blocks.
