@@ -100,8 +100,9 @@ void pack_a(bool trans, std::size_t m, std::size_t k, const std::uint16_t* a, st
 //     apart, as the other kernel sets.
 template <class T, std::size_t MT, std::size_t NT>
 struct Block {
-  // A's row block r from rows `stride` pairs apart, or through a zero-padded
-  // copy of its `rows` x `pairs` valid part.
+  // A's row block r from rows `stride` pairs apart, or through a copy of
+  // its `rows` x `pairs` valid part in `pad`, whose other rows compute()
+  // zeroed once for the block.
   template <int kTile>
   static void load_a(const std::uint32_t* a, std::size_t stride, std::size_t rows,
                      std::size_t pairs, std::uint32_t* pad) {
@@ -109,8 +110,17 @@ struct Block {
       T::template load<kTile>(a, stride * 4);
       return;
     }
-    std::fill_n(pad, kTileRows * kTilePairs, 0u);
-    for (std::size_t i = 0; i < rows; ++i) std::copy_n(a + i * stride, pairs, pad + i * kTilePairs);
+    // One row (a decode step's query, a GEMV) read 16 times, stride 0: its
+    // C rows past the first are copies the finish never stores. Zeroing and
+    // filling a padded tile every 16 pairs cost more than the products.
+    if (rows == 1 && pairs == kTilePairs) {
+      T::template load<kTile>(a, 0);
+      return;
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::copy_n(a + i * stride, pairs, pad + i * kTilePairs);
+      std::fill(pad + i * kTilePairs + pairs, pad + (i + 1) * kTilePairs, 0u);
+    }
     T::template load<kTile>(pad, kTileBytes);
   }
 
@@ -120,6 +130,9 @@ struct Block {
                       const std::uint16_t* b, std::size_t m) {
     alignas(64) std::uint32_t apad[2][kTileRows * kTilePairs];
     alignas(64) std::uint16_t bpad[kTilePairs * kNR * 2];
+    if (!padded && (m < MT * kTileRows || kp % kTilePairs != 0)) {
+      for (std::size_t t = 0; t < MT; ++t) std::fill_n(apad[t], kTileRows * kTilePairs, 0u);
+    }
     T::template zero<0>();
     if constexpr (NT == 2) T::template zero<1>();
     if constexpr (MT == 2) T::template zero<2>();

@@ -6,8 +6,8 @@
 //
 // GCC 12's tile intrinsics are asm statements whose tile numbers must be
 // literals (the MHA_TILE_* switches below), and tileloadd's asm tells the
-// compiler of no memory it reads: a compiler barrier before each load keeps
-// the stores that fill a padded tile ahead of it.
+// compiler of no memory it reads: compiler barriers around each load keep
+// the stores that fill a padded tile ahead of it, and the next fill after.
 #include <immintrin.h>
 
 #include <cstddef>
@@ -72,6 +72,7 @@ struct Backend {
 #define MHA_TILE_LOAD(t) _tile_loadd(t, src, stride)
     MHA_TILE_SWITCH(kTile, MHA_TILE_LOAD)
 #undef MHA_TILE_LOAD
+    compiler_barrier();
   }
   template <int kTile>
   static void store(void* dst, std::size_t stride) {
