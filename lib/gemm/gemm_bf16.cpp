@@ -94,6 +94,31 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
   }
 }
 
+// run_packed_b for A rows as ukernel_rows reads them (lda pairs apart), with
+// no packing: the same K blocks, so the same bits.
+void run_rows_b(const GemmBf16Kernels& g, std::size_t m, std::size_t n, std::size_t k, float alpha,
+                const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                std::size_t b_strip, float beta, float* c, std::size_t ldc) {
+  const std::size_t kc = std::min(packed_b_rows(g, k), g.kc);
+  const std::size_t mc = round_up(g.mc, g.mr);
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    const std::size_t kp = (std::min(kc, k - p0) + 1) / 2;
+    for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+      g.panel_rows(kp, a + i0 * lda + p0 / 2, lda, b + p0 * g.nr, b_strip, c + i0 * ldc, ldc,
+                   std::min(mc, m - i0), n, alpha, p0 == 0 ? beta : 1.f);
+    }
+  }
+}
+
+// Whether gemm_bf16_packed takes an fp32 A as rows of the set's own
+// rounding (round_rows, vectorized) and runs them unpacked (panel_rows):
+// a set that reads A in row tiles (AMX), whose packed strips are those rows
+// anyway. Rounding by fp32_to_bf16 (baseline ISA) and packing took 7.7 % of
+// a BERT s512 bf16 forward on AMX.
+bool a_as_rows(const GemmBf16Kernels& g, Trans ta, const float* a32) {
+  return a32 != nullptr && ta == Trans::N && g.panel_rows != nullptr && g.a_bytes == 2;
+}
+
 // A slab of B packed by a block holds at most this many pairs (8 MiB), as
 // the fp32 driver's slabs (gemm.cpp, kSlabMaxFloats), so that the scratch
 // does not grow with k.
@@ -198,6 +223,22 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
     return;
   }
   const std::size_t rows = ta == Trans::N ? m : k, cols = ta == Trans::N ? k : m;
+  if (b.g != nullptr && a_as_rows(*b.g, ta, a32)) {
+    const GemmBf16Kernels& g = *b.g;
+    const std::size_t ld16 = round_up(k, 2), strip = packed_b_rows(g, k) * g.nr;
+    auto* a_rows =
+        reinterpret_cast<std::uint32_t*>(thread_scratch(ScratchSlot::kBf16RoundedA, m * ld16 / 2));
+    prepare_thread(g);
+    g.round_rows(m, k, a32, lda, a_rows, ld16);
+    const auto* data = static_cast<const std::uint16_t*>(b.data);
+    run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
+                    [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
+                      prepare_thread(g);
+                      run_rows_b(g, bm, bn, k, alpha, a_rows + i0 * ld16 / 2, ld16 / 2,
+                                 data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
+                    });
+    return;
+  }
   if (a32 != nullptr) {
     a16 = rounded_bf16(rows, cols, a32, lda);
     lda = cols;
@@ -223,7 +264,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
 void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0 || k == 0) return;
-  thread_scratch(ScratchSlot::kBf16RoundedA, ceil_div(m * k, 2));
+  thread_scratch(ScratchSlot::kBf16RoundedA, m * round_up(k, 2) / 2);
   if (b.g == nullptr) {
     thread_scratch(ScratchSlot::kBf16AsFp32A, m * k);
     reserve_gemm_prepacked_b(*b.f, m,
