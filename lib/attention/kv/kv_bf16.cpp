@@ -45,44 +45,19 @@ class KvBf16 final : public KvType {
   // (1.8 ms of 10.2; the forward took 1.0 ms less without them).
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
-    const std::size_t nr = g16_.nr, kg = g16_.k_group, lane = j % nr, slot = j % kg;
-    std::uint16_t* kb = key_strip(k, j, d);
-    std::uint16_t* vb = value_group(v, j);
-    if (lane == 0) std::fill_n(kb, packed_b_rows(g16_, d) * nr, std::uint16_t{0});
-    // Chunks of whole V strips (nr <= 32 in every set, all even).
-    constexpr std::size_t kChunk = 256;
-    alignas(64) std::uint16_t row[kChunk + 2];
-    const std::size_t chunk = kChunk / nr * nr;
-    for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
-      const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
-      fp32_to_bf16(n, key + c0, row);
-      row[n] = 0;
-      if (kg == 2) {
-        std::uint16_t* dst = kb + (p0 * nr + lane) * 2;
-        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(dst + p * nr * 2, row + 2 * p, 2 * sizeof row[0]);
-        }
-      } else {
-        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(kb + packed_b_pair_at(kg, nr, p0 + p, lane), row + 2 * p, 2 * sizeof row[0]);
-        }
-      }
-      fp32_to_bf16(n, value + c0, row);
-      for (std::size_t s0 = 0; s0 < n; s0 += nr) {
-        std::uint16_t* slots = vb + (c0 + s0) / nr * l.v_strip + slot;
-        const std::size_t cols = std::min(nr, n - s0);
-        if (slot == 0) {
-          for (std::size_t c = 0; c < cols; ++c) {
-            std::fill_n(slots + c * kg, kg, std::uint16_t{0});
-          }
-        }
-        for (std::size_t c = 0; c < cols; ++c) slots[c * kg] = row[s0 + c];
-      }
-    }
+    if (j % g16_.nr == 0) clear_strip(k, j, d);
+    put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
+  // put() for each key, less the zeroing that the later keys' stores make
+  // moot: a strip's (or group's) other lanes are zeroed only where the
+  // keys end inside it.
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
                 const float* value, std::size_t ld) const override {
-    for (std::size_t j = 0; j < n; ++j) put(l, k, v, j, d, key + j * ld, value + j * ld);
+    const std::size_t nr = g16_.nr, kg = g16_.k_group;
+    if (n % nr != 0) clear_strip(k, n / nr * nr, d);
+    for (std::size_t j = 0; j < n; ++j) {
+      put_key(l, k, v, j, d, key + j * ld, value + j * ld, j % kg == 0 && n - j < kg);
+    }
   }
   // V too: its pairs are read, times a zero P, so they must not keep a
   // stale infinity or NaN.
@@ -177,6 +152,59 @@ class KvBf16 final : public KvType {
   }
 
  private:
+  void clear_strip(void* k, std::size_t j, std::size_t d) const {
+    std::fill_n(key_strip(k, j, d), packed_b_rows(g16_, d) * g16_.nr, std::uint16_t{0});
+  }
+  // Key j's K pairs and V elements, the other slots of its V group zeroed
+  // with `zero_group`.
+  void put_key(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
+               const float* value, bool zero_group) const {
+    const std::size_t nr = g16_.nr, kg = g16_.k_group, lane = j % nr, slot = j % kg;
+    std::uint16_t* kb = key_strip(k, j, d);
+    std::uint16_t* vb = value_group(v, j);
+    // Chunks of whole V strips (nr <= 32 in every set, all even).
+    constexpr std::size_t kChunk = 256;
+    alignas(64) std::uint16_t row[kChunk + 2];
+    const std::size_t chunk = kChunk / nr * nr;
+    for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
+      const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
+      round(n, key + c0, row);
+      row[n] = 0;
+      if (kg == 2) {
+        std::uint16_t* dst = kb + (p0 * nr + lane) * 2;
+        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+          std::memcpy(dst + p * nr * 2, row + 2 * p, 2 * sizeof row[0]);
+        }
+      } else {
+        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+          std::memcpy(kb + packed_b_pair_at(kg, nr, p0 + p, lane), row + 2 * p, 2 * sizeof row[0]);
+        }
+      }
+      round(n, value + c0, row);
+      for (std::size_t s0 = 0; s0 < n; s0 += nr) {
+        std::uint16_t* slots = vb + (c0 + s0) / nr * l.v_strip + slot;
+        const std::size_t cols = std::min(nr, n - s0);
+        if (zero_group) {
+          for (std::size_t c = 0; c < cols; ++c) {
+            std::fill_n(slots + c * kg, kg, std::uint16_t{0});
+          }
+        }
+        for (std::size_t c = 0; c < cols; ++c) slots[c * kg] = row[s0 + c];
+      }
+    }
+  }
+  // x to bf16 as K and V are stored: by the kernel set's round_rows where
+  // it yields bf16 (vectorized on the set's ISA; fp32_to_bf16 is built for
+  // the baseline ISA), which flushes denormals only where the set's
+  // products read them as zero anyway; else by fp32_to_bf16.
+  void round(std::size_t n, const float* x, std::uint16_t* y) const {
+    if (g16_.a_bytes == 2) {
+      g16_.round_rows(1, n, x, n, y, n + 1);
+    } else {
+      fp32_to_bf16(n, x, y);
+    }
+  }
+
   // The K strip holding key j, and V's group row holding key j in its first
   // column strip, in elements from the head-block's start (key tiles start
   // on whole groups).
