@@ -19,7 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "attention/kv/kv_type.hpp"
+#include "dispatch/dispatch.hpp"
 #include "fused/model_weights.hpp"
+#include "gemm/kernels.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -213,4 +216,32 @@ TEST_CASE("kv cache: the C++ class matches the C API and throws mha::Error", "[k
     CHECK(std::string(e.what()).find("max_len") != std::string::npos);
   }
   CHECK_THROWS_AS(cache.truncate(L + 1), mha::Error);
+}
+
+// The per-call pack (put_rows) writes the bytes of put() key by key, over
+// head-blocks that held garbage (NaN bits), for every bf16 kernel set this
+// CPU runs: whole and partial strips and V groups, odd head_dim, and
+// head_dim % 4 of 1 and 2, where a BFMMLA strip has a row of pairs no key
+// writes.
+TEST_CASE("bf16 K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
+  const mha::detail::GemmKernels& g = mha::detail::gemm_kernels(mha::detail::active_isa());
+  for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
+    const auto kv = mha::detail::make_kv_bf16(g, *g16);
+    for (std::size_t d : {1, 2, 5, 6, 8, 64, 70, 130}) {
+      for (std::size_t n : {1, 3, 8, 31, 32, 33, 70}) {
+        INFO(g16->name << ": head_dim " << d << " keys " << n);
+        const mha::detail::KvLayout l = kv->layout(d, n);
+        const std::size_t ld = d + 3;
+        const std::vector<float> key = random_vector(n * ld, 5 + d),
+                                 value = random_vector(n * ld, 9 + n);
+        std::vector<unsigned char> a(l.k_bytes + l.v_bytes, 0xff), b(a);
+        kv->put_rows(l, a.data(), a.data() + l.k_bytes, n, d, key.data(), value.data(), ld);
+        for (std::size_t j = 0; j < n; ++j) {
+          kv->put(l, b.data(), b.data() + l.k_bytes, j, d, key.data() + j * ld,
+                  value.data() + j * ld);
+        }
+        CHECK(a == b);
+      }
+    }
+  }
 }

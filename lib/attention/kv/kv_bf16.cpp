@@ -49,12 +49,16 @@ class KvBf16 final : public KvType {
     put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
   // put() for each key, less the zeroing that the later keys' stores make
-  // moot: a strip's (or group's) other lanes are zeroed only where the
-  // keys end inside it.
+  // moot: a strip (or a V group) is zeroed first only where the keys end
+  // inside it, or where its rows run past d's pairs (k_group 4 and d % 4
+  // of 1 or 2), which no key writes.
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
                 const float* value, std::size_t ld) const override {
     const std::size_t nr = g16_.nr, kg = g16_.k_group;
-    if (n % nr != 0) clear_strip(k, n / nr * nr, d);
+    const bool rows_written = packed_b_rows(g16_, d) == round_up(d, 2);
+    for (std::size_t j = 0; j < n; j += nr) {
+      if (!rows_written || n - j < nr) clear_strip(k, j, d);
+    }
     for (std::size_t j = 0; j < n; ++j) {
       put_key(l, k, v, j, d, key + j * ld, value + j * ld, j % kg == 0 && n - j < kg);
     }
