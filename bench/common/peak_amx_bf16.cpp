@@ -7,20 +7,15 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
+#include "gemm/bf16_amx.hpp"
 #include "peak.hpp"
 
 namespace mha::bench::detail::amx_bf16 {
 
 double tdpbf16_loop(std::uint64_t iterations, float* sink) {
-  // Palette 1: tiles 0-7 of 16 rows x 64 bytes.
-  alignas(64) unsigned char config[64] = {1};
-  for (int t = 0; t < 8; ++t) {
-    config[16 + 2 * t] = 64;
-    config[48 + t] = 16;
-  }
-  _tile_loadconfig(config);
+  // The kernel set's configuration: tiles 0-7 of 16 rows x 64 bytes.
+  _tile_loadconfig(&mha::detail::bf16_amx::kConfig);
   // 2^-10 in every bf16: products of 2^-20 stay far from overflow and
   // from the denormals the tiles flush.
   alignas(64) std::uint16_t ones[16 * 32];
@@ -41,23 +36,17 @@ double tdpbf16_loop(std::uint64_t iterations, float* sink) {
     _tile_dpbf16ps(3, 5, 7);
   }
   float sum = 0.0f;
-  for (int t = 0; t < 4; ++t) {
-    switch (t) {
-      case 0:
-        _tile_stored(0, acc, 64);
-        break;
-      case 1:
-        _tile_stored(1, acc, 64);
-        break;
-      case 2:
-        _tile_stored(2, acc, 64);
-        break;
-      default:
-        _tile_stored(3, acc, 64);
-        break;
-    }
+  const auto add = [&] {
     for (float x : acc) sum += x;
-  }
+  };
+  _tile_stored(0, acc, 64);
+  add();
+  _tile_stored(1, acc, 64);
+  add();
+  _tile_stored(2, acc, 64);
+  add();
+  _tile_stored(3, acc, 64);
+  add();
   _tile_release();
   *sink = sum;
   return 2.0 * 16 * 16 * 32 * 4 * static_cast<double>(iterations);

@@ -173,10 +173,10 @@ struct Block {
   }
 };
 
-// A block whose tiles are stored and whose finish is still to do.
+// A block whose tiles are stored and whose finish is still to do: straight
+// into C (acc == c, rows ldc apart) or into the panel's acc (rows kNR apart).
 struct Pending {
   const float* acc = nullptr;
-  std::size_t lda = 0;
   float* c = nullptr;
   std::size_t m = 0, n = 0;
 };
@@ -188,9 +188,9 @@ struct Pending {
 // finish read straight after the tile stores cost as much as the products
 // of a 32 x 32 block at head_dim 64 (295 ns a block against 168 with no
 // finish), and panels took a BERT s128 bf16 forward from 1.60-1.87 ms to
-// 1.29-1.37 (Xeon with AMX, 1 thread). A whole block with beta 0 goes from the tiles to
-// C, scaled there if alpha is not 1; the others through acc, finished
-// before the next block's tiles are stored there.
+// 1.29-1.37 (Xeon with AMX, 1 thread). A whole block with beta 0 goes from
+// the tiles to C, scaled there if alpha is not 1; the others through acc,
+// finished before the next block's tiles are stored there.
 // A row block r starts at a + r * a_block words, its rows `stride` apart.
 template <class T>
 void panel(std::size_t kp, const std::uint32_t* a, std::size_t stride, std::size_t a_block,
@@ -199,39 +199,30 @@ void panel(std::size_t kp, const std::uint32_t* a, std::size_t stride, std::size
   alignas(64) float acc[kMR * kNR];
   Pending pending;
   const auto finish = [&] {
-    if (pending.c != nullptr && (pending.acc != pending.c || alpha != 1.f)) {
-      T::finish(pending.acc, pending.lda, pending.c, ldc, pending.m, pending.n, alpha, beta);
-    }
+    if (pending.c == nullptr || (pending.acc == pending.c && alpha == 1.f)) return;
+    const std::size_t lda = pending.acc == pending.c ? ldc : kNR;
+    T::finish(pending.acc, lda, pending.c, ldc, pending.m, pending.n, alpha, beta);
   };
   for (std::size_t j0 = 0; j0 < n; j0 += kNR, b += b_strip) {
     const std::size_t cols = std::min(kNR, n - j0);
     for (std::size_t i0 = 0; i0 < m; i0 += kMR) {
       const std::size_t rows = std::min(kMR, m - i0);
-      const std::uint32_t* ai = a + i0 / kMR * a_block;
-      const bool two_m = rows > kTileRows, two_n = cols > 16;
-      if (two_m && two_n) {
-        Block<T, 2, 2>::compute(kp, ai, stride, padded, b, rows);
-      } else if (two_m) {
-        Block<T, 2, 1>::compute(kp, ai, stride, padded, b, rows);
-      } else if (two_n) {
-        Block<T, 1, 2>::compute(kp, ai, stride, padded, b, rows);
-      } else {
-        Block<T, 1, 1>::compute(kp, ai, stride, padded, b, rows);
-      }
-      finish();
       float* ci = c + i0 * ldc + j0;
       const bool direct = rows == kMR && cols == kNR && beta == 0.f;
-      float* dst = direct ? ci : acc;
-      const std::size_t ld = direct ? ldc : kNR;
-      pending = {dst, ld, ci, rows, cols};
-      if (two_m && two_n) {
-        Block<T, 2, 2>::store(dst, ld);
-      } else if (two_m) {
-        Block<T, 2, 1>::store(dst, ld);
-      } else if (two_n) {
-        Block<T, 1, 2>::store(dst, ld);
+      const auto step = [&]<class B>() {
+        B::compute(kp, a + i0 / kMR * a_block, stride, padded, b, rows);
+        finish();
+        B::store(direct ? ci : acc, direct ? ldc : kNR);
+        pending = {direct ? ci : acc, ci, rows, cols};
+      };
+      if (rows > kTileRows && cols > 16) {
+        step.template operator()<Block<T, 2, 2>>();
+      } else if (rows > kTileRows) {
+        step.template operator()<Block<T, 2, 1>>();
+      } else if (cols > 16) {
+        step.template operator()<Block<T, 1, 2>>();
       } else {
-        Block<T, 1, 1>::store(dst, ld);
+        step.template operator()<Block<T, 1, 1>>();
       }
     }
   }
