@@ -265,11 +265,13 @@ void thread_setup() {
 }
 
 // The table of backend T; round_rows rounds as vcvtne2ps2bf16 (denormals
-// to zero, as the tiles read them anyway).
+// to zero, as the tiles read them anyway); pack_b writes bf16_pack::pack_b's
+// bytes.
 template <class T, class Tag>
 constexpr GemmBf16Kernels kernels(const char* name,
                                   void (*round_rows)(std::size_t, std::size_t, const float*,
-                                                     std::size_t, void*, std::size_t)) {
+                                                     std::size_t, void*, std::size_t),
+                                  decltype(GemmBf16Kernels::pack_b) pack_b) {
   GemmBf16Kernels g{name,
                     kMR,
                     kNR,
@@ -280,7 +282,7 @@ constexpr GemmBf16Kernels kernels(const char* name,
                     &ukernel_rows<T>,
                     round_rows,
                     &pack_a<Tag>,
-                    &bf16_pack::pack_b<Tag, kNR>};
+                    pack_b};
   g.a_row_pairs = &a_row_pairs<Tag>;
   g.thread_setup = &thread_setup<T>;
   g.panel = &panel_packed<T, Tag>;

@@ -141,9 +141,11 @@ struct Widen {
     }
   }
 
-  // The table, named `name`; Tag as V's TU's own.
+  // The table, named `name`; Tag as V's TU's own; pack_b writes
+  // bf16_pack::pack_b's bytes.
   template <class Tag>
-  static constexpr GemmBf16Kernels kernels(const char* name) {
+  static constexpr GemmBf16Kernels kernels(
+      const char* name, decltype(GemmBf16Kernels::pack_b) pack_b = &bf16_pack::pack_b<Tag, kNR>) {
     return GemmBf16Kernels{name,
                            MR,
                            kNR,
@@ -154,7 +156,7 @@ struct Widen {
                            &Entries::ukernel_rows,
                            &round_rows,
                            &bf16_pack::pack_a<Tag, MR, true>,
-                           &bf16_pack::pack_b<Tag, kNR>,
+                           pack_b,
                            false,
                            &bf16_tiles::RowDispatch<Widen, kNR>::ukernel_row1,
                            4};

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "gemm/bf16_amx.hpp"
+#include "gemm/bf16_pack_avx512.hpp"
 #include "gemm/bf16_round_avx512.hpp"
 #include "gemm/gemm_bf16.hpp"
 
@@ -116,6 +117,7 @@ struct Backend {
 
 const GemmBf16Kernels gemm_bf16_kernels_amx_bf16 =
     bf16_amx::kernels<gemm_bf16_amx_bf16::Backend, gemm_bf16_amx_bf16::amx_bf16_tag>(
-        "amx_bf16", &bf16_round_avx512::round_rows<gemm_bf16_amx_bf16::amx_bf16_tag>);
+        "amx_bf16", &bf16_round_avx512::round_rows<gemm_bf16_amx_bf16::amx_bf16_tag>,
+        &bf16_pack_avx512::pack_b<gemm_bf16_amx_bf16::amx_bf16_tag, bf16_amx::kNR>);
 
 }  // namespace mha::detail

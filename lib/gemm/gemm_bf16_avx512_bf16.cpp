@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gemm/bf16_pack.hpp"
+#include "gemm/bf16_pack_avx512.hpp"
 #include "gemm/bf16_round_avx512.hpp"
 #include "gemm/bf16_tiles.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -132,7 +133,7 @@ const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
     &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
     &bf16_round_avx512::round_rows<gemm_bf16_avx512_bf16::avx512_bf16_tag>,
     &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
-    &bf16_pack::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>,
+    &bf16_pack_avx512::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>,
     true,
     &bf16_tiles::RowDispatch<gemm_bf16_avx512_bf16::Rows,
                              gemm_bf16_avx512_bf16::kNR>::ukernel_row1};

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/bf16_pack_avx512.hpp"
 #include "gemm/bf16_widen.hpp"
 
 namespace mha::detail {
@@ -66,6 +67,7 @@ using Kernels = bf16_widen::Widen<V, 12, 2>;
 
 const GemmBf16Kernels gemm_bf16_kernels_avx512_widen =
     gemm_bf16_avx512_widen::Kernels::kernels<gemm_bf16_avx512_widen::avx512_widen_tag>(
-        "avx512_widen");
+        "avx512_widen", &bf16_pack_avx512::pack_b<gemm_bf16_avx512_widen::avx512_widen_tag,
+                                                  gemm_bf16_avx512_widen::Kernels::kNR>);
 
 }  // namespace mha::detail

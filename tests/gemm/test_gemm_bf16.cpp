@@ -626,6 +626,47 @@ TEST_CASE("bf16 panels give each block's own bits", "[gemm][bf16]") {
   }
 }
 
+TEST_CASE("every bf16 set's pack_b puts op(B)'s pairs where packed_b_pair_at says",
+          "[gemm][bf16]") {
+  // Pure data movement, so any 16-bit pattern (NaNs too) must arrive as is;
+  // the source starts one element off alignment and strips are strided.
+  std::mt19937_64 rng(71);
+  const std::uint16_t kUnset = 0xabcd;
+  for (const mha::detail::GemmBf16Kernels* gp : mha::detail::gemm_bf16_kernel_sets()) {
+    const mha::detail::GemmBf16Kernels& g = *gp;
+    for (bool trans : {false, true}) {
+      for (std::size_t k : {1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 130}) {
+        for (std::size_t n : {1, 5, 15, 16, 17, 31, 32, 33, 48, 63, 65, 70}) {
+          for (std::size_t pad : {0, 3}) {
+            INFO(g.name << (trans ? " T" : " N") << ": k " << k << " n " << n << " pad " << pad);
+            const std::size_t ldb = (trans ? k : n) + pad;
+            const std::vector<std::uint16_t> b = random_bf16(1 + (trans ? n : k) * ldb, rng());
+            const auto op_b = [&](std::size_t q, std::size_t j) -> std::uint16_t {
+              if (q >= k || j >= n) return 0;
+              return b[1 + (trans ? j * ldb + q : q * ldb + j)];
+            };
+            const std::size_t strips = (n + g.nr - 1) / g.nr,
+                              stride = mha::detail::packed_b_rows(g, k) * g.nr + 6;
+            std::vector<std::uint16_t> want(strips * stride, kUnset), got(want);
+            for (std::size_t s = 0; s < strips; ++s) {
+              for (std::size_t p = 0; p < mha::detail::packed_b_rows(g, k) / 2; ++p) {
+                for (std::size_t j = 0; j < g.nr; ++j) {
+                  std::uint16_t* at = want.data() + s * stride +
+                                      mha::detail::packed_b_pair_at(g.k_group, g.nr, p, j);
+                  at[0] = op_b(2 * p, s * g.nr + j);
+                  at[1] = op_b(2 * p + 1, s * g.nr + j);
+                }
+              }
+            }
+            g.pack_b(trans, k, n, b.data() + 1, ldb, got.data(), stride);
+            CHECK(want == got);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("the widening kernels give emulated_vdpbf16ps's bits on normal operands",
           "[gemm][bf16]") {
   // Same order and single rounding per step as vdpbf16ps; only denormals
