@@ -222,12 +222,13 @@ TEST_CASE("kv cache: the C++ class matches the C API and throws mha::Error", "[k
 // head-blocks that held garbage (NaN bits), for every bf16 kernel set this
 // CPU runs: whole and partial strips and V groups, odd head_dim, and
 // head_dim % 4 of 1 and 2, where a BFMMLA strip has a row of pairs no key
-// writes.
+// writes, and head_dims past put_rows' column passes (256 columns at 32
+// keys a strip, 1024 at 8).
 TEST_CASE("bf16 K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
   const mha::detail::GemmKernels& g = mha::detail::gemm_kernels(mha::detail::active_isa());
   for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
     const auto kv = mha::detail::make_kv_bf16(g, *g16);
-    for (std::size_t d : {1, 2, 5, 6, 8, 64, 70, 130}) {
+    for (std::size_t d : {1, 2, 5, 6, 8, 64, 70, 130, 300, 1030}) {
       for (std::size_t n : {1, 3, 8, 31, 32, 33, 70}) {
         INFO(g16->name << ": head_dim " << d << " keys " << n);
         const mha::detail::KvLayout l = kv->layout(d, n);

@@ -48,19 +48,28 @@ class KvBf16 final : public KvType {
     if (j % g16_.nr == 0) clear_strip(k, j, d);
     put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
-  // put() for each key, less the zeroing that the later keys' stores make
-  // moot: a strip (or a V group) is zeroed first only where the keys end
-  // inside it, or where its rows run past d's pairs (k_group 4 and d % 4
-  // of 1 or 2), which no key writes.
+  // put() for each key, a strip of nr keys at a time: rounded into rows on
+  // the stack and packed by the kernel set's pack_b, K as the columns of
+  // op(B) = Kᵀ and V as the rows of op(B) = V, which zeroes a strip's lanes
+  // and a group's slots past the keys and its rows past d's pairs. (Key by
+  // key, the stores of put() were 8 % of a BERT s512 bf16 forward on AMX.)
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
                 const float* value, std::size_t ld) const override {
-    const std::size_t nr = g16_.nr, kg = g16_.k_group;
-    const bool rows_written = packed_b_rows(g16_, d) == round_up(d, 2);
+    const std::size_t nr = g16_.nr;
+    // Columns per pass: whole V strips and whole k groups of K pairs.
+    constexpr std::size_t kBuf = 8192;
+    const std::size_t chunk = kBuf / nr / (2 * nr) * (2 * nr);
+    alignas(64) std::uint16_t rows[kBuf];
     for (std::size_t j = 0; j < n; j += nr) {
-      if (!rows_written || n - j < nr) clear_strip(k, j, d);
-    }
-    for (std::size_t j = 0; j < n; ++j) {
-      put_key(l, k, v, j, d, key + j * ld, value + j * ld, j % kg == 0 && n - j < kg);
+      const std::size_t keys = std::min(nr, n - j);
+      for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
+        const std::size_t cols = std::min(chunk, d - c0), ldr = round_up(cols, 2);
+        round(keys, cols, key + j * ld + c0, ld, rows, ldr);
+        g16_.pack_b(true, cols, keys, rows, ldr, key_strip(k, j, d) + c0 * nr, 0);
+        round(keys, cols, value + j * ld + c0, ld, rows, ldr);
+        g16_.pack_b(false, keys, cols, rows, ldr, value_group(v, j) + c0 / nr * l.v_strip,
+                    l.v_strip);
+      }
     }
   }
   // V too: its pairs are read, times a zero P, so they must not keep a
@@ -159,8 +168,8 @@ class KvBf16 final : public KvType {
   void clear_strip(void* k, std::size_t j, std::size_t d) const {
     std::fill_n(key_strip(k, j, d), packed_b_rows(g16_, d) * g16_.nr, std::uint16_t{0});
   }
-  // Key j's K pairs and V elements, the other slots of its V group zeroed
-  // with `zero_group`.
+  // Key j's K pairs and V elements; with `zero_group`, the rest of its V
+  // group rows zeroed first (columns past d too, as pack_b leaves them).
   void put_key(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
                const float* value, bool zero_group) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, lane = j % nr, slot = j % kg;
@@ -172,7 +181,7 @@ class KvBf16 final : public KvType {
     const std::size_t chunk = kChunk / nr * nr;
     for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
       const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
-      round(n, key + c0, row);
+      round(1, n, key + c0, n, row, n + 1);
       row[n] = 0;
       if (kg == 2) {
         std::uint16_t* dst = kb + (p0 * nr + lane) * 2;
@@ -184,28 +193,29 @@ class KvBf16 final : public KvType {
           std::memcpy(kb + packed_b_pair_at(kg, nr, p0 + p, lane), row + 2 * p, 2 * sizeof row[0]);
         }
       }
-      round(n, value + c0, row);
+      round(1, n, value + c0, n, row, n + 1);
       for (std::size_t s0 = 0; s0 < n; s0 += nr) {
         std::uint16_t* slots = vb + (c0 + s0) / nr * l.v_strip + slot;
         const std::size_t cols = std::min(nr, n - s0);
-        if (zero_group) {
-          for (std::size_t c = 0; c < cols; ++c) {
-            std::fill_n(slots + c * kg, kg, std::uint16_t{0});
-          }
-        }
+        if (zero_group) std::fill_n(slots, nr * kg, std::uint16_t{0});
         for (std::size_t c = 0; c < cols; ++c) slots[c * kg] = row[s0 + c];
       }
     }
   }
-  // x to bf16 as K and V are stored: by the kernel set's round_rows where
-  // it yields bf16 (vectorized on the set's ISA; fp32_to_bf16 is built for
-  // the baseline ISA), which flushes denormals only where the set's
-  // products read them as zero anyway; else by fp32_to_bf16.
-  void round(std::size_t n, const float* x, std::uint16_t* y) const {
+  // Rows of x to bf16 as K and V are stored: by the kernel set's round_rows
+  // where it yields bf16 (vectorized on the set's ISA; fp32_to_bf16 is built
+  // for the baseline ISA), which flushes denormals only where the set's
+  // products read them as zero anyway; else by fp32_to_bf16. An odd n's
+  // row ends in a zero.
+  void round(std::size_t rows, std::size_t n, const float* x, std::size_t ldx, std::uint16_t* y,
+             std::size_t ldy) const {
     if (g16_.a_bytes == 2) {
-      g16_.round_rows(1, n, x, n, y, n + 1);
-    } else {
-      fp32_to_bf16(n, x, y);
+      g16_.round_rows(rows, n, x, ldx, y, ldy);
+      return;
+    }
+    for (std::size_t i = 0; i < rows; ++i) {
+      fp32_to_bf16(n, x + i * ldx, y + i * ldy);
+      if (n % 2 != 0) y[i * ldy + n] = 0;
     }
   }
 
