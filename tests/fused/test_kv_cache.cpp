@@ -218,30 +218,39 @@ TEST_CASE("kv cache: the C++ class matches the C API and throws mha::Error", "[k
   CHECK_THROWS_AS(cache.truncate(L + 1), mha::Error);
 }
 
-// The per-call pack (put_rows) writes the bytes of put() key by key, over
-// head-blocks that held garbage (NaN bits), for every bf16 kernel set this
-// CPU runs: whole and partial strips and V groups, odd head_dim, and
-// head_dim % 4 of 1 and 2, where a BFMMLA strip has a row of pairs no key
-// writes, and head_dims past put_rows' column passes (256 columns at 32
-// keys a strip, 1024 at 8).
-TEST_CASE("bf16 K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
+// put_rows writes the bytes of put() key by key, over head-blocks that held
+// garbage (NaN bits), for the fp32 K/V and every bf16 kernel set this CPU
+// runs: from a strip's start (a forward's pack) and from inside one (a
+// cache's next keys), whole and partial strips and V groups, odd head_dim,
+// and head_dim % 4 of 1 and 2, where a BFMMLA strip has a row of pairs no
+// key writes, and head_dims past the bf16 put_rows' column passes (256
+// columns at 32 keys a strip, 1024 at 8).
+TEST_CASE("K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
   const mha::detail::GemmKernels& g = mha::detail::gemm_kernels(mha::detail::active_isa());
+  std::vector<std::unique_ptr<mha::detail::KvType>> types;
+  types.push_back(mha::detail::make_kv_fp32(g));
   for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
-    const auto kv = mha::detail::make_kv_bf16(g, *g16);
+    types.push_back(mha::detail::make_kv_bf16(g, *g16));
+  }
+  for (std::size_t t = 0; t < types.size(); ++t) {
+    const mha::detail::KvType& kv = *types[t];
     for (std::size_t d : {1, 2, 5, 6, 8, 64, 70, 130, 300, 1030}) {
-      for (std::size_t n : {1, 3, 8, 31, 32, 33, 70}) {
-        INFO(g16->name << ": head_dim " << d << " keys " << n);
-        const mha::detail::KvLayout l = kv->layout(d, n);
-        const std::size_t ld = d + 3;
-        const std::vector<float> key = random_vector(n * ld, 5 + d),
-                                 value = random_vector(n * ld, 9 + n);
-        std::vector<unsigned char> a(l.k_bytes + l.v_bytes, 0xff), b(a);
-        kv->put_rows(l, a.data(), a.data() + l.k_bytes, n, d, key.data(), value.data(), ld);
-        for (std::size_t j = 0; j < n; ++j) {
-          kv->put(l, b.data(), b.data() + l.k_bytes, j, d, key.data() + j * ld,
-                  value.data() + j * ld);
+      for (std::size_t j0 : {0, 5, 32, 37}) {
+        for (std::size_t n : {1, 3, 8, 31, 32, 33, 70}) {
+          INFO("type " << t << " (" << kv.name() << "): head_dim " << d << " from " << j0
+                       << " keys " << n);
+          const mha::detail::KvLayout l = kv.layout(d, j0 + n);
+          const std::size_t ld = d + 3;
+          const std::vector<float> key = random_vector(n * ld, 5 + d),
+                                   value = random_vector(n * ld, 9 + n);
+          std::vector<unsigned char> a(l.k_bytes + l.v_bytes, 0xff), b(a);
+          kv.put_rows(l, a.data(), a.data() + l.k_bytes, j0, n, d, key.data(), value.data(), ld);
+          for (std::size_t j = 0; j < n; ++j) {
+            kv.put(l, b.data(), b.data() + l.k_bytes, j0 + j, d, key.data() + j * ld,
+                   value.data() + j * ld);
+          }
+          CHECK(a == b);
         }
-        CHECK(a == b);
       }
     }
   }

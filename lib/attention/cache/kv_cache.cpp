@@ -63,12 +63,10 @@ void KvCache::append(const SeqSpans& seqs, const std::size_t* key_start, const f
   for (std::size_t b = 0; b < batch_; ++b) {
     const std::size_t n_new = key_start[b + 1] - key_start[b];
     views[b] = view(b, seqs.kv_len(b));
+    const std::size_t row = key_start[b];
     for (std::size_t g = 0; g < s.num_kv_heads; ++g) {
-      for (std::size_t t = 0; t < n_new; ++t) {
-        const std::size_t pos = length_ + t, row = key_start[b] + t;
-        type.put(storage_->layout, views[b].k_block(g, pos), views[b].v_block(g, pos), pos, d,
-                 k + row * ld + g * d, v + row * ld + g * d);
-      }
+      type.put_rows(storage_->layout, views[b].k_block(g, length_), views[b].v_block(g, length_),
+                    length_, n_new, d, k + row * ld + g * d, v + row * ld + g * d, ld);
     }
   }
 }

@@ -192,17 +192,18 @@ void PagedKvCache::append(const std::size_t* slots, const SeqSpans& seqs, const 
   for (std::size_t i = 0; i < seqs.num; ++i) {
     const std::size_t start = lengths_[slots[i]];
     const KvView& w = views[i];
-    for (std::size_t t = 0; t < seqs.q_len(i); ++t) {
-      const std::size_t pos = start + t;
-      const float* kr = k + (seqs.q_start[i] + t) * ld;
-      const float* vr = v + (seqs.q_start[i] + t) * ld;
-      // put() zeroes a strip as it is entered, so a block's pages are
-      // touched only as the slot reaches them, and stale keys of a reused
-      // block vanish.
+    // Each block's run of keys; put() zeroes a strip as it is entered, so
+    // a block's pages are touched only as the slot reaches them, and stale
+    // keys of a reused block vanish.
+    for (std::size_t pos = start; pos < start + seqs.q_len(i);) {
+      const std::size_t end =
+          std::min(start + seqs.q_len(i), (pos / block_tokens_ + 1) * block_tokens_);
+      const std::size_t row = seqs.q_start[i] + pos - start;
       for (std::size_t g = 0; g < s.num_kv_heads; ++g) {
-        type.put(layout_, w.k_block(g, pos), w.v_block(g, pos), w.local(pos), d, kr + g * d,
-                 vr + g * d);
+        type.put_rows(layout_, w.k_block(g, pos), w.v_block(g, pos), w.local(pos), end - pos, d,
+                      k + row * ld + g * d, v + row * ld + g * d, ld);
       }
+      pos = end;
     }
   }
 }

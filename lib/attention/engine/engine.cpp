@@ -64,7 +64,7 @@ class PerCallKv final : public KvStore {
       const std::size_t i = t / kvh, g = t % kvh;
       const KvView& view = views[i];
       const std::size_t src = key_start[i] * ld + g * d;
-      type_.put_rows(view.layout, view.k_block(g, 0), view.v_block(g, 0), view.len, d, k + src,
+      type_.put_rows(view.layout, view.k_block(g, 0), view.v_block(g, 0), 0, view.len, d, k + src,
                      v + src, ld);
     });
   }

@@ -53,20 +53,25 @@ class KvBf16 final : public KvType {
   // op(B) = Kᵀ and V as the rows of op(B) = V, which zeroes a strip's lanes
   // and a group's slots past the keys and its rows past d's pairs. (Key by
   // key, the stores of put() were 8 % of a BERT s512 bf16 forward on AMX.)
-  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
-                const float* value, std::size_t ld) const override {
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t j0, std::size_t n, std::size_t d,
+                const float* key, const float* value, std::size_t ld) const override {
     const std::size_t nr = g16_.nr;
+    // Up to a strip's start, key by key.
+    std::size_t i = 0;
+    for (; i < n && (j0 + i) % nr != 0; ++i) {
+      put(l, k, v, j0 + i, d, key + i * ld, value + i * ld);
+    }
     // Columns per pass: whole V strips and whole k groups of K pairs.
     constexpr std::size_t kBuf = 8192;
     const std::size_t chunk = kBuf / nr / (2 * nr) * (2 * nr);
     alignas(64) std::uint16_t rows[kBuf];
-    for (std::size_t j = 0; j < n; j += nr) {
-      const std::size_t keys = std::min(nr, n - j);
+    for (; i < n; i += nr) {
+      const std::size_t keys = std::min(nr, n - i), j = j0 + i;
       for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
         const std::size_t cols = std::min(chunk, d - c0), ldr = round_up(cols, 2);
-        round(keys, cols, key + j * ld + c0, ld, rows, ldr);
+        round(keys, cols, key + i * ld + c0, ld, rows, ldr);
         g16_.pack_b(true, cols, keys, rows, ldr, key_strip(k, j, d) + c0 * nr, 0);
-        round(keys, cols, value + j * ld + c0, ld, rows, ldr);
+        round(keys, cols, value + i * ld + c0, ld, rows, ldr);
         g16_.pack_b(false, keys, cols, rows, ldr, value_group(v, j) + c0 / nr * l.v_strip,
                     l.v_strip);
       }

@@ -38,12 +38,16 @@ class KvFp32 final : public KvType {
     kb.write(j, key);
     std::copy_n(value, d, static_cast<float*>(v) + j * l.ldv);
   }
-  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
-                const float* value, std::size_t ld) const override {
-    if (n == 0) return;
-    pack_b(g_, Trans::T, d, n, key, ld, static_cast<float*>(k));
-    for (std::size_t j = 0; j < n; ++j) {
-      std::copy_n(value + j * ld, d, static_cast<float*>(v) + j * l.ldv);
+  // K by put() up to a strip's start, then packed whole strips at a time
+  // (pack_b zeroes the last strip's lanes past the keys, as put() would).
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t n, std::size_t d,
+                const float* key, const float* value, std::size_t ld) const override {
+    const PackedBColumns kb = keys(l, k, d);
+    std::size_t i = 0;
+    for (; i < n && (j + i) % kb.nr != 0; ++i) kb.write(j + i, key + i * ld);
+    if (i < n) pack_b(g_, Trans::T, d, n - i, key + i * ld, ld, kb.column(j + i));
+    for (i = 0; i < n; ++i) {
+      std::copy_n(value + i * ld, d, static_cast<float*>(v) + (j + i) * l.ldv);
     }
   }
   // V rows past the length are never read (P·V stops at the length).

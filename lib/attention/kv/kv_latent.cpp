@@ -34,10 +34,10 @@ class KvLatentFp32 final : public KvType {
            const float* value) const override {
     std::copy_n(value, d, static_cast<float*>(v) + j * l.ldv);
   }
-  void put_rows(const KvLayout& l, void*, void* v, std::size_t n, std::size_t d, const float*,
-                const float* value, std::size_t ld) const override {
-    for (std::size_t j = 0; j < n; ++j) {
-      std::copy_n(value + j * ld, d, static_cast<float*>(v) + j * l.ldv);
+  void put_rows(const KvLayout& l, void*, void* v, std::size_t j, std::size_t n, std::size_t d,
+                const float*, const float* value, std::size_t ld) const override {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::copy_n(value + i * ld, d, static_cast<float*>(v) + (j + i) * l.ldv);
     }
   }
   // Both products stop at the length, but the contract is zeros.

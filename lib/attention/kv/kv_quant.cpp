@@ -56,9 +56,9 @@ class KvQuant final : public KvType {
     }
     kvq::put_key(code_, d, bytes(k), bytes(v), j, key, value);
   }
-  void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t d, const float* key,
-                const float* value, std::size_t ld) const override {
-    for (std::size_t j = 0; j < n; ++j) put(l, k, v, j, d, key + j * ld, value + j * ld);
+  void put_rows(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t n, std::size_t d,
+                const float* key, const float* value, std::size_t ld) const override {
+    for (std::size_t i = 0; i < n; ++i) put(l, k, v, j + i, d, key + i * ld, value + i * ld);
   }
   // V too: its rows are read, times a zero P, so they must not keep a stale
   // NaN scale.

@@ -155,10 +155,11 @@ class KvType {
   // past the length shares with j, so such positions read as zero.
   virtual void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t head_dim,
                    const float* key, const float* value) const = 0;
-  // Keys [0, n) of an empty head-block from rows ld floats apart: put() for
-  // each, or faster with the same result.
-  virtual void put_rows(const KvLayout& l, void* k, void* v, std::size_t n, std::size_t head_dim,
-                        const float* key, const float* value, std::size_t ld) const = 0;
+  // Keys [j, j + n) from rows ld floats apart: put() for each, or faster
+  // with the same result.
+  virtual void put_rows(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t n,
+                        std::size_t head_dim, const float* key, const float* value,
+                        std::size_t ld) const = 0;
   // Key j reads as zero again (a truncated position).
   virtual void clear(const KvLayout& l, void* k, void* v, std::size_t j,
                      std::size_t head_dim) const = 0;
