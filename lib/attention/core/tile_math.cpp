@@ -154,13 +154,13 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
     return tile;
   }
   // Every block but the first starts at its key 0, on a strip: where the
-  // first does too, the scores of each block are computed in place (bits
-  // per score, whatever the tile) and only V, which P·V reduces over the
-  // whole tile, is gathered. (Blocks of 16 keys, b16 decode at kv 4096,
-  // Zen 5: the bf16 cache's step took 15-18 ms so, 17-23 with K gathered
-  // too; the int8 cache's was within the noise.)
+  // first does too and the KV type prefers it (scores_blocks_in_place), the
+  // scores of each block are computed in place (bits per score, whatever
+  // the tile) and only V, which P·V reduces over the whole tile, is
+  // gathered.
   // A tree row's path (from kv.tail on) is gathered key by key.
-  const bool keys_in_place = k1 <= kv.tail && kv.local(k0) % kv_.strip() == 0;
+  const bool keys_in_place =
+      kv_.scores_blocks_in_place() && k1 <= kv.tail && kv.local(k0) % kv_.strip() == 0;
   for (std::size_t a = k0; a < k1;) {
     const std::size_t b =
         a >= kv.tail ? a + 1 : std::min({k1, kv.tail, (a / kv.block_tokens + 1) * kv.block_tokens});

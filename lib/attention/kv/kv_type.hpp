@@ -147,6 +147,10 @@ class KvType {
   // whole strips (KvTile::blocks) in place; the other entries' tiles that
   // span blocks are gathered into one head-block first.
   virtual bool spans_blocks() const { return false; }
+  // Whether a gathered tile's scores are computed block by block on the
+  // blocks in place (only V gathered) where they start on strips, rather
+  // than on the gathered K.
+  virtual bool scores_blocks_in_place() const { return true; }
   // The layout of a head-block for `capacity` keys; throws if it overflows.
   virtual KvLayout layout(std::size_t head_dim, std::size_t capacity) const = 0;
 
