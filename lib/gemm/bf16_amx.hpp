@@ -266,12 +266,12 @@ void thread_setup() {
 
 // The table of backend T; round_rows rounds as vcvtne2ps2bf16 (denormals
 // to zero, as the tiles read them anyway); pack_b writes bf16_pack::pack_b's
-// bytes.
+// bytes; flop_time as GemmBf16Kernels'.
 template <class T, class Tag>
 constexpr GemmBf16Kernels kernels(const char* name,
                                   void (*round_rows)(std::size_t, std::size_t, const float*,
                                                      std::size_t, void*, std::size_t),
-                                  decltype(GemmBf16Kernels::pack_b) pack_b) {
+                                  decltype(GemmBf16Kernels::pack_b) pack_b, double flop_time) {
   GemmBf16Kernels g{name,
                     kMR,
                     kNR,
@@ -287,6 +287,7 @@ constexpr GemmBf16Kernels kernels(const char* name,
   g.thread_setup = &thread_setup<T>;
   g.panel = &panel_packed<T, Tag>;
   g.panel_rows = &panel_rows<T>;
+  g.flop_time = flop_time;
   return g;
 }
 

@@ -475,9 +475,9 @@ void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc
 // The threads a call of this shape uses (threads_for): 2mnk flops, and B's
 // 4nk bytes, which bound a small-m product (B read once at two flops per
 // float per row of A).
-std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k) {
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k, double flop_time) {
   const double nk = static_cast<double>(n) * static_cast<double>(k);
-  return threads_for({2.0 * static_cast<double>(m) * nk, 4.0 * nk});
+  return threads_for({2.0 * static_cast<double>(m) * nk * flop_time, 4.0 * nk});
 }
 
 void run_gemm_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n,

@@ -163,8 +163,10 @@ void set_gemm_path_override(std::optional<GemmPath> path) noexcept;
 // beta == 0 writes zeros without reading C);
 void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc,
              const float* bias);
-// the threads a call of this shape uses (about 10 us of work per thread);
-std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k);
+// the threads a call of this shape uses (about 10 us of work per thread),
+// its flops weighted by the kernels' time per flop against the fp32
+// kernels' (GemmBf16Kernels::flop_time);
+std::size_t call_threads(std::size_t m, std::size_t n, std::size_t k, double flop_time = 1.0);
 // block(i0, j0, rows, cols) over C [m x n]: once, whole, at one thread, else
 // one block of whole mr x nr tiles per thread in parallel, in the grid that
 // packs the fewest elements of A and B.

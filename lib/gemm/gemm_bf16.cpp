@@ -231,7 +231,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
     prepare_thread(g);
     g.round_rows(m, k, a32, lda, a_rows, ld16);
     const auto* data = static_cast<const std::uint16_t*>(b.data);
-    run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
+    run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k, g.flop_time),
                     [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
                       prepare_thread(g);
                       run_rows_b(g, bm, bn, k, alpha, a_rows + i0 * ld16 / 2, ld16 / 2,
@@ -253,7 +253,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
   const GemmBf16Kernels& g = *b.g;
   const auto* data = static_cast<const std::uint16_t*>(b.data);
   const std::size_t strip = packed_b_rows(g, k) * g.nr;
-  run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k),
+  run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k, g.flop_time),
                   [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
                     prepare_thread(g);
                     run_packed_b(g, ta, bm, bn, k, alpha, at(ta, a16, lda, i0, 0), lda,
@@ -425,7 +425,8 @@ void set_gemm_bf16_path_override(std::optional<Bf16Path> path) noexcept {
 }
 
 Bf16Plan plan_gemm_bf16(const GemmBf16Kernels* g, std::size_t m, std::size_t n, std::size_t k) {
-  Bf16Plan p{g != nullptr ? Bf16Path::dot : Bf16Path::fp32, call_threads(m, n, k)};
+  Bf16Plan p{g != nullptr ? Bf16Path::dot : Bf16Path::fp32,
+             call_threads(m, n, k, g != nullptr ? g->flop_time : 1.0)};
   if (const unsigned f = forced_path.load(std::memory_order_relaxed); f != 0 && g != nullptr) {
     p.path = static_cast<Bf16Path>(f - 1);
   }

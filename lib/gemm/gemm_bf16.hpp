@@ -126,6 +126,9 @@ struct GemmBf16Kernels {
   void (*panel_rows)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t ldc,
                      std::size_t m, std::size_t n, float alpha, float beta) = nullptr;
+  // The time of one of its flops against the fp32 kernels', for the thread
+  // policy (call_threads), which counts a thread per so many fp32 flops.
+  double flop_time = 1.0;
   // 32-bit words per pair of A.
   std::size_t pair_words() const { return a_bytes / 2; }
 };

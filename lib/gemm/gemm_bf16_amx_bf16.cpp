@@ -112,12 +112,19 @@ struct Backend {
 
 #undef MHA_TILE_SWITCH
 
+// A quarter of an fp32 flop's time: the tiles' GEMM ran sq1024 at 5.1-5.4x
+// sgemm's rate (2-core AMX Xeon, 1 thread), and split by fp32 flops the
+// projections of a tiny forward (E 256, 4 heads, s32) took a second thread
+// for a few us of work: 0.063-0.069 ms at 2 threads, 0.032-0.034 at 1.
+constexpr double kFlopTime = 0.25;
+
 }  // namespace
 }  // namespace gemm_bf16_amx_bf16
 
 const GemmBf16Kernels gemm_bf16_kernels_amx_bf16 =
     bf16_amx::kernels<gemm_bf16_amx_bf16::Backend, gemm_bf16_amx_bf16::amx_bf16_tag>(
         "amx_bf16", &bf16_round_avx512::round_rows<gemm_bf16_amx_bf16::amx_bf16_tag>,
-        &bf16_pack_avx512::pack_b<gemm_bf16_amx_bf16::amx_bf16_tag, bf16_amx::kNR>);
+        &bf16_pack_avx512::pack_b<gemm_bf16_amx_bf16::amx_bf16_tag, bf16_amx::kNR>,
+        gemm_bf16_amx_bf16::kFlopTime);
 
 }  // namespace mha::detail

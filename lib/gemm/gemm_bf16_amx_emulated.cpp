@@ -110,6 +110,6 @@ void amx_emulated_forget_tiles() noexcept {
 const GemmBf16Kernels gemm_bf16_kernels_amx_emulated =
     bf16_amx::kernels<gemm_bf16_amx_emulated::Backend, gemm_bf16_amx_emulated::amx_emulated_tag>(
         "amx_emulated", &emulated_round_rows,
-        &bf16_pack::pack_b<gemm_bf16_amx_emulated::amx_emulated_tag, bf16_amx::kNR>);
+        &bf16_pack::pack_b<gemm_bf16_amx_emulated::amx_emulated_tag, bf16_amx::kNR>, 1.0);
 
 }  // namespace mha::detail

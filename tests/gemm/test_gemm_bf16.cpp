@@ -900,6 +900,29 @@ TEST_CASE("the bf16 drivers honour a kernel set's packed-A layout (row-major str
   CHECK(failures == 0);
 }
 
+TEST_CASE("the bf16 thread plan counts a kernel set's flops at its flop_time",
+          "[gemm][bf16][threads]") {
+  if (!mha::test::threads_allowed()) {
+    WARN("skipped: this run must not start threads (qemu-user)");
+    return;
+  }
+  mha_set_num_threads(2);
+  if (mha_get_num_threads() < 2) {
+    WARN("skipped: one thread here");
+    mha_set_num_threads(0);
+    return;
+  }
+  GemmBf16Kernels fast = emulated();
+  fast.flop_time = 0.25;
+  // 32 x 768 x 256: 12.6M flops, 6 threads' worth at fp32's time, 1.6 at a
+  // quarter of it (B's 786 KiB allow 1.5); 4x the rows take two again.
+  CHECK(mha::detail::plan_gemm_bf16(&emulated(), 32, 768, 256).threads == 2);
+  CHECK(mha::detail::plan_gemm_bf16(nullptr, 32, 768, 256).threads == 2);
+  CHECK(mha::detail::plan_gemm_bf16(&fast, 32, 768, 256).threads == 1);
+  CHECK(mha::detail::plan_gemm_bf16(&fast, 128, 768, 256).threads == 2);
+  mha_set_num_threads(0);
+}
+
 TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][threads]") {
   if (!mha::test::threads_allowed()) {
     WARN("skipped: this run must not start threads (qemu-user)");
