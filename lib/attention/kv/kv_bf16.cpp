@@ -192,7 +192,6 @@ class KvBf16 final : public KvType {
     for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
       const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
       round(1, n, key + c0, n, row, n + 1);
-      row[n] = 0;
       if (kg == 2) {
         std::uint16_t* dst = kb + (p0 * nr + lane) * 2;
         for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
