@@ -83,6 +83,14 @@ struct Lanes {
     // x <= hi is false for NaN as well as for x > hi; x + inf gives NaN or +inf.
     return xsimd::select(x <= V(hi), low, x + V(std::numeric_limits<float>::infinity()));
   }
+  // exp's last step: exp_fixup(x, p·2^n, lo, hi), where n is integral and
+  // k holds it in its low mantissa bits (add_exponent), and p·2^n is a
+  // normal float wherever x is in [lo, hi]. Per ISA where one instruction
+  // does the scaling (AVX-512's vscalefps).
+  static V exp_finish(const V& x, const V& p, const V& /*n*/, const V& k, float lo,
+                      float hi) noexcept {
+    return exp_fixup(x, add_exponent(p, k), lo, hi);
+  }
 
   // Horizontal sum and max in a fixed tree order: lane i combines with lane
   // i + width/2, then i + width/4, ... (reduce<kMax>, per ISA, with shuffles:
@@ -162,6 +170,9 @@ struct Lanes<scalar_arch> {
   static V exp_fixup(V x, V y, float lo, float hi) noexcept {
     if (x < lo) return 0.f;
     return x <= hi ? y : x + std::numeric_limits<float>::infinity();
+  }
+  static V exp_finish(V x, V p, V /*n*/, V k, float lo, float hi) noexcept {
+    return exp_fixup(x, add_exponent(p, k), lo, hi);
   }
 
   static float hsum(V v) noexcept { return v; }

@@ -10,8 +10,9 @@
 //       coefficients are a relative-error minimax fit (Lawson iterations, numpy)
 //       on [-0.3473, 0.3473], rounded to float: max relative error 4.1e-9
 //       (0.07 ulp) before evaluation rounding;
-//   2^n is applied by adding n to the exponent bits (integer add), never by a
-//       float multiply, so no denormal is ever produced or consumed;
+//   2^n is applied by adding n to the exponent bits (integer add), or on
+//       AVX-512 by vscalefps, which gives the same bits for the normal
+//       results it is kept for; no denormal is ever produced or consumed;
 //   x < kExpLo (-126 ln2 rounded up) -> 0 (the true result is subnormal:
 //       flushed, as documented), x > kExpHi (largest float with exp(x) finite)
 //       or +inf -> +inf, NaN -> NaN, -inf -> 0.
@@ -69,7 +70,7 @@ struct SoftmaxImpl {
     q = L::fma(q, r, L::splat(kExpC0));
     q = L::fma(q, r, L::splat(1.f));
     const V p = L::fma(q, r, L::splat(1.f));
-    return L::exp_fixup(x, L::add_exponent(p, k), kExpLo, kExpHi);
+    return L::exp_finish(x, p, n, k, kExpLo, kExpHi);
   }
 
   // Loads the tail [0, m) of a row (m < W) into a full vector, padding with `pad`.
