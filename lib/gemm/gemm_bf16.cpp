@@ -278,21 +278,6 @@ void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
                      packed_a_strip_words(g, std::min(packed_b_rows(g, k), g.kc) / 2));
 }
 
-void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, float* x,
-                         std::size_t ld) noexcept {
-  for (std::size_t i = 0; i < rows; ++i) {
-    float* row = x + i * ld;
-    for (std::size_t j = 0; j < cols; ++j) {
-      float v = bias != nullptr ? row[j] + bias[j] : row[j];
-      std::uint32_t u;
-      std::memcpy(&u, &v, sizeof u);
-      u = bf16_rounded_bits(u);
-      std::memcpy(&v, &u, sizeof u);
-      row[j] = v;
-    }
-  }
-}
-
 namespace {
 
 // The kernel sets this build has, and whether this CPU runs each.

@@ -340,11 +340,6 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
 // non-null, b) uses, so that call cannot then fail for want of it.
 void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b);
 
-// x[i][j] = round_to_bf16(x[i][j] + bias[j]) (bias may be null), in place,
-// for rows [rows x cols] at stride ld: activations entering a bf16 product.
-void add_bias_round_bf16(std::size_t rows, std::size_t cols, const float* bias, float* x,
-                         std::size_t ld) noexcept;
-
 // fp32 -> bf16, rounded to nearest even (NaN stays NaN, made quiet), and
 // bf16 -> fp32 (exact).
 void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept;

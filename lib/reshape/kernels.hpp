@@ -1,5 +1,6 @@
-// Per-ISA copy kernel behind split/merge heads (reshape_kernels.hpp,
-// tables defined in reshape_<isa>.cpp). Single-threaded, never allocates.
+// Per-ISA row kernels: the copy behind split/merge heads and the bf16
+// projections' epilogue (reshape_kernels.hpp, tables defined in
+// reshape_<isa>.cpp). Single-threaded, never allocate.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +23,12 @@ struct ReshapeKernels {
   void (*copy_rows_stream)(const float* src, std::size_t src_ld, float* dst, std::size_t dst_ld,
                            std::size_t rows, std::size_t cols);
   void (*stream_fence)();
+  // x[r*ld + j] += bias[j] (bias may be null; one fp32 addition), then with
+  // `round` rounded to the nearest bf16 value (nearest even, a NaN made
+  // quiet, a denormal rounded as any other value), in place, for r < rows,
+  // j < cols: the bf16 projections' epilogue (projection.cpp's finish_rows).
+  void (*bias_round_rows)(const float* bias, float* x, std::size_t ld, std::size_t rows,
+                          std::size_t cols, bool round);
 };
 
 extern const ReshapeKernels reshape_kernels_scalar;

@@ -1,5 +1,6 @@
-// The strided row copy behind split/merge heads, written once against the lane
-// layer (simd/lanes.hpp) and instantiated per ISA in reshape_<isa>.cpp.
+// The strided row copy behind split/merge heads and the bf16 projections'
+// epilogue, written once against the lane layer (simd/lanes.hpp) and
+// instantiated per ISA in reshape_<isa>.cpp.
 #pragma once
 
 #include <cstddef>
@@ -59,8 +60,29 @@ struct ReshapeImpl {
     copy_rows_impl<L::has_stream()>(src, src_ld, dst, dst_ld, rows, cols);
   }
 
+  template <bool kBias, bool kRound>
+  static void bias_round_impl(const float* bias, float* x, std::size_t ld, std::size_t rows,
+                              std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* row = x + r * ld;
+      for (std::size_t j = 0; j < cols; j += W) {
+        const std::size_t lanes = cols - j < W ? cols - j : W;
+        auto v = L::load_n(row + j, lanes);
+        if constexpr (kBias) v = v + L::load_n(bias + j, lanes);
+        if constexpr (kRound) v = L::round_bf16(v);
+        L::store_n(row + j, v, lanes);
+      }
+    }
+  }
+  static void bias_round_rows(const float* bias, float* x, std::size_t ld, std::size_t rows,
+                              std::size_t cols, bool round) {
+    if (bias != nullptr && round) return bias_round_impl<true, true>(bias, x, ld, rows, cols);
+    if (bias != nullptr) return bias_round_impl<true, false>(bias, x, ld, rows, cols);
+    if (round) bias_round_impl<false, true>(bias, x, ld, rows, cols);
+  }
+
   static constexpr ReshapeKernels table() {
-    return ReshapeKernels{&copy_rows, &copy_rows_stream, &L::stream_fence};
+    return ReshapeKernels{&copy_rows, &copy_rows_stream, &L::stream_fence, &bias_round_rows};
   }
 };
 

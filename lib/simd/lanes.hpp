@@ -92,6 +92,17 @@ struct Lanes {
     return exp_fixup(x, add_exponent(p, k), lo, hi);
   }
 
+  // Each lane rounded to the nearest bf16 value, as a float: nearest even,
+  // a NaN made quiet (its payload's high bits kept), denormals as any other
+  // value (fp32_to_bf16's rule, gemm_bf16.hpp).
+  static V round_bf16(const V& v) noexcept {
+    const I u = xsimd::bitwise_cast<I>(v);
+    const I rounded = u + I(0x7FFF) + ((u >> 16) & I(1));
+    const auto nan = (u & I(0x7FFFFFFF)) > I(0x7F800000);
+    const I high = I(static_cast<std::int32_t>(0xFFFF0000u));
+    return xsimd::bitwise_cast<V>(xsimd::select(nan, u | I(0x400000), rounded) & high);
+  }
+
   // Horizontal sum and max in a fixed tree order: lane i combines with lane
   // i + width/2, then i + width/4, ... (reduce<kMax>, per ISA, with shuffles:
   // a store and a scalar loop cost ~40 cycles per 64-float row, a third of
@@ -173,6 +184,15 @@ struct Lanes<scalar_arch> {
   }
   static V exp_finish(V x, V p, V /*n*/, V k, float lo, float hi) noexcept {
     return exp_fixup(x, add_exponent(p, k), lo, hi);
+  }
+
+  static V round_bf16(V v) noexcept {
+    std::uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    u = std::isnan(v) ? u | 0x400000u : u + 0x7FFFu + (u >> 16 & 1u);
+    u &= 0xFFFF0000u;
+    std::memcpy(&v, &u, sizeof u);
+    return v;
   }
 
   static float hsum(V v) noexcept { return v; }

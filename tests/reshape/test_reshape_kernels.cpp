@@ -1,9 +1,14 @@
 // The per-ISA reshape kernel table (lib/reshape/kernels.hpp) on the ISA MHA_ISA
-// selects: exact copies, nothing written outside the destination rows.
+// selects: exact copies and the projections' epilogue, nothing written
+// outside the destination rows.
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "dispatch/dispatch.hpp"
+#include "gemm/gemm_bf16.hpp"
 #include "reshape/kernels.hpp"
 #include "support/reference.hpp"
 
@@ -28,4 +33,54 @@ TEST_CASE("copy_rows and copy_rows_stream copy exactly and stay inside the rows"
         }
       }
     }
+}
+
+TEST_CASE("bias_round_rows adds the bias and rounds as fp32_to_bf16, inside the rows",
+          "[reshape]") {
+  const auto& k = mha::detail::reshape_kernels(mha::current_isa());
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  // Values that exercise the rounding: ties (both parities), their
+  // neighbours, denormals, NaNs with payloads, infinities, and the largest
+  // floats (which round up to infinity).
+  std::vector<std::uint32_t> special = {0x3F808000u, 0x3F818000u, 0x3F808001u, 0x3F807FFFu,
+                                        0x00000001u, 0x807FFFFFu, 0x00018000u, 0x7FC00001u,
+                                        0xFF812345u, 0x7F800001u, 0x7F7FFFFFu, 0xFF7FFFFFu,
+                                        0x7F7F8000u, 0x80000000u, 0x00000000u};
+  for (std::size_t cols : {1, 2, 7, 15, 16, 17, 31, 33, 64, 65, 129}) {
+    for (std::size_t rows : {1, 3}) {
+      const std::size_t ld = cols + 3;
+      auto x = mha::test::random_vector(rows * ld, cols * 7 + rows, -4.f, 4.f);
+      for (std::size_t i = 0; i < special.size() && i < cols; ++i) {
+        std::memcpy(&x[(i * 5) % cols], &special[i], sizeof(float));
+      }
+      x[cols / 2] = -kInf;
+      const auto bias = mha::test::random_vector(cols, cols + 1, -1.f, 1.f);
+      for (const bool with_bias : {false, true}) {
+        for (const bool round : {false, true}) {
+          std::vector<float> y = x;
+          k.bias_round_rows(with_bias ? bias.data() : nullptr, y.data(), ld, rows, cols, round);
+          INFO("rows=" << rows << " cols=" << cols << " bias=" << with_bias << " round=" << round);
+          std::size_t wrong = 0;
+          for (std::size_t r = 0; r < rows; ++r) {
+            for (std::size_t j = 0; j < ld; ++j) {
+              float want = x[r * ld + j];
+              if (j < cols) {
+                if (with_bias) want += bias[j];
+                if (round) {
+                  std::uint16_t b;
+                  mha::detail::fp32_to_bf16(1, &want, &b);
+                  mha::detail::bf16_to_fp32(1, &b, &want);
+                }
+              }
+              std::uint32_t got_bits, want_bits;
+              std::memcpy(&got_bits, &y[r * ld + j], sizeof got_bits);
+              std::memcpy(&want_bits, &want, sizeof want_bits);
+              wrong += got_bits != want_bits;
+            }
+          }
+          CHECK(wrong == 0);
+        }
+      }
+    }
+  }
 }
