@@ -24,6 +24,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #include "softmax/kernels.hpp"
@@ -91,6 +92,19 @@ inline float online_update_scaled(const SoftmaxKernels& k, OnlineRow& st, float*
                                   float scale) {
   return online_impl::update(st, k, x, n, k.reduce_max(x, n) * scale,
                              [&](float shift) { return k.scale_exp_sum(x, x, n, scale, shift); });
+}
+
+// online_update_scaled (or online_update, at scale 1) of the tile x, whose
+// exp'd scores go to y rounded to bf16 by k.scale_exp_sum_bf16 (not null),
+// x left as it was: online_update_scaled's bits, its tile then rounded to
+// nearest even. A poisoned row's y is NaN.
+inline float online_update_bf16(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
+                                float scale, std::uint16_t* y) {
+  const float alpha =
+      online_impl::update(st, k, x, n, k.reduce_max(x, n) * scale,
+                          [&](float shift) { return k.scale_exp_sum_bf16(x, y, n, scale, shift); });
+  if (online_poisoned(st)) std::fill(y, y + (n + 1) / 2 * 2, std::uint16_t{0x7FC0});
+  return alpha;
 }
 
 // acc[0..n) *= alpha (skipped when alpha is exactly 1: the max did not move).

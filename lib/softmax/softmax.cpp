@@ -12,15 +12,22 @@
 #include "common/checked.hpp"
 #include "common/error.hpp"
 #include "common/parallel.hpp"
+#include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "softmax/kernels.hpp"
 
 namespace mha::detail {
 
 const SoftmaxKernels& softmax_kernels(Isa isa) noexcept {
-  static const IsaTables<SoftmaxKernels> tables{
-      &softmax_kernels_scalar, MHA_IF_BUILT_AVX2(softmax_kernels_avx2),
-      MHA_IF_BUILT_AVX512(softmax_kernels_avx512), MHA_IF_BUILT_NEON(softmax_kernels_neon)};
+#if MHA_BUILD_AVX512
+  static const SoftmaxKernels* const avx512 =
+      cpu_features().avx512_bf16 ? &softmax_kernels_avx512_bf16 : &softmax_kernels_avx512;
+#else
+  static const SoftmaxKernels* const avx512 = nullptr;
+#endif
+  static const IsaTables<SoftmaxKernels> tables{&softmax_kernels_scalar,
+                                                MHA_IF_BUILT_AVX2(softmax_kernels_avx2), avx512,
+                                                MHA_IF_BUILT_NEON(softmax_kernels_neon)};
   return tables(isa);
 }
 namespace {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 
 #include "simd/lanes.hpp"
@@ -106,11 +107,22 @@ struct SoftmaxImpl {
     return L::hmax(L::max(L::max(m0, m1), L::max(m2, m3)));
   }
 
+  // Stores of exp_sum_impl's fp32 results.
+  struct Fp32Out {
+    static void put(float* y, const V& v) { L::store(y, v); }
+    static void put2(float* y, const V& a, const V& b) {
+      L::store(y, a);
+      L::store(y + W, b);
+    }
+  };
+
   // y = exp(fl(x*s) - shift) (kScaled), or exp(x - shift): the same bits as
   // scale_add without a mask followed by exp_sum, so a row's max element
-  // gives exactly exp(0) = 1. Returns the sum of y.
-  template <bool kScaled>
-  static float exp_sum_impl(const float* x, float* y, std::size_t n, float s, float shift) {
+  // gives exactly exp(0) = 1. Returns the sum of y. Out stores y's vectors
+  // (Fp32Out; or Out::Elem bf16 rounded, scale_exp_sum_bf16's, whose sum
+  // is still of the unrounded values).
+  template <bool kScaled, class Out, class T>
+  static float exp_sum_impl(const float* x, T* y, std::size_t n, float s, float shift) {
     const V vs = L::splat(s), vshift = L::splat(shift);
     auto arg = [&](const V& v) {
       if constexpr (kScaled) return v * vs - vshift;
@@ -128,10 +140,8 @@ struct SoftmaxImpl {
       const V e1 = exp_v(arg(L::load(x + i + W)));
       const V e2 = exp_v(arg(L::load(x + i + 2 * W)));
       const V e3 = exp_v(arg(L::load(x + i + 3 * W)));
-      L::store(y + i, e0);
-      L::store(y + i + W, e1);
-      L::store(y + i + 2 * W, e2);
-      L::store(y + i + 3 * W, e3);
+      Out::put2(y + i, e0, e1);
+      Out::put2(y + i + 2 * W, e2, e3);
       s0 = s0 + e0;
       s1 = s1 + e1;
       s0 = s0 + e2;
@@ -140,21 +150,22 @@ struct SoftmaxImpl {
     for (; i + 2 * W <= n; i += 2 * W) {
       const V e0 = exp_v(arg(L::load(x + i)));
       const V e1 = exp_v(arg(L::load(x + i + W)));
-      L::store(y + i, e0);
-      L::store(y + i + W, e1);
+      Out::put2(y + i, e0, e1);
       s0 = s0 + e0;
       s1 = s1 + e1;
     }
     if (i + W <= n) {
       const V e = exp_v(arg(L::load(x + i)));
-      L::store(y + i, e);
+      Out::put(y + i, e);
       s0 = s0 + e;
       i += W;
     }
     if (i < n) {
       const std::size_t m = n - i;
       const V e = exp_v(arg(load_tail(x + i, m, 0.f)));
-      store_tail(y + i, m, e);
+      alignas(64) T part[W];
+      Out::put(part, e);
+      for (std::size_t j = 0; j < m; ++j) y[i + j] = part[j];
       // The padded lanes' exp(-shift) must not enter the sum. Vector v goes
       // to s0 or s1 by its parity, as in the loops above, so trailing zeros
       // (masked keys past a row's last) change no bit of the sum: a row's
@@ -169,12 +180,21 @@ struct SoftmaxImpl {
   }
 
   static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
-    return exp_sum_impl<true>(x, y, n, s, shift);
+    return exp_sum_impl<true, Fp32Out>(x, y, n, s, shift);
   }
   // In place, exp(x - shift): scale_exp_sum's bits at s = 1 (fl(x*1) = x)
   // without the multiply.
   static float exp_sum(float* x, std::size_t n, float shift) {
-    return exp_sum_impl<false>(x, x, n, 1.f, shift);
+    return exp_sum_impl<false, Fp32Out>(x, x, n, 1.f, shift);
+  }
+  // SoftmaxKernels::scale_exp_sum_bf16 with Bf16Out's conversions to bf16
+  // (put, put2 of std::uint16_t, nearest even).
+  template <class Bf16Out>
+  static float scale_exp_sum_bf16(const float* x, std::uint16_t* y, std::size_t n, float s,
+                                  float shift) {
+    const float sum = exp_sum_impl<true, Bf16Out>(x, y, n, s, shift);
+    if (n % 2 != 0) y[n] = 0;
+    return sum;
   }
 
   static void scale(float* x, std::size_t n, float s) {
@@ -244,6 +264,13 @@ struct SoftmaxImpl {
   static constexpr SoftmaxKernels table() {
     return SoftmaxKernels{&exp,       &reduce_max,    &exp_sum,       &scale,
                           &scale_add, &scale_exp_sum, &scale_add_max, &soft_cap};
+  }
+  // table() with scale_exp_sum_bf16 on Bf16Out's conversions.
+  template <class Bf16Out>
+  static constexpr SoftmaxKernels table_bf16() {
+    SoftmaxKernels k = table();
+    k.scale_exp_sum_bf16 = &scale_exp_sum_bf16<Bf16Out>;
+    return k;
   }
 };
 

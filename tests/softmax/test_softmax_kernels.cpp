@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "softmax/kernels.hpp"
 #include "support/reference.hpp"
@@ -187,6 +188,71 @@ TEST_CASE("exp_sum and scale_exp_sum against double", "[softmax]") {
     CHECK(bits(sk().scale_exp_sum(z.data(), z.data(), n, s, shift)) == bits(sum));
     CHECK(std::memcmp(z.data(), y.data(), n * sizeof(float)) == 0);
   }
+}
+
+// Nearest even from the two neighbouring bf16 values themselves (not the
+// bit trick of the kernels): the nearer, ties to the even pattern.
+std::uint16_t bf16_nearest(float y) {
+  const std::uint32_t u = bits(y);
+  const auto lo = static_cast<std::uint16_t>(u >> 16);
+  if ((u & 0xFFFFu) == 0) return lo;
+  float down, up;
+  const std::uint32_t bd = std::uint32_t{lo} << 16, bu = std::uint32_t{lo + 1u} << 16;
+  std::memcpy(&down, &bd, sizeof down);
+  std::memcpy(&up, &bu, sizeof up);
+  const double dd = std::fabs(double(y) - down), du = std::fabs(double(up) - y);
+  if (dd != du) return dd < du ? lo : static_cast<std::uint16_t>(lo + 1);
+  return lo % 2 == 0 ? lo : static_cast<std::uint16_t>(lo + 1);
+}
+
+TEST_CASE("scale_exp_sum_bf16 is scale_exp_sum rounded to nearest even", "[softmax]") {
+  const auto f = sk().scale_exp_sum_bf16;
+  // Where the ISA and CPU have a conversion (avx512 with AVX512_BF16);
+  // elsewhere the core rounds P apart.
+  CHECK((f != nullptr) ==
+        (mha::current_isa() == mha::Isa::avx512 && mha::detail::cpu_features().avx512_bf16));
+  if (f == nullptr) return;
+  for (std::size_t n = 1; n <= 300; n += (n < 70 ? 1 : 7)) {
+    auto x = mha::test::random_vector(n, 900 + n, -30.f, 8.f);
+    if (n > 3) x[1] = -kInf;
+    if (n > 5) x[4] = 8.f;  // the max: exp(0) = 1 exactly
+    for (const float s : {1.0f, 0.125f, 0.37f}) {
+      const float shift = 8.f * s;
+      std::vector<float> y(n);
+      std::vector<std::uint16_t> p(n + 2, 0xABCD);
+      const float sum = sk().scale_exp_sum(x.data(), y.data(), n, s, shift);
+      INFO("n=" << n << " s=" << s);
+      CHECK(bits(f(x.data(), p.data(), n, s, shift)) == bits(sum));
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) wrong += p[i] != bf16_nearest(y[i]);
+      CHECK(wrong == 0);
+      // The pair completed with a zero; nothing written past it.
+      CHECK(p[n] == (n % 2 != 0 ? 0 : 0xABCD));
+      CHECK(p[n + 1] == 0xABCD);
+    }
+  }
+  // Exact ties: inputs whose exp ends in 0x8000, found among consecutive
+  // floats below -0.5 (about one in 65536), with both parities of the kept
+  // bits.
+  std::vector<float> ties;
+  std::size_t odd = 0;
+  for (std::uint32_t b = bits(-0.5f); ties.size() < 48 && b < bits(-0.5f) + (1u << 23); ++b) {
+    float x, y;
+    std::memcpy(&x, &b, sizeof x);
+    scalar_sk().exp(&x, &y, 1);
+    if ((bits(y) & 0xFFFFu) == 0x8000u) {
+      ties.push_back(x);
+      odd += (bits(y) >> 16) % 2;
+    }
+  }
+  REQUIRE(ties.size() == 48);
+  REQUIRE(odd > 0);
+  REQUIRE(odd < ties.size());
+  std::vector<float> y(ties.size());
+  std::vector<std::uint16_t> p(ties.size());
+  sk().scale_exp_sum(ties.data(), y.data(), ties.size(), 1.0f, 0.0f);
+  f(ties.data(), p.data(), ties.size(), 1.0f, 0.0f);
+  for (std::size_t i = 0; i < ties.size(); ++i) CHECK(p[i] == bf16_nearest(y[i]));
 }
 
 TEST_CASE("scale, scale_add and scale_add_max", "[softmax]") {

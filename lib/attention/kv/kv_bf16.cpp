@@ -165,10 +165,14 @@ class KvBf16 final : public KvType {
               packed_b_rows(g16_, d) * g16_.nr, s, lds, t.n, alpha, 0.0f);
   }
   void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
+  // Every set whose A elements are bf16 rounds them to nearest even, and
+  // the exp pass makes no denormal that a flushing set's round_rows would
+  // read as zero: its P rows are the bytes round_rows writes.
+  bool bf16_p() const override { return g16_.a_bytes == 2; }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float* pbuf) const override {
     const std::size_t ldp16 = round_up(t.n, 2);
-    g16_.round_rows(rows, t.n, p, ldp, pbuf, ldp16);
+    if (p != nullptr) g16_.round_rows(rows, t.n, p, ldp, pbuf, ldp16);
     bf16_rows(g16_, rows, ceil_div(t.n, 2), reinterpret_cast<const std::uint32_t*>(pbuf), ldp16 / 2,
               static_cast<const std::uint16_t*>(t.v) + value_group_at(t.j0), t.layout->v_strip, o,
               ldo, d, 1.0f, beta);

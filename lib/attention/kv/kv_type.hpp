@@ -198,6 +198,12 @@ class KvType {
   virtual void values(std::size_t rows, std::size_t head_dim, const float* p, std::size_t ldp,
                       const KvTile& t, float beta, float* o, std::size_t ldo,
                       float* pbuf) const = 0;
+  // Whether values() also takes P as bf16 rows rounded to nearest even,
+  // pairs complete (round_up(keys, 2) apart, an odd row ending in a zero),
+  // from pbuf when p is null: the softmax's exp pass then writes them
+  // itself where its kernels can (online_update_bf16), rather than fp32
+  // rows for values() to round.
+  virtual bool bf16_p() const { return false; }
   // Per-thread kernel state (an AMX tile configuration), set up by every
   // task before its first product; a no-op for kernels that have none.
   virtual void prepare_thread() const {}
