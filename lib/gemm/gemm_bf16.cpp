@@ -35,18 +35,10 @@
 #include "common/error.hpp"
 #include "common/scratch.hpp"
 #include "dispatch/cpu_features.hpp"
+#include "simd/lanes.hpp"
 
 namespace mha::detail {
 namespace {
-
-// fp32 bits u rounded to bf16, to nearest even (a NaN kept, made quiet), as
-// fp32 bits with the low 16 cleared.
-// Branch-free, so the loops below vectorize on the baseline ISA.
-constexpr std::uint32_t bf16_rounded_bits(std::uint32_t u) noexcept {
-  const std::uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u ? ~0u : 0u;
-  const std::uint32_t rounded = u + 0x7fffu + (u >> 16 & 1u);
-  return ((nan & (u | 0x400000u)) | (~nan & rounded)) & 0xffff0000u;
-}
 
 const std::uint16_t* at(Trans t, const std::uint16_t* x, std::size_t ld, std::size_t row,
                         std::size_t col) {
@@ -445,9 +437,10 @@ void gemm_bf16(const GemmBf16Kernels* g, const GemmKernels& f, Trans ta, Trans t
 
 void fp32_to_bf16(std::size_t n, const float* x, std::uint16_t* y) noexcept {
   for (std::size_t i = 0; i < n; ++i) {
+    const float r = simd::Lanes<simd::scalar_arch>::round_bf16(x[i]);
     std::uint32_t u;
-    std::memcpy(&u, &x[i], sizeof u);
-    y[i] = static_cast<std::uint16_t>(bf16_rounded_bits(u) >> 16);
+    std::memcpy(&u, &r, sizeof u);
+    y[i] = static_cast<std::uint16_t>(u >> 16);
   }
 }
 

@@ -94,7 +94,7 @@ struct Lanes {
 
   // Each lane rounded to the nearest bf16 value, as a float: nearest even,
   // a NaN made quiet (its payload's high bits kept), denormals as any other
-  // value (fp32_to_bf16's rule, gemm_bf16.hpp).
+  // value; fp32_to_bf16 (gemm_bf16.hpp) rounds by the scalar lanes' copy.
   static V round_bf16(const V& v) noexcept {
     const I u = xsimd::bitwise_cast<I>(v);
     const I rounded = u + I(0x7FFF) + ((u >> 16) & I(1));
@@ -186,11 +186,14 @@ struct Lanes<scalar_arch> {
     return exp_fixup(x, add_exponent(p, k), lo, hi);
   }
 
+  // Branch-free, so that loops over it vectorize on the baseline ISA
+  // (fp32_to_bf16).
   static V round_bf16(V v) noexcept {
     std::uint32_t u;
     std::memcpy(&u, &v, sizeof u);
-    u = std::isnan(v) ? u | 0x400000u : u + 0x7FFFu + (u >> 16 & 1u);
-    u &= 0xFFFF0000u;
+    const std::uint32_t nan = (u & 0x7FFFFFFFu) > 0x7F800000u ? ~0u : 0u;
+    const std::uint32_t rounded = u + 0x7FFFu + (u >> 16 & 1u);
+    u = ((nan & (u | 0x400000u)) | (~nan & rounded)) & 0xFFFF0000u;
     std::memcpy(&v, &u, sizeof u);
     return v;
   }

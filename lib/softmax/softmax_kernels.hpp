@@ -119,8 +119,8 @@ struct SoftmaxImpl {
   // y = exp(fl(x*s) - shift) (kScaled), or exp(x - shift): the same bits as
   // scale_add without a mask followed by exp_sum, so a row's max element
   // gives exactly exp(0) = 1. Returns the sum of y. Out stores y's vectors
-  // (Fp32Out; or Out::Elem bf16 rounded, scale_exp_sum_bf16's, whose sum
-  // is still of the unrounded values).
+  // (put, put2): Fp32Out as floats, scale_exp_sum_bf16's rounded to bf16
+  // (the sum still of the unrounded values).
   template <bool kScaled, class Out, class T>
   static float exp_sum_impl(const float* x, T* y, std::size_t n, float s, float shift) {
     const V vs = L::splat(s), vshift = L::splat(shift);
