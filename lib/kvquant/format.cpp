@@ -81,10 +81,6 @@ float value_element(Code c, std::size_t d, const std::uint8_t* row, std::size_t 
   return code_value(c, row[2 * groups(d) + i]) * bf16_value(scale_at(row + 2 * (i / kGroup)));
 }
 
-float bf16_value(std::uint16_t bits) {
-  return float_of(static_cast<std::uint32_t>(bits) << 16);
-}
-
 float code_value(Code c, std::uint8_t code) {
   if (c == Code::int8) return static_cast<float>(static_cast<std::int8_t>(code));
   const std::uint32_t sext =

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace mha::detail::kvq {
 
@@ -46,8 +47,14 @@ inline constexpr float code_max(Code c) {
   return c == Code::int8 ? 127.0f : 448.0f;
 }
 
-// The fp32 value of a bf16 bit pattern (exact).
-float bf16_value(std::uint16_t bits);
+// The fp32 value of a bf16 bit pattern (exact); inline, as the kernels
+// read a V row's scale with it.
+inline float bf16_value(std::uint16_t bits) {
+  const std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
 // A code's value, before its scale (exact). E4M3 codes decode as
 // sign · bits(code << 20) · 2^120, the kernels' conversion, so 0x7F and 0xFF
 // (never written) read as ±480.
