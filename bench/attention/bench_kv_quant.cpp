@@ -3,8 +3,9 @@
 // and b1 kv16384, and a chunked prefill of 512 tokens onto 3584 cached ones
 // (b1); the b16 decode again in a paged cache of 16-token blocks (vLLM's
 // default: the fp32 and bf16 caches gather key tiles across blocks, the
-// quantized ones read them in place); and a tiny decode for smoke
-// runs; per object and cache type:
+// quantized ones read them in place); a decode at b64 kv8192 of a smaller
+// layer (E 512, 8 heads of 64, no GQA) whose bf16 cache is 1 GiB; and a
+// tiny decode for smoke runs; per object and cache type:
 //   fp32        fp32 object, its fp32 cache
 //   bf16        bf16 object, its bf16 cache
 //   bf16_int8   bf16 object, int8 cache      (fp32_int8: on an fp32 object)
@@ -42,6 +43,9 @@ constexpr Config kConfigs[] = {
     {"llama1b_decode_b16_kv4096_paged16", 2048, 32, 8, 16, 4095, 1, 16},
     {"llama1b_decode_b1_kv16384", 2048, 32, 8, 1, 16383, 1},
     {"llama1b_chunk512_kv3584", 2048, 32, 8, 1, 3584, 512},
+    // A bf16 cache of 1 GiB, past any of these machines' last-level caches,
+    // as a serving batch's is.
+    {"e512_decode_b64_kv8192", 512, 8, 8, 64, 8191, 1},
 };
 
 struct Impl {
