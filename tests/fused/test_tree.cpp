@@ -2,7 +2,7 @@
 //  - every row of a ragged tree step (two slots, random trees) gives, bit
 //    for bit, the output and lse of a plain step whose new tokens are its
 //    path, on every KV type, fp32 and bf16 objects, blocks of 16 and 7,
-//    with RoPE, soft-cap, sinks, ALiBi or a window, at 1 and 3 threads;
+//    with RoPE, soft-cap, sinks, ALiBi or a window, at 1, 2 and 3 threads;
 //    the cached chunks its rows share are computed once;
 //  - after accepting a path, the slot equals one stepped with that path
 //    alone, for a later step, bit for bit;
@@ -95,7 +95,7 @@ TEST_CASE("a sequence's bits do not depend on verifying it in a tree step", "[pa
         std::vector<float> tree_out, tree_lse;
         // (One thread under qemu-user, where a second one hangs: 0 would
         // restore the default of one per core.)
-        for (std::size_t threads : {1, 3}) {
+        for (std::size_t threads : {1, 2, 3}) {
           if (threads > 1 && !mha::test::threads_allowed()) break;
           CAPTURE(threads);
           mha_set_num_threads(threads);
