@@ -17,6 +17,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/prefetch.hpp"
 #include "kvquant/format.hpp"
 #include "kvquant/kernels.hpp"
 #include "simd/lanes.hpp"
@@ -52,13 +53,6 @@ struct KvQuantImpl {
     } else {
       L::widen_e4m3x16(p, out);
     }
-  }
-  // K and V stream from memory once per step, and the hardware prefetchers
-  // alone left the widening loads waiting on them: the scores ask for the
-  // next tile of strips, P·V for the rows two strips ahead (b16 kv4096
-  // decode, 1 thread, AMX Xeon: 19.0-20.0 ms before, 9.89-10.1 after).
-  static void prefetch(const std::uint8_t* p, std::size_t bytes) noexcept {
-    for (std::size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
   }
   static const std::uint16_t* scales_at(const std::uint8_t* p) noexcept {
     return reinterpret_cast<const std::uint16_t*>(p);
@@ -117,8 +111,13 @@ struct KvQuantImpl {
       const std::size_t j = t * kvq::kStrip;
       const std::uint8_t* strip[NS];
       for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kvq::kStrip, d);
+      // K and V stream from memory once per step, and the hardware
+      // prefetchers alone left the widening loads waiting on them: the
+      // scores ask for the next tile of strips, P·V (value_tile) for the
+      // rows two strips ahead (b16 kv4096 decode, 1 thread, AMX Xeon:
+      // 19.0-20.0 ms before, 9.89-10.1 after).
       for (std::size_t u = NS; u < 2 * NS && t + u < strips_n; ++u) {
-        prefetch(keys.strip(j + u * kvq::kStrip, d), kvq::key_strip_bytes(d));
+        prefetch_bytes(keys.strip(j + u * kvq::kStrip, d), kvq::key_strip_bytes(d));
       }
       score_tile<C, MR, NS>(d, q, ldq, strip, n - j, alpha, s + j, lds);
     }
@@ -167,7 +166,7 @@ struct KvQuantImpl {
       if (j % kvq::kStrip == 0) {
         run = keys.row(j, d);
         if (g0 == 0 && j + 2 * kvq::kStrip < n)
-          prefetch(keys.row(j + 2 * kvq::kStrip, d), kvq::kStrip * rb);
+          prefetch_bytes(keys.row(j + 2 * kvq::kStrip, d), kvq::kStrip * rb);
       }
       const std::uint8_t* row = run + j % kvq::kStrip * rb;
       for (std::size_t g = 0; g < NG; ++g) {

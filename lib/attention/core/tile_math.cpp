@@ -8,6 +8,7 @@
 
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
+#include "common/prefetch.hpp"
 
 namespace mha::detail {
 namespace {
@@ -22,11 +23,6 @@ constexpr auto kRamp = [] {
   for (std::size_t j = 0; j < r.size(); ++j) r[j] = static_cast<float>(j);
   return r;
 }();
-
-// Every cache line of [p, p + bytes) on its way to the caches.
-void prefetch(const void* p, std::size_t bytes) {
-  for (std::size_t i = 0; i < bytes; i += 64) __builtin_prefetch(static_cast<const char*>(p) + i);
-}
 
 }  // namespace
 
@@ -175,8 +171,8 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
     // in the pool, where the hardware prefetchers do not follow (b16
     // kv4096 decode in blocks of 16, 1 thread, AMX Xeon: 5-12 % less time).
     if (b < k1 && b < kv.tail) {
-      prefetch(kv.k_block(g, b), kv.layout.k_bytes);
-      prefetch(kv.v_block(g, b), kv.layout.v_bytes);
+      prefetch_bytes(kv.k_block(g, b), kv.layout.k_bytes);
+      prefetch_bytes(kv.v_block(g, b), kv.layout.v_bytes);
     }
     kv_.copy_keys(kv.layout, kv.k_block(g, at), kv.v_block(g, at), kv.local(at), b - a,
                   plan_.gather_layout, keys_in_place ? nullptr : t.kbuf, t.vbuf, a - k0, d);
