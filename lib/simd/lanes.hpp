@@ -91,6 +91,11 @@ struct Lanes {
                       float hi) noexcept {
     return exp_fixup(x, add_exponent(p, k), lo, hi);
   }
+  // exp_finish for an x known not to overflow (x <= hi, or NaN): x < lo ? 0
+  // : p·2^n, one check fewer.
+  static V exp_finish_low(const V& x, const V& p, const V& /*n*/, const V& k, float lo) noexcept {
+    return xsimd::select(x < V(lo), V(0.f), add_exponent(p, k));
+  }
 
   // Each lane rounded to the nearest bf16 value, as a float: nearest even,
   // a NaN made quiet (its payload's high bits kept), denormals as any other
@@ -184,6 +189,9 @@ struct Lanes<scalar_arch> {
   }
   static V exp_finish(V x, V p, V /*n*/, V k, float lo, float hi) noexcept {
     return exp_fixup(x, add_exponent(p, k), lo, hi);
+  }
+  static V exp_finish_low(V x, V p, V /*n*/, V k, float lo) noexcept {
+    return x < lo ? 0.f : add_exponent(p, k);
   }
 
   // Branch-free, so that loops over it vectorize on the baseline ISA

@@ -40,6 +40,13 @@ inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::exp_finish(const V& x, co
   const __m512 y = _mm512_maskz_scalef_ps(in, p, n);
   return _mm512_mask_add_ps(y, above, x, _mm512_set1_ps(std::numeric_limits<float>::infinity()));
 }
+template <>
+inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::exp_finish_low(const V& x, const V& p,
+                                                                      const V& n, const V&,
+                                                                      float lo) noexcept {
+  const __mmask16 in = _mm512_cmp_ps_mask(x, _mm512_set1_ps(lo), _CMP_NLT_UQ);
+  return _mm512_maskz_scalef_ps(in, p, n);
+}
 
 // 16 -> 8 -> 4 -> 2 -> 1 lanes, each step combining lane i with i + half.
 template <>

@@ -19,7 +19,9 @@ struct SoftmaxKernels {
   // still returns NaN, since the NaN element's exp is NaN.
   float (*reduce_max)(const float* x, std::size_t n);
   // x[i] = exp(x[i] - shift) in place; returns the sum of the new x.
-  // shift is finite. Summation order is fixed by n alone.
+  // shift is finite, and no result overflows (x[i] - shift <= 88.72 where
+  // x[i] is a number; callers shift by the max): these exp passes leave out
+  // exp's overflow check. Summation order is fixed by n alone.
   float (*exp_sum)(float* x, std::size_t n, float shift);
   // x[i] *= s.
   void (*scale)(float* x, std::size_t n, float s);
@@ -27,10 +29,9 @@ struct SoftmaxKernels {
   // With add, computed as one fused multiply-add (rounded once).
   void (*scale_add)(const float* x, const float* add, float* y, std::size_t n, float s);
   // y[i] = exp(fl(x[i] * s) - shift); returns the sum of y (order fixed by n).
-  // In place allowed. Bit-identical to scale_add(x, null, y, n, s) followed by
-  // exp_sum(y, n, shift), without the intermediate pass; with shift =
-  // fl(s * max(x)) (s > 0) the max element gives exactly 1. exp_sum is this
-  // with s = 1.
+  // No result overflows, as for exp_sum. In place allowed. Bit-identical to scale_add(x, null, y,
+  // n, s) followed by exp_sum(y, n, shift), without the intermediate pass; with shift = fl(s *
+  // max(x)) (s > 0) the max element gives exactly 1. exp_sum is this with s = 1.
   float (*scale_exp_sum)(const float* x, float* y, std::size_t n, float s, float shift);
   // scale_add that also returns max(y[0..n)) (n >= 1; -inf if all are -inf;
   // NaN as for reduce_max): scaling, masking and the row max in one pass.
@@ -42,7 +43,7 @@ struct SoftmaxKernels {
   // scale_exp_sum with y rounded to bf16 (nearest even; a NaN's bits
   // unspecified) into y[0..n), and y[n] = 0 for an odd n, completing the
   // pair: the attention core's bf16 P rows written by the exp pass itself
-  // (online_update_bf16). Returns scale_exp_sum's sum, of the unrounded
+  // (online_begin_bf16). Returns scale_exp_sum's sum, of the unrounded
   // values. Not in place. Null where the ISA has no conversion instruction
   // (a bit-exact emulation in integer lanes cost the BERT s512 bf16 core
   // more than the separate rounding pass it saved, AMX Xeon).

@@ -359,6 +359,42 @@ TEST_CASE("online_update_scaled is scaling, then online_update, bit for bit", "[
   }
 }
 
+// The attention core's order: a block's rows each begun (online_begin*),
+// one exp call for all their alpha exponents, then online_finish; the
+// state, alpha and tile bitwise those of online_update per row, over two
+// tiles per row (so the max moves), with masked rows, NaN and +inf.
+TEST_CASE("online_begin over a block, one exp, online_finish is online_update per row",
+          "[softmax][online]") {
+  const auto& k = mha::detail::softmax_kernels(mha::current_isa());
+  std::mt19937_64 rng(23);
+  const std::size_t blocks = mha::test::scaled(40, 8);
+  for (std::size_t c = 0; c < blocks; ++c) {
+    const std::size_t rows = 1 + rng() % 70, n = 1 + rng() % 300;
+    const float s = c % 2 == 0 ? 0.125f : 1.0f;
+    std::vector<mha::detail::OnlineRow> a(rows), b(rows);
+    for (std::size_t tile = 0; tile < 2; ++tile) {
+      std::vector<std::vector<float>> ta(rows), tb(rows);
+      std::vector<float> alpha_a(rows), e(rows), sum(rows);
+      for (std::size_t r = 0; r < rows; ++r) {
+        ta[r] = online_scores(c * 97 + r * 2 + tile, n, rng);
+        tb[r] = ta[r];
+        alpha_a[r] = mha::detail::online_update_scaled(k, a[r], ta[r].data(), n, s);
+        e[r] = s == 1.0f ? mha::detail::online_begin(k, b[r], tb[r].data(), n, &sum[r])
+                         : mha::detail::online_begin_scaled(k, b[r], tb[r].data(), n, s, &sum[r]);
+      }
+      k.exp(e.data(), e.data(), rows);
+      for (std::size_t r = 0; r < rows; ++r) {
+        mha::detail::online_finish(b[r], e[r], sum[r]);
+        INFO("block " << c << " tile " << tile << " row " << r << " n " << n);
+        CHECK(same_float(alpha_a[r], e[r]));
+        CHECK(same_float(a[r].max, b[r].max));
+        CHECK(same_float(a[r].sum, b[r].sum));
+        for (std::size_t j = 0; j < n; ++j) CHECK(same_float(ta[r][j], tb[r][j]));
+      }
+    }
+  }
+}
+
 TEST_CASE("online softmax merged across key ranges equals one-pass softmax", "[softmax][online]") {
   const auto& k = mha::detail::softmax_kernels(mha::current_isa());
   std::mt19937_64 rng(11);

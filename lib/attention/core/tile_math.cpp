@@ -202,20 +202,33 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
     // P in bf16 straight from the exp pass: the separate rounding pass took
     // 11 % of a BERT s512 bf16 core on the AMX Xeon.
     const bool p16 = kv_.bf16_p() && sm_.scale_exp_sum_bf16 != nullptr;
-    for (std::size_t r = 0; r < rows; ++r) {
-      OnlineRow st{m[r], l[r]};
-      float* row = t.s + r * bk;
-      float alpha;
-      if (p16) {
-        alpha = online_update_bf16(sm_, st, row, n, scaled ? scale_ : 1.0f,
-                                   reinterpret_cast<std::uint16_t*>(t.pbuf) + r * round_up(n, 2));
-      } else {
-        alpha =
-            scaled ? online_update_scaled(sm_, st, row, n, scale_) : online_update(sm_, st, row, n);
+    // Rows in groups that share one exp call for their alphas.
+    constexpr std::size_t kGroup = 64;
+    for (std::size_t r0 = 0; r0 < rows; r0 += kGroup) {
+      const std::size_t r1 = std::min(rows, r0 + kGroup);
+      float e[kGroup], sum[kGroup];
+      for (std::size_t r = r0; r < r1; ++r) {
+        OnlineRow st{m[r], l[r]};
+        float* row = t.s + r * bk;
+        float* ts = sum + (r - r0);
+        if (p16) {
+          e[r - r0] =
+              online_begin_bf16(sm_, st, row, n, scaled ? scale_ : 1.0f,
+                                reinterpret_cast<std::uint16_t*>(t.pbuf) + r * round_up(n, 2), ts);
+        } else {
+          e[r - r0] = scaled ? online_begin_scaled(sm_, st, row, n, scale_, ts)
+                             : online_begin(sm_, st, row, n, ts);
+        }
+        m[r] = st.max;
+        l[r] = st.sum;
       }
-      online_rescale(sm_, o + r * ldo, d, alpha);
-      m[r] = st.max;
-      l[r] = st.sum;
+      sm_.exp(e, e, r1 - r0);
+      for (std::size_t r = r0; r < r1; ++r) {
+        OnlineRow st{m[r], l[r]};
+        online_finish(st, e[r - r0], sum[r - r0]);
+        online_rescale(sm_, o + r * ldo, d, e[r - r0]);
+        l[r] = st.sum;
+      }
     }
     kv_.values(rows, d, p16 ? nullptr : t.s, bk, tile, 1.0f, o, ldo, t.pbuf);
   }

@@ -201,7 +201,7 @@ class KvType {
   // Whether values() also takes P as bf16 rows rounded to nearest even,
   // pairs complete (round_up(keys, 2) apart, an odd row ending in a zero),
   // from pbuf when p is null: the softmax's exp pass then writes them
-  // itself where its kernels can (online_update_bf16), rather than fp32
+  // itself where its kernels can (online_begin_bf16), rather than fp32
   // rows for values() to round.
   virtual bool bf16_p() const { return false; }
   // Per-thread kernel state (an AMX tile configuration), set up by every
