@@ -40,21 +40,29 @@ struct SoftmaxKernels {
   // soft-capping. tanh(u) = 1 - 2/(exp(2u) + 1): absolute error <= 5e-7 · cap
   // (a few ulp of cap; what the softmax sees), +-inf -> +-cap, NaN -> NaN.
   void (*soft_cap)(float* x, std::size_t n, float cap);
-  // scale_exp_sum with y rounded to bf16 (nearest even; a NaN's bits
+  // y[i] = 2^fl(fma(x[i], fl(s·log2 e), fl(-shift·log2 e))) ~ exp(x[i]·s -
+  // shift), to 2.9e-6 relative plus (|x[i]·s| + |shift|)·1.3e-7 from the
+  // argument's roundings: the exp pass of P for products that round P to
+  // bf16 (relative 2^-9) anyway, in about 70 % of scale_exp_sum's instructions.
+  // Returns the sum of y (order fixed by n). No result overflows (callers
+  // shift by the max); below 2^-126 a result is 0. In place allowed. The
+  // same bits on every ISA.
+  float (*scale_exp2_sum)(const float* x, float* y, std::size_t n, float s, float shift);
+  // scale_exp2_sum with y rounded to bf16 (nearest even; a NaN's bits
   // unspecified) into y[0..n), and y[n] = 0 for an odd n, completing the
   // pair: the attention core's bf16 P rows written by the exp pass itself
-  // (online_begin_bf16). Returns scale_exp_sum's sum, of the unrounded
+  // (online_begin_bf16). Returns scale_exp2_sum's sum, of the unrounded
   // values. Not in place. Null where the ISA has no conversion instruction
   // (a bit-exact emulation in integer lanes cost the BERT s512 bf16 core
   // more than the separate rounding pass it saved, AMX Xeon).
-  float (*scale_exp_sum_bf16)(const float* x, std::uint16_t* y, std::size_t n, float s,
-                              float shift) = nullptr;
+  float (*scale_exp2_sum_bf16)(const float* x, std::uint16_t* y, std::size_t n, float s,
+                               float shift) = nullptr;
 };
 
 extern const SoftmaxKernels softmax_kernels_scalar;
 extern const SoftmaxKernels softmax_kernels_avx2;
 extern const SoftmaxKernels softmax_kernels_avx512;
-// softmax_kernels_avx512 with scale_exp_sum_bf16, for CPUs with AVX512_BF16.
+// softmax_kernels_avx512 with scale_exp2_sum_bf16, for CPUs with AVX512_BF16.
 extern const SoftmaxKernels softmax_kernels_avx512_bf16;
 extern const SoftmaxKernels softmax_kernels_neon;
 

@@ -124,18 +124,29 @@ inline float online_update_scaled(const SoftmaxKernels& k, OnlineRow& st, float*
   return online_impl::complete(k, st, e, tile_sum);
 }
 
-// online_begin_scaled (or online_begin, at scale 1) of the tile x, whose
-// exp'd scores go to y rounded to bf16 by k.scale_exp_sum_bf16 (not null),
-// x left as it was: online_update_scaled's bits, its tile then rounded to
-// nearest even. A poisoned row's y is NaN.
+// online_begin_scaled with the tile's weights by scale_exp2_sum rather than
+// exact exp, for products that round P to bf16 (KvType::rounds_p): x
+// becomes 2^(x·scale·log2 e - new max·log2 e), st and the sum as
+// online_begin_scaled's but for exp2's error (2^-18 relative, 2^-9 below
+// bf16's rounding).
+inline float online_begin_exp2(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
+                               float scale, float* tile_sum) {
+  return online_impl::begin(
+      st, x, n, k.reduce_max(x, n) * scale,
+      [&](float shift) { return k.scale_exp2_sum(x, x, n, scale, shift); }, tile_sum);
+}
+// online_begin_exp2 with its tile rounded to bf16 into y by
+// k.scale_exp2_sum_bf16 (not null), x left as it was: the same bits, the
+// tile rounded to nearest even. A poisoned row's y is NaN.
 inline float online_begin_bf16(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
                                float scale, std::uint16_t* y, float* tile_sum) {
   const float e = online_impl::begin(
       st, x, n, k.reduce_max(x, n) * scale,
-      [&](float shift) { return k.scale_exp_sum_bf16(x, y, n, scale, shift); }, tile_sum);
+      [&](float shift) { return k.scale_exp2_sum_bf16(x, y, n, scale, shift); }, tile_sum);
   if (online_poisoned(st)) std::fill(y, y + (n + 1) / 2 * 2, std::uint16_t{0x7FC0});
   return e;
 }
+
 // st finished with alpha = exp(e) of its online_begin*'s exponent e.
 inline void online_finish(OnlineRow& st, float alpha, float tile_sum) {
   online_impl::finish(st, alpha, tile_sum);

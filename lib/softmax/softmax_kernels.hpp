@@ -16,8 +16,11 @@
 //   x < kExpLo (-126 ln2 rounded up) -> 0 (the true result is subnormal:
 //       flushed, as documented), x > kExpHi (largest float with exp(x) finite)
 //       or +inf -> +inf, NaN -> NaN, -inf -> 0. The exp passes (exp_sum,
-//       scale_exp_sum and scale_exp_sum_bf16), whose arguments never
-//       overflow, leave out the kExpHi check.
+//       scale_exp_sum), whose arguments never overflow, leave out the kExpHi
+//       check.
+// The bf16 P passes (scale_exp2_sum, scale_exp2_sum_bf16) take 2^t instead,
+// t = fma(x, s log2e, -shift log2e) (exp2_v): no Cody-Waite steps, a
+// polynomial of degree 4, for products that round P to bf16 anyway.
 // Measured by bench/tools/exp_ulp.cpp (`build/bench/mha_exp_ulp`) against
 // float(exp(double)) for every float in [-87.3, 88.7] (2,237,661,186 inputs):
 // max 1 ulp on scalar, avx2 and avx512 (bit-identical results), 10,518,572
@@ -54,6 +57,13 @@ constexpr float kExpC1 = 0.1666651964187622f;
 constexpr float kExpC2 = 0.041668400168418884f;
 constexpr float kExpC3 = 0.008368856273591518f;
 constexpr float kExpC4 = 0.0013814308913424611f;
+// 2^f = 1 + f*(c1 + f*(c2 + f*(c3 + f*c4))): a relative-error minimax fit
+// (Lawson iterations, numpy) on [-1/2, 1/2], rounded to float: max relative
+// error 2.9e-6 (2^-18.4) evaluated in float, far below bf16's 2^-9.
+constexpr float kExp2C1 = 0.6931241750717163f;
+constexpr float kExp2C2 = 0.24024099111557007f;
+constexpr float kExp2C3 = 0.05590637028217316f;
+constexpr float kExp2C4 = 0.009582818485796452f;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -123,18 +133,12 @@ struct SoftmaxImpl {
     }
   };
 
-  // y = exp(fl(x*s) - shift) (kScaled), or exp(x - shift): the same bits as
-  // scale_add without a mask followed by exp_sum, so a row's max element
-  // gives exactly exp(0) = 1. Returns the sum of y. Out stores y's vectors
-  // (put, put2): Fp32Out as floats, scale_exp_sum_bf16's rounded to bf16
-  // (the sum still of the unrounded values).
-  template <bool kScaled, class Out, class T>
-  static float exp_sum_impl(const float* x, T* y, std::size_t n, float s, float shift) {
-    const V vs = L::splat(s), vshift = L::splat(shift);
-    auto arg = [&](const V& v) {
-      if constexpr (kScaled) return v * vs - vshift;
-      return v - vshift;
-    };
+  // y = ex(x) elementwise, ex one of the passes' vector functions below;
+  // returns the sum of y. Out stores y's vectors (put, put2): Fp32Out as
+  // floats, the bf16 passes' rounded to bf16 (the sum still of the
+  // unrounded values).
+  template <class Out, class T, class Ex>
+  static float exp_sum_impl(const float* x, T* y, std::size_t n, const Ex& ex) {
     V s0 = L::splat(0.f), s1 = s0;
     std::size_t i = 0;
     // Four vectors per step, summed into s0, s1, s0, s1: the order of two
@@ -143,10 +147,10 @@ struct SoftmaxImpl {
     // in L1, Zen5: 0.147 -> 0.132 ns per element with the multiply by 1 of
     // exp_sum gone too).
     for (; i + 4 * W <= n; i += 4 * W) {
-      const V e0 = exp_v<false>(arg(L::load(x + i)));
-      const V e1 = exp_v<false>(arg(L::load(x + i + W)));
-      const V e2 = exp_v<false>(arg(L::load(x + i + 2 * W)));
-      const V e3 = exp_v<false>(arg(L::load(x + i + 3 * W)));
+      const V e0 = ex((L::load(x + i)));
+      const V e1 = ex((L::load(x + i + W)));
+      const V e2 = ex((L::load(x + i + 2 * W)));
+      const V e3 = ex((L::load(x + i + 3 * W)));
       Out::put2(y + i, e0, e1);
       Out::put2(y + i + 2 * W, e2, e3);
       s0 = s0 + e0;
@@ -155,21 +159,21 @@ struct SoftmaxImpl {
       s1 = s1 + e3;
     }
     for (; i + 2 * W <= n; i += 2 * W) {
-      const V e0 = exp_v<false>(arg(L::load(x + i)));
-      const V e1 = exp_v<false>(arg(L::load(x + i + W)));
+      const V e0 = ex((L::load(x + i)));
+      const V e1 = ex((L::load(x + i + W)));
       Out::put2(y + i, e0, e1);
       s0 = s0 + e0;
       s1 = s1 + e1;
     }
     if (i + W <= n) {
-      const V e = exp_v<false>(arg(L::load(x + i)));
+      const V e = ex((L::load(x + i)));
       Out::put(y + i, e);
       s0 = s0 + e;
       i += W;
     }
     if (i < n) {
       const std::size_t m = n - i;
-      const V e = exp_v<false>(arg(load_tail(x + i, m, 0.f)));
+      const V e = ex((load_tail(x + i, m, 0.f)));
       alignas(64) T part[W];
       Out::put(part, e);
       for (std::size_t j = 0; j < m; ++j) y[i + j] = part[j];
@@ -186,20 +190,50 @@ struct SoftmaxImpl {
     return L::hsum(s0 + s1);
   }
 
+  // exp(fl(x*s) - shift): the same bits as scale_add without a mask
+  // followed by exp_sum, so a row's max element gives exactly exp(0) = 1.
   static float scale_exp_sum(const float* x, float* y, std::size_t n, float s, float shift) {
-    return exp_sum_impl<true, Fp32Out>(x, y, n, s, shift);
+    const V vs = L::splat(s), vshift = L::splat(shift);
+    return exp_sum_impl<Fp32Out>(x, y, n,
+                                 [&](const V& v) { return exp_v<false>(v * vs - vshift); });
   }
   // In place, exp(x - shift): scale_exp_sum's bits at s = 1 (fl(x*1) = x)
   // without the multiply.
   static float exp_sum(float* x, std::size_t n, float shift) {
-    return exp_sum_impl<false, Fp32Out>(x, x, n, 1.f, shift);
+    const V vshift = L::splat(shift);
+    return exp_sum_impl<Fp32Out>(x, x, n, [&](const V& v) { return exp_v<false>(v - vshift); });
   }
-  // SoftmaxKernels::scale_exp_sum_bf16 with Bf16Out's conversions to bf16
+
+  // 2^t, t <= 0 or NaN (no overflow): n = round(t) by the shifter, f = t - n
+  // exactly (|f| <= 1/2), 2^f by a degree-4 polynomial, 2^n as exp's; t
+  // below -126 -> 0, so every result is 0 or a normal float. With its
+  // argument's fma, 10 vector instructions per 16 results on AVX-512, where
+  // scale_exp_sum's argument and exp_v<false> take 14.
+  static V exp2_v(const V& t) {
+    const V k = t + L::splat(kShifter);
+    const V n = k - L::splat(kShifter);
+    const V f = t - n;
+    V p = L::fma(L::splat(kExp2C4), f, L::splat(kExp2C3));
+    p = L::fma(p, f, L::splat(kExp2C2));
+    p = L::fma(p, f, L::splat(kExp2C1));
+    p = L::fma(p, f, L::splat(1.f));
+    return L::exp_finish_low(t, p, n, k, -126.f);
+  }
+  // SoftmaxKernels::scale_exp2_sum into Out's elements.
+  template <class Out, class T>
+  static float exp2_sum_impl(const float* x, T* y, std::size_t n, float s, float shift) {
+    const V a = L::splat(s * kLog2e), b = L::splat(-(shift * kLog2e));
+    return exp_sum_impl<Out>(x, y, n, [&](const V& v) { return exp2_v(L::fma(v, a, b)); });
+  }
+  static float scale_exp2_sum(const float* x, float* y, std::size_t n, float s, float shift) {
+    return exp2_sum_impl<Fp32Out>(x, y, n, s, shift);
+  }
+  // SoftmaxKernels::scale_exp2_sum_bf16 with Bf16Out's conversions to bf16
   // (put, put2 of std::uint16_t, nearest even).
   template <class Bf16Out>
-  static float scale_exp_sum_bf16(const float* x, std::uint16_t* y, std::size_t n, float s,
-                                  float shift) {
-    const float sum = exp_sum_impl<true, Bf16Out>(x, y, n, s, shift);
+  static float scale_exp2_sum_bf16(const float* x, std::uint16_t* y, std::size_t n, float s,
+                                   float shift) {
+    const float sum = exp2_sum_impl<Bf16Out>(x, y, n, s, shift);
     if (n % 2 != 0) y[n] = 0;
     return sum;
   }
@@ -269,14 +303,14 @@ struct SoftmaxImpl {
   }
 
   static constexpr SoftmaxKernels table() {
-    return SoftmaxKernels{&exp,       &reduce_max,    &exp_sum,       &scale,
-                          &scale_add, &scale_exp_sum, &scale_add_max, &soft_cap};
+    return SoftmaxKernels{&exp,           &reduce_max,    &exp_sum,  &scale,         &scale_add,
+                          &scale_exp_sum, &scale_add_max, &soft_cap, &scale_exp2_sum};
   }
-  // table() with scale_exp_sum_bf16 on Bf16Out's conversions.
+  // table() with scale_exp2_sum_bf16 on Bf16Out's conversions.
   template <class Bf16Out>
   static constexpr SoftmaxKernels table_bf16() {
     SoftmaxKernels k = table();
-    k.scale_exp_sum_bf16 = &scale_exp_sum_bf16<Bf16Out>;
+    k.scale_exp2_sum_bf16 = &scale_exp2_sum_bf16<Bf16Out>;
     return k;
   }
 };

@@ -205,8 +205,58 @@ std::uint16_t bf16_nearest(float y) {
   return lo % 2 == 0 ? lo : static_cast<std::uint16_t>(lo + 1);
 }
 
-TEST_CASE("scale_exp_sum_bf16 is scale_exp_sum rounded to nearest even", "[softmax]") {
-  const auto f = sk().scale_exp_sum_bf16;
+// scale_exp2_sum's tolerance (kernels.hpp): the polynomial's 2.9e-6 and
+// the argument's roundings, (|x·s| + |shift|)·2^-23 relative.
+TEST_CASE("scale_exp2_sum against double, and the scalar table's bits", "[softmax]") {
+  for (std::size_t n = 1; n <= 300; n += (n < 40 ? 1 : 5)) {
+    auto x = mha::test::random_vector(n, 700 + n, -60.f, 8.f);
+    if (n > 3) x[1] = -kInf;
+    if (n > 5) x[4] = 8.f;  // the max
+    if (n > 7) x[6] = -1e30f;
+    if (n > 9) x[8] = 1e-40f;  // a denormal score
+    for (const float s : {1.0f, 0.125f, 2.5f}) {
+      const float shift = 8.f * s;
+      std::vector<float> y(n + 1, -7.f), ys(n + 1, -7.f);
+      const float sum = sk().scale_exp2_sum(x.data(), y.data(), n, s, shift);
+      INFO("n=" << n << " s=" << s);
+      CHECK(y[n] == -7.f);
+      double ref_sum = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double xs = double(x[i]) * s, r = std::exp(xs - shift);
+        // Below 2^-126 the result is 0; just above it, 0 or within tolerance.
+        const double tol = r * (2.9e-6 + (std::fabs(xs) + shift) * 0x1p-23);
+        if (r < 0x1p-126 * 1.01) {
+          CHECK((y[i] == 0.f || std::fabs(y[i] - r) <= tol));
+        } else {
+          CHECK(std::fabs(y[i] - r) <= tol);
+        }
+        CHECK(y[i] <= 1.f + 1e-5f);
+        ref_sum += y[i];
+      }
+      // The sum of y in some order: n·2^-24 relative at most.
+      CHECK(std::fabs(sum - ref_sum) <= ref_sum * n * 0x1p-24);
+      // Every ISA gives the scalar table's elements (the sum's order is the
+      // vector width's); in place equals out of place.
+      scalar_sk().scale_exp2_sum(x.data(), ys.data(), n, s, shift);
+      CHECK(std::memcmp(ys.data(), y.data(), n * sizeof(float)) == 0);
+      std::vector<float> z = x;
+      CHECK(bits(sk().scale_exp2_sum(z.data(), z.data(), n, s, shift)) == bits(sum));
+      CHECK(std::memcmp(z.data(), y.data(), n * sizeof(float)) == 0);
+    }
+  }
+  // A row of -inf (shift 0, as the online softmax passes it) gives zeros; a
+  // NaN gives NaN there and in the sum.
+  std::vector<float> x(37, -kInf), y(37);
+  CHECK(sk().scale_exp2_sum(x.data(), y.data(), x.size(), 0.125f, 0.f) == 0.f);
+  for (const float v : y) CHECK(v == 0.f);
+  x[20] = kNaN;
+  CHECK(std::isnan(sk().scale_exp2_sum(x.data(), y.data(), x.size(), 0.125f, 0.f)));
+  CHECK(std::isnan(y[20]));
+  CHECK(y[19] == 0.f);
+}
+
+TEST_CASE("scale_exp2_sum_bf16 is scale_exp2_sum rounded to nearest even", "[softmax]") {
+  const auto f = sk().scale_exp2_sum_bf16;
   // Where the ISA and CPU have a conversion (avx512 with AVX512_BF16);
   // elsewhere the core rounds P apart.
   CHECK((f != nullptr) ==
@@ -215,12 +265,12 @@ TEST_CASE("scale_exp_sum_bf16 is scale_exp_sum rounded to nearest even", "[softm
   for (std::size_t n = 1; n <= 300; n += (n < 70 ? 1 : 7)) {
     auto x = mha::test::random_vector(n, 900 + n, -30.f, 8.f);
     if (n > 3) x[1] = -kInf;
-    if (n > 5) x[4] = 8.f;  // the max: exp(0) = 1 exactly
+    if (n > 5) x[4] = 8.f;
     for (const float s : {1.0f, 0.125f, 0.37f}) {
       const float shift = 8.f * s;
       std::vector<float> y(n);
       std::vector<std::uint16_t> p(n + 2, 0xABCD);
-      const float sum = sk().scale_exp_sum(x.data(), y.data(), n, s, shift);
+      const float sum = sk().scale_exp2_sum(x.data(), y.data(), n, s, shift);
       INFO("n=" << n << " s=" << s);
       CHECK(bits(f(x.data(), p.data(), n, s, shift)) == bits(sum));
       std::size_t wrong = 0;
@@ -231,15 +281,16 @@ TEST_CASE("scale_exp_sum_bf16 is scale_exp_sum rounded to nearest even", "[softm
       CHECK(p[n + 1] == 0xABCD);
     }
   }
-  // Exact ties: inputs whose exp ends in 0x8000, found among consecutive
+  // Exact ties: inputs whose 2^x ends in 0x8000, found among consecutive
   // floats below -0.5 (about one in 65536), with both parities of the kept
-  // bits.
+  // bits (s = ln 2 in float, shift 0: 2^(x·s·log2 e), near 2^x).
+  const float s = 0.693147182464599609375f;
   std::vector<float> ties;
   std::size_t odd = 0;
   for (std::uint32_t b = bits(-0.5f); ties.size() < 48 && b < bits(-0.5f) + (1u << 23); ++b) {
     float x, y;
     std::memcpy(&x, &b, sizeof x);
-    scalar_sk().exp(&x, &y, 1);
+    scalar_sk().scale_exp2_sum(&x, &y, 1, s, 0.f);
     if ((bits(y) & 0xFFFFu) == 0x8000u) {
       ties.push_back(x);
       odd += (bits(y) >> 16) % 2;
@@ -250,8 +301,8 @@ TEST_CASE("scale_exp_sum_bf16 is scale_exp_sum rounded to nearest even", "[softm
   REQUIRE(odd < ties.size());
   std::vector<float> y(ties.size());
   std::vector<std::uint16_t> p(ties.size());
-  sk().scale_exp_sum(ties.data(), y.data(), ties.size(), 1.0f, 0.0f);
-  f(ties.data(), p.data(), ties.size(), 1.0f, 0.0f);
+  sk().scale_exp2_sum(ties.data(), y.data(), ties.size(), s, 0.0f);
+  f(ties.data(), p.data(), ties.size(), s, 0.0f);
   for (std::size_t i = 0; i < ties.size(); ++i) CHECK(p[i] == bf16_nearest(y[i]));
 }
 

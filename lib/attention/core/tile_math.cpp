@@ -200,8 +200,11 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
     mask_scores(b, k0, n, t.s, bk);
     const bool scaled = scale_in_softmax();
     // P in bf16 straight from the exp pass: the separate rounding pass took
-    // 11 % of a BERT s512 bf16 core on the AMX Xeon.
-    const bool p16 = kv_.bf16_p() && sm_.scale_exp_sum_bf16 != nullptr;
+    // 11 % of a BERT s512 bf16 core on the AMX Xeon. P that is rounded to
+    // bf16 takes exp2's pass (KvType::rounds_p).
+    const bool p16 = kv_.bf16_p() && sm_.scale_exp2_sum_bf16 != nullptr;
+    const bool p2 = kv_.rounds_p();
+    const float ps = scaled ? scale_ : 1.0f;
     // Rows in groups that share one exp call for their alphas.
     constexpr std::size_t kGroup = 64;
     for (std::size_t r0 = 0; r0 < rows; r0 += kGroup) {
@@ -213,8 +216,10 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
         float* ts = sum + (r - r0);
         if (p16) {
           e[r - r0] =
-              online_begin_bf16(sm_, st, row, n, scaled ? scale_ : 1.0f,
+              online_begin_bf16(sm_, st, row, n, ps,
                                 reinterpret_cast<std::uint16_t*>(t.pbuf) + r * round_up(n, 2), ts);
+        } else if (p2) {
+          e[r - r0] = online_begin_exp2(sm_, st, row, n, ps, ts);
         } else {
           e[r - r0] = scaled ? online_begin_scaled(sm_, st, row, n, scale_, ts)
                              : online_begin(sm_, st, row, n, ts);

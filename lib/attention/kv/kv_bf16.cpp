@@ -168,6 +168,7 @@ class KvBf16 final : public KvType {
   // Every set whose A elements are bf16 rounds them to nearest even, and
   // the exp pass makes no denormal that a flushing set's round_rows would
   // read as zero: its P rows are the bytes round_rows writes.
+  bool rounds_p() const override { return true; }
   bool bf16_p() const override { return g16_.a_bytes == 2; }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float* pbuf) const override {
