@@ -110,34 +110,27 @@ inline float online_update(const SoftmaxKernels& k, OnlineRow& st, float* s, std
 // unscaled ones, bit for bit, with the scaling folded into the exp pass
 // (scale_exp_sum) rather than a pass of its own: rounding is monotonic, so
 // the max of the scaled scores is fl(max(x)·scale). x becomes exp(fl(x·scale)
-// - new max).
+// - new max). online_begin_scaled takes the pass: scale_exp_sum, or
+// scale_exp2_sum for products that round P to bf16 (KvType::rounds_p), whose
+// st and sum are then those of exp2 (2^-18 relative, 2^-9 below bf16's
+// rounding).
 inline float online_begin_scaled(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
-                                 float scale, float* tile_sum) {
+                                 float scale, float* tile_sum,
+                                 decltype(SoftmaxKernels::scale_exp_sum) pass) {
   return online_impl::begin(
       st, x, n, k.reduce_max(x, n) * scale,
-      [&](float shift) { return k.scale_exp_sum(x, x, n, scale, shift); }, tile_sum);
+      [&](float shift) { return pass(x, x, n, scale, shift); }, tile_sum);
 }
 inline float online_update_scaled(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
                                   float scale) {
   float tile_sum;
-  const float e = online_begin_scaled(k, st, x, n, scale, &tile_sum);
+  const float e = online_begin_scaled(k, st, x, n, scale, &tile_sum, k.scale_exp_sum);
   return online_impl::complete(k, st, e, tile_sum);
 }
 
-// online_begin_scaled with the tile's weights by scale_exp2_sum rather than
-// exact exp, for products that round P to bf16 (KvType::rounds_p): x
-// becomes 2^(x·scale·log2 e - new max·log2 e), st and the sum as
-// online_begin_scaled's but for exp2's error (2^-18 relative, 2^-9 below
-// bf16's rounding).
-inline float online_begin_exp2(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
-                               float scale, float* tile_sum) {
-  return online_impl::begin(
-      st, x, n, k.reduce_max(x, n) * scale,
-      [&](float shift) { return k.scale_exp2_sum(x, x, n, scale, shift); }, tile_sum);
-}
-// online_begin_exp2 with its tile rounded to bf16 into y by
-// k.scale_exp2_sum_bf16 (not null), x left as it was: the same bits, the
-// tile rounded to nearest even. A poisoned row's y is NaN.
+// online_begin_scaled on scale_exp2_sum with its tile rounded to bf16 into
+// y by k.scale_exp2_sum_bf16 (not null), x left as it was: the same bits,
+// the tile rounded to nearest even. A poisoned row's y is NaN.
 inline float online_begin_bf16(const SoftmaxKernels& k, OnlineRow& st, float* x, std::size_t n,
                                float scale, std::uint16_t* y, float* tile_sum) {
   const float e = online_impl::begin(

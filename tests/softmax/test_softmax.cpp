@@ -380,7 +380,8 @@ TEST_CASE("online_begin over a block, one exp, online_finish is online_update pe
         tb[r] = ta[r];
         alpha_a[r] = mha::detail::online_update_scaled(k, a[r], ta[r].data(), n, s);
         e[r] = s == 1.0f ? mha::detail::online_begin(k, b[r], tb[r].data(), n, &sum[r])
-                         : mha::detail::online_begin_scaled(k, b[r], tb[r].data(), n, s, &sum[r]);
+                         : mha::detail::online_begin_scaled(k, b[r], tb[r].data(), n, s, &sum[r],
+                                                            k.scale_exp_sum);
       }
       k.exp(e.data(), e.data(), rows);
       for (std::size_t r = 0; r < rows; ++r) {

@@ -218,11 +218,11 @@ void SeqAttention::attend_chunk(const RowBlock& b, std::size_t c0, std::size_t c
           e[r - r0] =
               online_begin_bf16(sm_, st, row, n, ps,
                                 reinterpret_cast<std::uint16_t*>(t.pbuf) + r * round_up(n, 2), ts);
-        } else if (p2) {
-          e[r - r0] = online_begin_exp2(sm_, st, row, n, ps, ts);
+        } else if (p2 || scaled) {
+          e[r - r0] = online_begin_scaled(sm_, st, row, n, ps, ts,
+                                          p2 ? sm_.scale_exp2_sum : sm_.scale_exp_sum);
         } else {
-          e[r - r0] = scaled ? online_begin_scaled(sm_, st, row, n, scale_, ts)
-                             : online_begin(sm_, st, row, n, ts);
+          e[r - r0] = online_begin(sm_, st, row, n, ts);
         }
         m[r] = st.max;
         l[r] = st.sum;
