@@ -88,16 +88,19 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
 
 // run_packed_b for A rows as ukernel_rows reads them (lda pairs apart), with
 // no packing: the same K blocks, so the same bits.
+// ep (if not null) on the last K block.
 void run_rows_b(const GemmBf16Kernels& g, std::size_t m, std::size_t n, std::size_t k, float alpha,
                 const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
-                std::size_t b_strip, float beta, float* c, std::size_t ldc) {
+                std::size_t b_strip, float beta, float* c, std::size_t ldc,
+                const Bf16Epilogue* ep) {
   const std::size_t kc = std::min(packed_b_rows(g, k), g.kc);
   const std::size_t mc = round_up(g.mc, g.mr);
   for (std::size_t p0 = 0; p0 < k; p0 += kc) {
     const std::size_t kp = (std::min(kc, k - p0) + 1) / 2;
     for (std::size_t i0 = 0; i0 < m; i0 += mc) {
       g.panel_rows(kp, a + i0 * lda + p0 / 2, lda, b + p0 * g.nr, b_strip, c + i0 * ldc, ldc,
-                   std::min(mc, m - i0), n, alpha, p0 == 0 ? beta : 1.f);
+                   std::min(mc, m - i0), n, alpha, p0 == 0 ? beta : 1.f,
+                   p0 + kc >= k ? ep : nullptr);
     }
   }
 }
@@ -207,11 +210,12 @@ PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb
 
 void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t* a16,
                       const float* a32, std::size_t lda, const PackedBf16B& b, float beta, float* c,
-                      std::size_t ldc) {
+                      std::size_t ldc, const Bf16Epilogue* ep) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0) return;
   if (k == 0 || alpha == 0.f) {
     scale_c(m, n, beta, c, ldc, nullptr);
+    if (ep != nullptr) apply_epilogue_rows(*ep, c, ldc, m, n);
     return;
   }
   const std::size_t rows = ta == Trans::N ? m : k, cols = ta == Trans::N ? k : m;
@@ -226,8 +230,10 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
     run_gemm_blocks(g.mr, g.nr, m, n, call_threads(m, n, k, g.flop_time),
                     [&](std::size_t i0, std::size_t j0, std::size_t bm, std::size_t bn) {
                       prepare_thread(g);
+                      const Bf16Epilogue block_ep = ep != nullptr ? ep->from(j0) : Bf16Epilogue{};
                       run_rows_b(g, bm, bn, k, alpha, a_rows + i0 * ld16 / 2, ld16 / 2,
-                                 data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
+                                 data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc,
+                                 ep != nullptr ? &block_ep : nullptr);
                     });
     return;
   }
@@ -240,6 +246,7 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
     gemm_prepacked_b(*b.f, ta, m, af, cols,
                      PackedBView::whole(static_cast<const float*>(b.data), k, n, b.f->nr), alpha,
                      beta, c, ldc);
+    if (ep != nullptr) apply_epilogue_rows(*ep, c, ldc, m, n);
     return;
   }
   const GemmBf16Kernels& g = *b.g;
@@ -250,7 +257,20 @@ void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t*
                     prepare_thread(g);
                     run_packed_b(g, ta, bm, bn, k, alpha, at(ta, a16, lda, i0, 0), lda,
                                  data + j0 / g.nr * strip, strip, beta, c + i0 * ldc + j0, ldc);
+                    if (ep != nullptr) ep->apply(c + i0 * ldc + j0, ldc, bm, j0, bn);
                   });
+}
+
+// In blocks of 32 rows per task, on the ISA's vectors (the baseline ISA's
+// loop took 0.45 ms of a BERT s512 bf16 forward's 5.8 on the AMX Xeon).
+void apply_epilogue_rows(const Bf16Epilogue& ep, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n) {
+  constexpr std::size_t kRows = 32;
+  const double bytes = 8.0 * static_cast<double>(m) * static_cast<double>(n);
+  parallel_for(ceil_div(m, kRows), threads_for({0, bytes}), [&](std::size_t t) {
+    const std::size_t r0 = t * kRows;
+    ep.apply(c + r0 * ldc, ldc, std::min(kRows, m - r0), 0, n);
+  });
 }
 
 void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {

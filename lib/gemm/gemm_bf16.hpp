@@ -19,6 +19,34 @@
 
 namespace mha::detail {
 
+// What a product does to each block of its C once the block is final (its
+// last K block): the bf16 projections' bias and rounding. fn is
+// ReshapeKernels::bias_round_rows: columns [0, round_from) of C take the
+// bias alone (none if bias is null), columns from round_from on the bias
+// and then bf16 rounding; bias holds one float per column of C. The AMX
+// panels run it in their deferred finish, on a block still in cache and
+// while the next block's tiles compute; the other paths per thread block.
+struct Bf16Epilogue {
+  void (*fn)(const float* bias, float* x, std::size_t ld, std::size_t rows, std::size_t cols,
+             bool round) = nullptr;
+  const float* bias = nullptr;
+  std::size_t round_from = 0;
+
+  // The block of C at column j0 (of C's columns), rows x cols from c.
+  void apply(float* c, std::size_t ldc, std::size_t rows, std::size_t j0, std::size_t cols) const {
+    const std::size_t plain =
+        round_from <= j0 ? 0 : (round_from - j0 < cols ? round_from - j0 : cols);
+    if (plain > 0 && bias != nullptr) fn(bias + j0, c, ldc, rows, plain, false);
+    if (plain < cols) {
+      fn(bias != nullptr ? bias + j0 + plain : nullptr, c + plain, ldc, rows, cols - plain, true);
+    }
+  }
+  // This epilogue for the columns of C from j0 on.
+  Bf16Epilogue from(std::size_t j0) const {
+    return {fn, bias != nullptr ? bias + j0 : nullptr, round_from > j0 ? round_from - j0 : 0};
+  }
+};
+
 // How A and B reach the kernels, kp = ceil(k / 2) pairs:
 // A comes either packed, in strips of mr rows (ukernel, ukernel_row1 on a
 // one-row strip; written by pack_a), or as rows with a stride
@@ -123,9 +151,11 @@ struct GemmBf16Kernels {
   void (*panel)(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, std::size_t b_strip,
                 float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
                 float beta) = nullptr;
+  // panel_rows also runs ep (if not null) on each block once finished.
   void (*panel_rows)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
                      const std::uint16_t* b, std::size_t b_strip, float* c, std::size_t ldc,
-                     std::size_t m, std::size_t n, float alpha, float beta) = nullptr;
+                     std::size_t m, std::size_t n, float alpha, float beta,
+                     const Bf16Epilogue* ep) = nullptr;
   // The time of one of its flops against the fp32 kernels', for the thread
   // policy (call_threads), which counts a thread per so many fp32 flops.
   double flop_time = 1.0;
@@ -195,7 +225,7 @@ inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp
                       float beta) {
   if (rows == 1) return bf16_row(g, false, kp, a, b, b_strip, c, n, alpha, beta);
   if (g.panel_rows != nullptr)
-    return g.panel_rows(kp, a, lda, b, b_strip, c, ldc, rows, n, alpha, beta);
+    return g.panel_rows(kp, a, lda, b, b_strip, c, ldc, rows, n, alpha, beta, nullptr);
   const std::size_t row_words = lda * g.pair_words();
   for (std::size_t j0 = 0; j0 < n; j0 += g.nr, b += b_strip) {
     const std::size_t cols = n - j0 < g.nr ? n - j0 : g.nr;
@@ -331,10 +361,16 @@ PackedBf16B pack_bf16_b(const GemmBf16Kernels* g, const GemmKernels& f, Trans tb
 // C[m x n] = alpha * op(A)·B + beta * C with B packed by pack_bf16_b and A in
 // bf16 (a16) or in fp32 (a32, rounded to bf16 first; exactly one is
 // non-null): the bits of gemm_bf16 on the same kernels with that bf16 A (for
-// m >= 2 on the fp32 path, where gemm_bf16's m == 1 runs sgemm's GEMV).
+// m >= 2 on the fp32 path, where gemm_bf16's m == 1 runs sgemm's GEMV);
+// then ep (if not null) on C, with the bits of apply_epilogue_rows after it.
 void gemm_bf16_packed(Trans ta, std::size_t m, float alpha, const std::uint16_t* a16,
                       const float* a32, std::size_t lda, const PackedBf16B& b, float beta, float* c,
-                      std::size_t ldc);
+                      std::size_t ldc, const Bf16Epilogue* ep = nullptr);
+
+// ep on C [m x n] (rows ldc apart), in blocks of 32 rows over the threads
+// its bytes earn (threads_for).
+void apply_epilogue_rows(const Bf16Epilogue& ep, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n);
 
 // Takes the calling thread's scratch that gemm_bf16_packed(ta = N, m, a32
 // non-null, b) uses, so that call cannot then fail for want of it.

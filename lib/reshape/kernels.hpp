@@ -26,7 +26,7 @@ struct ReshapeKernels {
   // x[r*ld + j] += bias[j] (bias may be null; one fp32 addition), then with
   // `round` rounded to the nearest bf16 value (nearest even, a NaN made
   // quiet, a denormal rounded as any other value), in place, for r < rows,
-  // j < cols: the bf16 projections' epilogue (projection.cpp's finish_rows).
+  // j < cols: the bf16 projections' epilogue (gemm_bf16.hpp's Bf16Epilogue).
   void (*bias_round_rows)(const float* bias, float* x, std::size_t ld, std::size_t rows,
                           std::size_t cols, bool round);
 };

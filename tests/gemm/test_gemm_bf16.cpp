@@ -39,6 +39,7 @@
 #include "dispatch/cpu_features.hpp"
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm_bf16.hpp"
+#include "reshape/kernels.hpp"
 #include "support/reference.hpp"
 
 namespace {
@@ -999,6 +1000,67 @@ TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32",
   CHECK(p.check(c[0]));
   CHECK(bitwise_equal(c[0], c[1]));
   CHECK(bitwise_equal(c[0], c[2]));
+}
+
+// The bf16 projections' epilogue (bias, then bf16 rounding from a column
+// on) run by gemm_bf16_packed on each block of C, in the AMX panels' finish
+// or per thread block: the bits of the plain product followed by
+// apply_epilogue_rows, for every kernel set and the fp32 path, A in fp32
+// (the panels' rows) and in bf16, one and two K blocks, blocks with and
+// without a finish (alpha 1 and beta 0, or not), at 1, 2 and 3 threads.
+TEST_CASE("gemm_bf16_packed's epilogue gives the bits of the product, then the epilogue",
+          "[gemm][bf16]") {
+  using mha::detail::Trans;
+  const mha::detail::GemmKernels& f = mha::detail::gemm_kernels(mha::detail::active_isa());
+  const auto fn = mha::detail::reshape_kernels(mha::detail::active_isa()).bias_round_rows;
+  std::vector<const GemmBf16Kernels*> sets = mha::detail::gemm_bf16_kernel_sets();
+  sets.push_back(nullptr);  // the fp32 path
+  std::mt19937_64 rng(61);
+  const bool threads = mha::test::threads_allowed();
+  for (const GemmBf16Kernels* g : sets) {
+    for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
+             {1, 40, 64}, {5, 17, 7}, {33, 100, 64}, {70, 130, 1100}, {100, 64, 96}}) {
+      const std::size_t lda = k + 3, ldc = n + 5;
+      auto a32 = mha::test::random_vector(m * lda, m + 7 * n + k, -2.f, 2.f);
+      std::vector<std::uint16_t> a16(a32.size()), b16(n * k);
+      mha::detail::fp32_to_bf16(a32.size(), a32.data(), a16.data());
+      const auto bf = mha::test::random_vector(n * k, 3 * m + n + k, -2.f, 2.f);
+      mha::detail::fp32_to_bf16(bf.size(), bf.data(), b16.data());
+      const auto bias = mha::test::random_vector(n, 5 * n + k, -1.f, 1.f);
+      const auto c0 = mha::test::random_vector(m * ldc, 11 * m + n, -1.f, 1.f);
+      const mha::detail::AlignedFloats buf = mha::detail::alloc_floats(
+          mha::detail::ceil_div(mha::detail::packed_bf16_b_bytes(g, f, k, n), sizeof(float)));
+      const mha::detail::PackedBf16B b =
+          mha::detail::pack_bf16_b(g, f, Trans::T, k, n, b16.data(), k, buf.get());
+      for (const std::size_t round_from : {std::size_t{0}, n / 2 + 1, n}) {
+        for (const bool with_bias : {true, false}) {
+          for (const auto& [alpha, beta] :
+               std::vector<std::array<float, 2>>{{1.f, 0.f}, {0.5f, 1.f}}) {
+            const mha::detail::Bf16Epilogue ep{fn, with_bias ? bias.data() : nullptr, round_from};
+            for (const bool fp32_a : {true, false}) {
+              INFO((g != nullptr ? g->name : "fp32 path")
+                   << " m " << m << " n " << n << " k " << k << " round_from " << round_from
+                   << " bias " << with_bias << " alpha " << alpha << " fp32 A " << fp32_a);
+              std::vector<float> want = c0;
+              mha::detail::gemm_bf16_packed(Trans::N, m, alpha, fp32_a ? nullptr : a16.data(),
+                                            fp32_a ? a32.data() : nullptr, lda, b, beta,
+                                            want.data(), ldc);
+              mha::detail::apply_epilogue_rows(ep, want.data(), ldc, m, n);
+              for (std::size_t t = 1; t <= (threads ? 3 : 1); ++t) {
+                mha::set_num_threads(t);
+                std::vector<float> got = c0;
+                mha::detail::gemm_bf16_packed(Trans::N, m, alpha, fp32_a ? nullptr : a16.data(),
+                                              fp32_a ? a32.data() : nullptr, lda, b, beta,
+                                              got.data(), ldc, &ep);
+                CHECK(bitwise_equal(got, want));
+              }
+              mha::set_num_threads(0);
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST_CASE("gemm_bf16: zero sizes, k == 0 and alpha == 0 follow BLAS", "[gemm][bf16]") {

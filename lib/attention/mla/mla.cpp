@@ -183,8 +183,8 @@ class MlaProjections : public Projections {
 
   void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
     if (!w_->bf16()) return;
-    finish_rows(q_rows, s_.embed_dim, nullptr, p.q, p.ldq, true);
-    finish_rows(kv_rows, s_.kv_dim(), nullptr, p.k, p.ldkv, true);
+    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
+    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
   }
   void reserve_out(std::size_t rows) const override {
     out_scratch(rows);
@@ -257,7 +257,7 @@ class MlaPrefill final : public MlaProjections {
         std::fill_n(std::copy_n(src + m_.dn, m_.dv, vi), hd - m_.dv, 0.0f);
       }
     });
-    if (w_->bf16()) finish_rows(rows, w, nullptr, v, w, true);
+    if (w_->bf16()) round_rows_bf16(rows, w, v, w);
     return {q, k, v, w, w};
   }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "common/checked.hpp"
-#include "common/parallel.hpp"
 #include "dispatch/dispatch.hpp"
 #include "reshape/kernels.hpp"
 
@@ -30,18 +29,12 @@ void Projections::copy_biases(const mha_weights& w) {
   }
 }
 
-// In blocks of 32 rows per task, on the ISA's vectors (the baseline ISA's
-// loop took 0.45 ms of a BERT s512 bf16 forward's 5.8 on the AMX Xeon).
-void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
-                 bool round) {
-  if (bias == nullptr && !round) return;
-  constexpr std::size_t kRows = 32;
-  const double bytes = 8.0 * static_cast<double>(rows) * static_cast<double>(cols);
-  const ReshapeKernels& k = reshape_kernels(active_isa());
-  parallel_for(ceil_div(rows, kRows), threads_for({0, bytes}), [&](std::size_t t) {
-    const std::size_t r0 = t * kRows;
-    k.bias_round_rows(bias, x + r0 * ld, ld, std::min(kRows, rows - r0), cols, round);
-  });
+Bf16Epilogue bf16_epilogue(const float* bias, std::size_t round_from) {
+  return {reshape_kernels(active_isa()).bias_round_rows, bias, round_from};
+}
+
+void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t ld) {
+  apply_epilogue_rows(bf16_epilogue(nullptr, 0), x, ld, rows, cols);
 }
 
 std::size_t Projections::scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const {

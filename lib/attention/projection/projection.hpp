@@ -66,11 +66,13 @@ class Projections {
   bool fused_ = false;
 };
 
-// x[i][j] += bias[j] (bias may be null) and, if `round`, rounded to bf16,
-// over rows [rows x cols] at stride ld, in parallel (elementwise: the same
-// bits at any thread count). The bf16 projections' epilogue.
-void finish_rows(std::size_t rows, std::size_t cols, const float* bias, float* x, std::size_t ld,
-                 bool round);
+// The bf16 projections' epilogue on the ISA's vectors: x[i][j] += bias[j]
+// (bias may be null) and, from column round_from on, rounding to bf16
+// (elementwise: the same bits at any thread count), for gemm_bf16_packed to
+// run on each block of C, or apply_epilogue_rows after RoPE.
+Bf16Epilogue bf16_epilogue(const float* bias, std::size_t round_from);
+// x [rows x cols] (rows ld apart) rounded to bf16 values by that epilogue.
+void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t ld);
 
 // Copies and packs the weights for g's kernels.
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,

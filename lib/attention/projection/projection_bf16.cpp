@@ -59,6 +59,14 @@ class ProjectionsBf16 final : public Projections {
              kv % g16->nr == 0 && follows(wq16_, wk16_) && follows(wk16_, wv16_);
     if (fused_) wqkv16_ = {g16, &g, E, E + 2 * kv, wq16_.data};
     copy_biases(w);
+    // The fused product's C has Q, K and V's columns back to back, where the
+    // packed biases have each section padded to whole fp32 strips.
+    if (fused_) {
+      qkv_bias_ = alloc_floats(E + 2 * kv);
+      std::copy_n(in_bias_.get(), E, qkv_bias_.get());
+      std::copy_n(in_bias_.get() + q_cols_, kv, qkv_bias_.get() + E);
+      std::copy_n(in_bias_.get() + q_cols_ + k_cols_, kv, qkv_bias_.get() + E + kv);
+    }
   }
 
   Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
@@ -67,34 +75,38 @@ class ProjectionsBf16 final : public Projections {
     const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
     const float* bias = in_bias_.get();
     Projected p{dst, dst + q_rows * E, dst + q_rows * E + kv_rows * kvd, E, kvd};
+    // Bias, and rounding where nothing follows: Q and K are rounded after
+    // RoPE rotates them (finish_rotated).
     if (fused) {
       p = {dst, dst + E, dst + E + kvd, E + 2 * kvd, E + 2 * kvd};
-      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, wqkv16_, 0.0f, dst, p.ldq);
+      const Bf16Epilogue ep = bf16_epilogue(qkv_bias_.get(), rope ? E + kvd : 0);
+      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, wqkv16_, 0.0f, dst, p.ldq, &ep);
     } else {
-      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, wq16_, 0.0f, p.q, E);
-      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, key, s_.kdim, wk16_, 0.0f, p.k, kvd);
-      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, value, s_.vdim, wv16_, 0.0f, p.v, kvd);
+      const Bf16Epilogue q = bf16_epilogue(bias, rope ? E : 0),
+                         k = bf16_epilogue(bias + q_cols_, rope ? kvd : 0),
+                         v = bf16_epilogue(bias + q_cols_ + k_cols_, 0);
+      gemm_bf16_packed(Trans::N, q_rows, 1.0f, nullptr, query, E, wq16_, 0.0f, p.q, E, &q);
+      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, key, s_.kdim, wk16_, 0.0f, p.k, kvd, &k);
+      gemm_bf16_packed(Trans::N, kv_rows, 1.0f, nullptr, value, s_.vdim, wv16_, 0.0f, p.v, kvd, &v);
     }
-    // Q and K are rounded after RoPE rotates them (finish_rotated), V now.
-    finish_rows(q_rows, E, bias, p.q, p.ldq, !rope);
-    finish_rows(kv_rows, kvd, bias + q_cols_, p.k, p.ldkv, !rope);
-    finish_rows(kv_rows, kvd, bias + q_cols_ + k_cols_, p.v, p.ldkv, true);
     return p;
   }
   void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
-    finish_rows(q_rows, s_.embed_dim, nullptr, p.q, p.ldq, true);
-    finish_rows(kv_rows, s_.kv_dim(), nullptr, p.k, p.ldkv, true);
+    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
+    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
   }
   void project_out(std::size_t rows, const float* merged, float* out) const override {
     const std::size_t E = s_.embed_dim;
-    gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, merged, E, wo16_, 0.0f, out, E);
-    finish_rows(rows, E, out_bias_.get(), out, E, false);
+    const Bf16Epilogue ep = bf16_epilogue(out_bias_.get(), E);
+    gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, merged, E, wo16_, 0.0f, out, E,
+                     out_bias_ != nullptr ? &ep : nullptr);
   }
   void reserve_out(std::size_t rows) const override { reserve_gemm_bf16_packed(rows, wo16_); }
 
  private:
   AlignedFloats weights_;
   PackedBf16B wq16_, wk16_, wv16_, wo16_, wqkv16_;
+  AlignedFloats qkv_bias_;  // [E + 2 kv] when fused_
 };
 
 }  // namespace
