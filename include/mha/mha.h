@@ -360,7 +360,9 @@ typedef struct {
  *  - where mha_kernel_name(MHA_BF16) names bf16 kernels (all but an ISA
  *    name), the core computes Q·Kᵀ and P·V on them, with K and V
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
- *    rounded to bf16 (nearest even) as the online softmax produces it;
+ *    rounded to bf16 (nearest even) as the online softmax produces it,
+ *    its weights computed by a base-2 exp within 3e-6 relative (plus
+ *    the argument's rounding, |z| * 1.2e-7) before that rounding;
  *    the softmax, its running sums and the output accumulate in fp32, and
  *    scores and P·V sum exact products as that kernel's GEMM does (ragged
  *    forwards and mha_paged_kv_cache too, whose blocks then hold bf16);
@@ -395,6 +397,11 @@ MHA_API mha_status mha_attention_create_ex(const mha_config* config, const mha_w
  * can mask it: a NaN or +inf score plus -inf is NaN. Value rows are not
  * screened: NaN or inf in value reaches out through weights*V (0*NaN is NaN)
  * and may make NaN any row of out that reads it, even with weight 0.
+ *
+ * Denormals: on x86 the attention core runs with denormal results flushed
+ * to zero (MXCSR's FTZ, set for its work and restored after it), as each
+ * costs Intel cores a microcode assist: a weight times a value that falls
+ * below 2^-126 adds zero, on every path alike.
  *
  * Overlaps: out may be the very array passed as query, key or value (it is
  * written after they are read), but must not otherwise overlap them or the

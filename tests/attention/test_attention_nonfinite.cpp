@@ -23,6 +23,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "support/attention_reference.hpp"
 #include "support/reference.hpp"
 
@@ -514,3 +518,39 @@ TEST_CASE("non-finite rule: KV-cache chunked prefill and decode steps", "[attent
   p.kv_heads = 0;
   check_cache_poisons(p, {1030, 1, 1}, {{0, 1, 700, false}, {1, 0, 0, true}, {2, 1, 0, false}}, 42);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+// The denormal rule of mha.h: on x86 the core flushes denormal results, and
+// the caller's MXCSR is as it was after the call. One head of 2 features,
+// identity weights: key 1 scores 0 with value 0, key 2 scores -69.3 (weight
+// about 2^-100) with value 2^-30, so out = weight * 2^-30 / sum, about
+// 2^-130: a denormal, flushed to 0, where IEEE arithmetic gives 7e-40.
+TEST_CASE("the attention core flushes denormal results and restores MXCSR", "[attention]") {
+  mha_config cfg{};
+  cfg.embed_dim = 2;
+  cfg.num_heads = 1;
+  const std::vector<float> id = {1.f, 0.f, 0.f, 1.f};
+  const mha_weights w{id.data(), id.data(), id.data(), id.data(),
+                      nullptr,   nullptr,   nullptr,   nullptr};
+  mha_attention* raw = nullptr;
+  REQUIRE(mha_attention_create(&cfg, &w, &raw) == MHA_OK);
+  const Attention a(raw, &mha_attention_destroy);
+  const float b = 69.3f * std::sqrt(2.f) / 8.f;
+  const std::vector<float> query = {8.f, 0.f}, key = {0.f, 0.f, -b, 0.f},
+                           value = {0.f, 0.f, 0x1p-30f, 0.f};
+  for_each_isa([&] {
+    for (const unsigned ftz : {0u, 0x8000u}) {
+      const unsigned before = (_mm_getcsr() & ~0x8000u) | ftz;
+      _mm_setcsr(before);
+      std::vector<float> out(2, -1.f);
+      REQUIRE(mha_attention_forward(a.get(), 1, 1, 2, query.data(), key.data(), value.data(),
+                                    nullptr, out.data(), nullptr, 0) == MHA_OK);
+      // The control bits (the low 6 are sticky exception flags).
+      CHECK((_mm_getcsr() & ~0x3Fu) == (before & ~0x3Fu));
+      CHECK(out[0] == 0.f);
+      CHECK(out[1] == 0.f);
+    }
+    _mm_setcsr(_mm_getcsr() & ~0x8000u);
+  });
+}
+#endif

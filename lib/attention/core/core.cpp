@@ -7,6 +7,7 @@
 #include "attention/core/tile_math.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
+#include "common/denormals.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 
@@ -79,6 +80,7 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
     return Partials{workspace + plan.part_begin[i], call.seqs[i].q_len, d, plan.chunks_of[i]};
   };
   parallel_for(plan.tasks, plan.max_threads, [&](std::size_t t) {
+    const DenormalsFlushed flushed;
     const TaskScratch ts = TaskScratch::carve(
         kv, plan, d, thread_scratch(ScratchSlot::kAttentionTask, plan.task_floats));
     kv.prepare_thread();
@@ -157,6 +159,7 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
 
   // Fold each split sequence's chunks, row by row, in chunk order.
   parallel_for(call.num * H, plan.max_threads, [&](std::size_t t) {
+    const DenormalsFlushed flushed;
     const std::size_t i = t / H, h = t % H;
     if (plan.chunks_of[i] == 1) return;
     const CoreSeq& seq = call.seqs[i];
