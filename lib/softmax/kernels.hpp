@@ -29,9 +29,10 @@ struct SoftmaxKernels {
   // With add, computed as one fused multiply-add (rounded once).
   void (*scale_add)(const float* x, const float* add, float* y, std::size_t n, float s);
   // y[i] = exp(fl(x[i] * s) - shift); returns the sum of y (order fixed by n).
-  // No result overflows, as for exp_sum. In place allowed. Bit-identical to scale_add(x, null, y,
-  // n, s) followed by exp_sum(y, n, shift), without the intermediate pass; with shift = fl(s *
-  // max(x)) (s > 0) the max element gives exactly 1. exp_sum is this with s = 1.
+  // No result overflows, as for exp_sum. In place allowed. Bit-identical to
+  // scale_add(x, null, y, n, s) followed by exp_sum(y, n, shift), without the
+  // intermediate pass; with shift = fl(s * max(x)) (s > 0) the max element
+  // gives exactly 1. exp_sum is this with s = 1.
   float (*scale_exp_sum)(const float* x, float* y, std::size_t n, float s, float shift);
   // scale_add that also returns max(y[0..n)) (n >= 1; -inf if all are -inf;
   // NaN as for reduce_max): scaling, masking and the row max in one pass.
@@ -43,7 +44,8 @@ struct SoftmaxKernels {
   // y[i] = 2^fl(fma(x[i], fl(s·log2 e), fl(-shift·log2 e))) ~ exp(x[i]·s -
   // shift), to 2.9e-6 relative plus (|x[i]·s| + |shift|)·1.3e-7 from the
   // argument's roundings: the exp pass of P for products that round P to
-  // bf16 (relative 2^-9) anyway, in about 70 % of scale_exp_sum's instructions.
+  // bf16 (relative 2^-9) anyway, in about 70 % of scale_exp_sum's
+  // instructions.
   // Returns the sum of y (order fixed by n). No result overflows (callers
   // shift by the max); below 2^-126 a result is 0. In place allowed. The
   // same bits on every ISA.
