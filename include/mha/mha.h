@@ -362,7 +362,8 @@ typedef struct {
  *    stored in bf16 (per call, and in an mha_kv_cache) and each P row
  *    rounded to bf16 (nearest even) as the online softmax produces it,
  *    its weights computed by a base-2 exp within 3e-6 relative (plus
- *    the argument's rounding, |z| * 1.2e-7) before that rounding;
+ *    the argument's rounding, (|z| + the row's max |z|) * 1.2e-7) before
+ *    that rounding;
  *    the softmax, its running sums and the output accumulate in fp32, and
  *    scores and P·V sum exact products as that kernel's GEMM does (ragged
  *    forwards and mha_paged_kv_cache too, whose blocks then hold bf16);
