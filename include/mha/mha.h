@@ -205,12 +205,14 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *    per group, two sums start at 0, one adding the even elements' products
  *    a[k0]*b[k0] of its pairs in order, the other the odd ones'; then
  *    acc += (even + odd); every product is exact, every addition rounded to
- *    nearest even, bf16 denormal inputs count as zero and every denormal
- *    result is flushed to zero (its sign kept). This order differs from
- *    vdpbf16ps's, so the bits differ from "avx512_bf16"'s. Checked against
- *    the hardware bit for bit over 768,000 outputs, denormal inputs and
- *    exponents from 2^-27 to 2^23 included, not on NaN or infinity inputs
- *    (which propagate, with an unspecified NaN payload).
+ *    nearest even, bf16 denormal inputs count as zero and every result
+ *    below 2^-126 in magnitude before rounding is flushed to zero (its sign
+ *    kept), as x86's flush-to-zero mode decides: a sum that would round up
+ *    to 2^-126 from below becomes 0. This order differs from vdpbf16ps's,
+ *    so the bits differ from "avx512_bf16"'s. Checked against the hardware
+ *    bit for bit over 768,000 outputs, denormal inputs and exponents from
+ *    2^-27 to 2^23 included, and on that rounding case, not on NaN or
+ *    infinity inputs (which propagate, with an unspecified NaN payload).
  *  - "neon_bf16": per block of 1024 k and with alpha and beta as for
  *    "avx512_bf16", but each step adds a whole pair, as the BFDOT
  *    instruction does (FEAT_EBF16's FPCR.EBF = 0): acc += (a[k0]*b[k0] +

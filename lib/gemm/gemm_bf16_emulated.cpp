@@ -15,8 +15,10 @@
 // Xeon over 768,000 outputs (denormal inputs, exponents 2^-27 to 2^23):
 // per instruction and C element, two sums from 0 over the even and the odd
 // products of its 16 pairs in order, each step one rounding (an fma), then
-// even + odd, then C + that; denormal inputs read as zero and every
-// denormal result flushed, the sign kept (emulated_tdpbf16ps).
+// even + odd, then C + that; denormal inputs read as zero and every result
+// below 2^-126 before rounding flushed, the sign kept, as x86's
+// flush-to-zero mode decides (a step that rounds up to 2^-126 from below
+// gave 0 on the 2-core AMX Xeon; emulated_tdpbf16ps, fma_flushed).
 //
 // BFDOT, as the Arm ARM's BFDotAdd with FPCR.EBF = 0 and qemu's bfdotadd:
 // the pair's two products, their sum, and the accumulator plus that sum,
@@ -45,6 +47,22 @@ float from_bf16(std::uint16_t h) {
 
 float flush_denormal(float x) {
   return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.f, x) : x;
+}
+
+// fma(x, y, acc) for bf16 x and y (their product exact in double), a
+// result below 2^-126 in magnitude before rounding flushed to a zero of its
+// sign. Rounding is monotone and 2^-126 a float, so only a result of
+// exactly 2^-126 needs the exact sum s + e (TwoSum in double) to tell.
+float fma_flushed(float x, float y, float acc) {
+  const float r = std::fma(x, y, acc);
+  if (!(std::fabs(r) <= FLT_MIN)) return r;
+  if (std::fabs(r) == FLT_MIN) {
+    const double p = static_cast<double>(x) * y, s = p + acc, v = s - p;
+    const double e = (p - (s - v)) + (acc - v);
+    const double mag = std::fabs(s);
+    if (mag > FLT_MIN || (mag == FLT_MIN && (e == 0 || (e < 0) == (s < 0)))) return r;
+  }
+  return std::copysign(0.f, r);
 }
 
 // One element's step of vdpbf16ps: acc + x*y, rounded once, denormals flushed.
@@ -176,6 +194,7 @@ void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const
 float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std::size_t a_step,
                          const std::uint16_t* b, std::size_t b_step) {
   using gemm_bf16_emulated::flush_denormal;
+  using gemm_bf16_emulated::fma_flushed;
   using gemm_bf16_emulated::from_bf16;
   float even = 0.f, odd = 0.f;
   for (std::size_t p = 0; p < pairs; ++p) {
@@ -184,8 +203,8 @@ float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std
     const auto in = [](std::uint32_t h) {
       return flush_denormal(from_bf16(static_cast<std::uint16_t>(h)));
     };
-    even = flush_denormal(std::fma(in(x & 0xffffu), in(y[0]), even));
-    odd = flush_denormal(std::fma(in(x >> 16), in(y[1]), odd));
+    even = fma_flushed(in(x & 0xffffu), in(y[0]), even);
+    odd = fma_flushed(in(x >> 16), in(y[1]), odd);
   }
   return flush_denormal(c + flush_denormal(even + odd));
 }

@@ -706,6 +706,9 @@ TEST_CASE("tdpbf16ps: two sums per 16 pairs, then even + odd, then C + that", "[
       {{0x1c80}, {0x1c80}, 0u},                  // 2^-140: flushed
       {{0x0001, 0x3f80}, {0x3f80, 0x0040}, 0u},  // denormal inputs read as 0
       {{0x7f00}, {0x4000}, 0x7f800000u},         // 2^128: infinity
+      // 2^-126 - 2^-151 - 2^-158 would round up to 2^-126, but is below it
+      // before rounding: flushed, as x86's FTZ does (the hardware's bits).
+      {{0x2000, 0, 0x9a01, 0}, {0x2000, 0, 0x1980, 0}, 0u},
   };
   std::vector<const mha::detail::GemmBf16Kernels*> sets = {
       &mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps};
