@@ -290,6 +290,13 @@ void reserve_gemm_bf16_packed(std::size_t m, const PackedBf16B& b) {
                      packed_a_strip_words(g, std::min(packed_b_rows(g, k), g.kc) / 2));
 }
 
+const GemmBf16Kernels* amx_bf16_one_row_for_tests() {
+#if MHA_BUILD_AMX_BF16
+  if (cpu_features().avx512) return &gemm_bf16_kernels_amx_bf16;
+#endif
+  return nullptr;
+}
+
 namespace {
 
 // The kernel sets this build has, and whether this CPU runs each.

@@ -279,6 +279,12 @@ void amx_emulated_forget_tiles() noexcept;
 // amx_bf16: AMX-BF16's tdpbf16ps (builds with AVX-512, CPUs with AMX that
 // the OS lets this process use).
 extern const GemmBf16Kernels gemm_bf16_kernels_amx_bf16;
+// Tests: amx_bf16's table wherever this build has it and the CPU has
+// AVX-512, AMX or not (else null). Its one-row entries (panel_rows for one
+// row, ukernel_row1) run on the vector unit alone, so that they are held to
+// the tiles' emulation on every AVX-512 CPU; nothing else of it may run
+// there.
+const GemmBf16Kernels* amx_bf16_one_row_for_tests();
 // avx512_widen: avx2_widen's arithmetic in zmm (builds with AVX-512), for
 // AVX-512 CPUs on which vdpbf16ps is slow or absent.
 extern const GemmBf16Kernels gemm_bf16_kernels_avx512_widen;

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "gemm/bf16_amx.hpp"
+#include "gemm/bf16_amx_rows_avx512.hpp"
 #include "gemm/bf16_pack_avx512.hpp"
 #include "gemm/bf16_round_avx512.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -118,13 +119,34 @@ struct Backend {
 // for a few us of work: 0.063-0.069 ms at 2 threads, 0.032-0.034 at 1.
 constexpr double kFlopTime = 0.25;
 
+// One row on the vector unit (bf16_amx_rows_avx512.hpp), more on the tiles.
+void panel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
+                std::size_t b_strip, float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                float alpha, float beta, const Bf16Epilogue* ep) {
+  if (m == 1) {
+    bf16_amx_rows::row<amx_bf16_tag>(kp, a, 1, b, b_strip, c, n, alpha, beta, ep);
+    return;
+  }
+  bf16_amx::panel_rows<Backend>(kp, a, lda, b, b_strip, c, ldc, m, n, alpha, beta, ep);
+}
+
+void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
+                  std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
+  bf16_amx_rows::row<amx_bf16_tag>(kp, a, as, b, b_strip, c, n, alpha, beta, nullptr);
+}
+
+constexpr GemmBf16Kernels table() {
+  GemmBf16Kernels g = bf16_amx::kernels<Backend, amx_bf16_tag>(
+      "amx_bf16", &bf16_round_avx512::round_rows<amx_bf16_tag>,
+      &bf16_pack_avx512::pack_b<amx_bf16_tag, bf16_amx::kNR>, kFlopTime);
+  g.panel_rows = &panel_rows;
+  g.ukernel_row1 = &ukernel_row1;
+  return g;
+}
+
 }  // namespace
 }  // namespace gemm_bf16_amx_bf16
 
-const GemmBf16Kernels gemm_bf16_kernels_amx_bf16 =
-    bf16_amx::kernels<gemm_bf16_amx_bf16::Backend, gemm_bf16_amx_bf16::amx_bf16_tag>(
-        "amx_bf16", &bf16_round_avx512::round_rows<gemm_bf16_amx_bf16::amx_bf16_tag>,
-        &bf16_pack_avx512::pack_b<gemm_bf16_amx_bf16::amx_bf16_tag, bf16_amx::kNR>,
-        gemm_bf16_amx_bf16::kFlopTime);
+const GemmBf16Kernels gemm_bf16_kernels_amx_bf16 = gemm_bf16_amx_bf16::table();
 
 }  // namespace mha::detail

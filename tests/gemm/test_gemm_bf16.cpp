@@ -42,6 +42,10 @@
 #include "reshape/kernels.hpp"
 #include "support/reference.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 namespace {
 
 using mha::detail::Bf16Path;
@@ -740,6 +744,117 @@ TEST_CASE("the amx_bf16 kernels give amx_emulated's bits", "[gemm][bf16]") {
   check_emulation_bits(*hw, *named("amx_emulated"), 8, 12000, true);
   check_emulation_bits(*hw, mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps, 9, 13000, true);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+
+// A bf16 operand for the one-row test: mostly values near 1, else tiny ones
+// whose products and sums fall around 2^-126 (where flushing before or after
+// rounding differ), denormals and zeros, and rarely (few enough to leave
+// most sums finite) an infinity or NaN.
+std::uint16_t one_row_operand(std::mt19937_64& rng) {
+  const auto with_exponent = [&](unsigned e) {
+    return static_cast<std::uint16_t>((rng() & 0x807fu) | (e << 7));
+  };
+  if (rng() % 512 == 0) return rng() % 2 == 0 ? std::uint16_t{0x7f80} : std::uint16_t{0x7fc1};
+  switch (rng() % 16) {
+    case 0:
+    case 1:
+      return with_exponent(static_cast<unsigned>(60 + rng() % 8));  // 2^-67 .. 2^-60
+    case 2:
+      return with_exponent(static_cast<unsigned>(40 + rng() % 30));  // 2^-87 .. 2^-58
+    case 3:
+      return static_cast<std::uint16_t>(rng() & 0x807fu);  // denormal or zero
+    default:
+      return with_exponent(static_cast<unsigned>(120 + rng() % 12));
+  }
+}
+
+bool same_or_both_nan(const std::vector<float>& x, const std::vector<float>& y) {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) && std::isnan(y[i])) continue;
+    if (std::memcmp(&x[i], &y[i], sizeof x[i]) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// amx_bf16's one-row path runs the tiles' arithmetic in zmm, under its own
+// MXCSR: every element equals emulated_tdpbf16ps's, per 16 pairs from the
+// first, then alpha and beta under the caller's MXCSR (flush-to-zero off
+// and on), through panel_rows and bf16_row (ukernel_row1), for partial
+// groups and strips, columns across the path's 256-column passes, and
+// operands that make sums round up to 2^-126 from below. NaNs are compared
+// as NaN (their payload is unspecified).
+TEST_CASE("amx_bf16's one-row path gives emulated_tdpbf16ps's bits", "[gemm][bf16]") {
+  const mha::detail::GemmBf16Kernels* g = mha::detail::amx_bf16_one_row_for_tests();
+  if (g == nullptr) {
+    WARN("skipped: this build has no amx_bf16 or the CPU no AVX-512");
+    return;
+  }
+  constexpr std::size_t nr = 32;
+  const unsigned saved = _mm_getcsr();
+  {
+    // Two results of 0 that other flushing rules miss, caller without FTZ:
+    // column 0, 2^-126 - 2^-151 - 2^-158, below 2^-126 before rounding
+    // (it rounds up to it); column 1, 1.25 * 2^-126 from the first group
+    // and -2^-126 from the second, a denormal C flushed.
+    const std::size_t kp = 17, b_strip = kp * nr * 2;
+    std::vector<std::uint16_t> b(b_strip, 0);
+    std::vector<std::uint32_t> a(kp, 0);
+    a[0] = 0x2000, a[1] = 0x9a01, a[16] = 0xa000;  // 2^-63, -2^-75 * (1 + 2^-7), -2^-63
+    b[0] = 0x2000, b[nr * 2] = 0x1980;             // column 0: 2^-63, 2^-76
+    b[2] = 0x2020, b[16 * nr * 2 + 2] = 0x2000;    // column 1: 1.25 * 2^-63, 2^-63
+    _mm_setcsr(saved & ~0x8040u);
+    std::vector<float> got(2, 1.f);
+    g->panel_rows(kp, a.data(), kp, b.data(), b_strip, got.data(), 2, 1, 2, 1.f, 0.f, nullptr);
+    _mm_setcsr(saved);
+    CHECK(got == std::vector<float>{0.f, 0.f});
+  }
+  std::mt19937_64 rng(97);
+  for (std::size_t kp : {1, 7, 16, 17, 40, 64}) {
+    for (std::size_t n : {1, 17, 32, 70, 129, 300}) {
+      const std::size_t strips = (n + nr - 1) / nr, b_strip = kp * nr * 2 + 64;
+      std::vector<std::uint16_t> b(strips * b_strip);
+      for (std::uint16_t& x : b) x = one_row_operand(rng);
+      std::vector<std::uint32_t> a(kp);
+      for (std::uint32_t& w : a) {
+        w = one_row_operand(rng) | static_cast<std::uint32_t>(one_row_operand(rng)) << 16;
+      }
+      for (unsigned ftz : {0u, 0x8000u}) {
+        for (auto [alpha, beta] : {std::pair{1.f, 0.f}, {0.75f, 1.f}, {0x1p-10f, -0.5f}}) {
+          INFO("kp " << kp << " n " << n << " ftz " << ftz << " alpha " << alpha << " beta "
+                     << beta);
+          std::vector<float> want(n);
+          for (float& x : want) x = beta == 0.f ? kNaN : std::ldexp(1.f, -120 - int(rng() % 8));
+          std::vector<float> got(want), row1(want);
+          const unsigned csr = (saved & ~0x8040u) | ftz;
+          _mm_setcsr(csr);
+          for (std::size_t j = 0; j < n; ++j) {
+            const std::uint16_t* col = b.data() + j / nr * b_strip + j % nr * 2;
+            float acc = 0.f;
+            for (std::size_t p0 = 0; p0 < kp; p0 += 16) {
+              acc = mha::detail::emulated_tdpbf16ps(acc, std::min<std::size_t>(16, kp - p0),
+                                                    a.data() + p0, 1, col + p0 * nr * 2, nr);
+            }
+            const float r = alpha * acc;
+            want[j] = beta == 0.f ? r : r + beta * want[j];
+          }
+          g->panel_rows(kp, a.data(), kp, b.data(), b_strip, got.data(), n, 1, n, alpha, beta,
+                        nullptr);
+          CHECK((_mm_getcsr() & 0xffc0u) == (csr & 0xffc0u));  // control bits as they were
+          CHECK(same_or_both_nan(want, got));
+          mha::detail::bf16_row(*g, false, kp, a.data(), b.data(), b_strip, row1.data(), n, alpha,
+                                beta);
+          CHECK(same_or_both_nan(want, row1));
+          _mm_setcsr(saved);
+        }
+      }
+    }
+  }
+}
+#endif
 
 namespace {
 
