@@ -159,9 +159,9 @@ void run_core(const KvType& kv, const SoftmaxKernels& sm, const AttentionShape& 
 
   // Fold each split sequence's chunks, row by row, in chunk order.
   parallel_for(call.num * H, plan.max_threads, [&](std::size_t t) {
-    const DenormalsFlushed flushed;
     const std::size_t i = t / H, h = t % H;
     if (plan.chunks_of[i] == 1) return;
+    const DenormalsFlushed flushed;
     const CoreSeq& seq = call.seqs[i];
     const SeqAttention a(kv, sm, s, plan, call, seq);
     const Partials parts = partials(i);
