@@ -11,8 +11,8 @@
 // Denormals as the tiles treat them: the products run with MXCSR's DAZ and
 // FTZ set, so a bf16 denormal operand reads as zero and a result below
 // 2^-126 before rounding becomes a zero of its sign, as tdpbf16ps decides
-// too. The finish (alpha, beta, the epilogue) runs under the caller's
-// MXCSR, as the tiles' finish does.
+// too. The finish (alpha, beta, the epilogue) is the tiles' own (T::finish,
+// bf16_amx.hpp), under the caller's MXCSR.
 #pragma once
 
 #include <immintrin.h>
@@ -21,34 +21,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/denormals.hpp"
 #include "gemm/bf16_amx.hpp"
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail::bf16_amx_rows {
 
 constexpr std::size_t kNR = bf16_amx::kNR, kGroup = bf16_amx::kTilePairs;
-// Columns per pass between the caller's MXCSR and the products'.
+// Columns per pass between the products' MXCSR and the caller's.
 constexpr std::size_t kChunk = 256;
-
-// MXCSR for the products within a scope (above), the caller's restored.
-class ProductMxcsr {
- public:
-  ProductMxcsr() noexcept : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kDaz | kFtz); }
-  ~ProductMxcsr() { _mm_setcsr(saved_); }
-  ProductMxcsr(const ProductMxcsr&) = delete;
-  ProductMxcsr& operator=(const ProductMxcsr&) = delete;
-
- private:
-  static constexpr unsigned kDaz = 0x0040, kFtz = 0x8000;
-  unsigned saved_;
-};
 
 // acc [NS * 32] = a·B over kp pairs for NS strips of B from b (b_strip
 // elements apart), a's pair p at a[p * as]; 6 * NS accumulators (a strip's
 // two halves, each a sum and two chains), up to 4 strips in the 32 zmm.
-// Under ProductMxcsr. (maskz shifts with every lane set: GCC 12 warns of
+// Under DAZ and FTZ. (maskz shifts with every lane set: GCC 12 warns of
 // the plain forms' undefined source.)
-template <class Tag, std::size_t NS>
+template <class T, std::size_t NS>
 void strips(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
             std::size_t b_strip, float* acc_out) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
@@ -97,43 +85,35 @@ void strips(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::u
 }
 
 // acc over the strips of n columns (n <= kChunk), 4 at a time.
-template <class Tag, std::size_t NS = 4>
+template <class T, std::size_t NS = 4>
 void chunk(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
            std::size_t b_strip, std::size_t n, float* acc) {
   const std::size_t count = (n + kNR - 1) / kNR;
   std::size_t s = 0;
   for (; s + NS <= count; s += NS) {
-    strips<Tag, NS>(kp, a, as, b + s * b_strip, b_strip, acc + s * kNR);
+    strips<T, NS>(kp, a, as, b + s * b_strip, b_strip, acc + s * kNR);
   }
   if constexpr (NS > 1) {
     if (s < count)
-      chunk<Tag, NS - 1>(kp, a, as, b + s * b_strip, b_strip, n - s * kNR, acc + s * kNR);
+      chunk<T, NS - 1>(kp, a, as, b + s * b_strip, b_strip, n - s * kNR, acc + s * kNR);
   }
 }
 
 // c [n] = alpha·a·B + beta·c over the strips of B (b_strip elements apart),
 // ukernel's bits for one row, then ep (if not null) on the row: as
-// bf16_amx::panel_rows does for one row.
-template <class Tag>
+// bf16_amx::panel_rows on tile backend T does for one row.
+template <class T>
 void row(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
          std::size_t b_strip, float* c, std::size_t n, float alpha, float beta,
          const Bf16Epilogue* ep) {
   alignas(64) float acc[kChunk];
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   for (std::size_t j0 = 0; j0 < n; j0 += kChunk, b += kChunk / kNR * b_strip) {
     const std::size_t cols = std::min(kChunk, n - j0);
     {
-      const ProductMxcsr products;
-      chunk<Tag>(kp, a, as, b, b_strip, cols, acc);
+      const DenormalsFlushed products(true);
+      chunk<T>(kp, a, as, b, b_strip, cols, acc);
     }
-    // The tiles' finish: alpha·acc, then + beta·c, each rounded.
-    for (std::size_t j = 0; j < cols; j += 16) {
-      const auto mask = static_cast<__mmask16>((1u << std::min<std::size_t>(16, cols - j)) - 1u);
-      float* p = c + j0 + j;
-      __m512 x = _mm512_mul_ps(_mm512_load_ps(acc + j), va);
-      if (beta != 0.f) x = _mm512_add_ps(x, _mm512_mul_ps(vb, _mm512_maskz_loadu_ps(mask, p)));
-      _mm512_mask_storeu_ps(p, mask, x);
-    }
+    T::finish(acc, kChunk, c + j0, 0, 1, cols, alpha, beta);
     if (ep != nullptr) ep->apply(c + j0, 0, 1, j0, cols);
   }
 }

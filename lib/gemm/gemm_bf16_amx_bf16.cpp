@@ -124,7 +124,7 @@ void panel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const s
                 std::size_t b_strip, float* c, std::size_t ldc, std::size_t m, std::size_t n,
                 float alpha, float beta, const Bf16Epilogue* ep) {
   if (m == 1) {
-    bf16_amx_rows::row<amx_bf16_tag>(kp, a, 1, b, b_strip, c, n, alpha, beta, ep);
+    bf16_amx_rows::row<Backend>(kp, a, 1, b, b_strip, c, n, alpha, beta, ep);
     return;
   }
   bf16_amx::panel_rows<Backend>(kp, a, lda, b, b_strip, c, ldc, m, n, alpha, beta, ep);
@@ -132,7 +132,7 @@ void panel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda, const s
 
 void ukernel_row1(std::size_t kp, const std::uint32_t* a, std::size_t as, const std::uint16_t* b,
                   std::size_t b_strip, float* c, std::size_t n, float alpha, float beta) {
-  bf16_amx_rows::row<amx_bf16_tag>(kp, a, as, b, b_strip, c, n, alpha, beta, nullptr);
+  bf16_amx_rows::row<Backend>(kp, a, as, b, b_strip, c, n, alpha, beta, nullptr);
 }
 
 constexpr GemmBf16Kernels table() {
