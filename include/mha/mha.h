@@ -657,13 +657,15 @@ MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
  * and gives them back when reset or truncated, so a short sequence uses only
  * the blocks its length needs (memory: about 2·num_blocks·block_tokens·
  * kv_heads·head_dim floats, half that where a bf16 object's core runs on
- * bf16 kernels; a block's pages are touched when first used).
+ * bf16 kernels, as a contiguous cache per token at any even block_tokens;
+ * a block's pages are touched when first used).
  * Any block_tokens works and gives the contiguous
  * cache's bits. The kernels
  * read key tiles of 256 keys (rounded down to the kernels' strips) in place
  * where block_tokens is a multiple of that tile; a tile that spans blocks is
  * first copied into the task's scratch (whole strips at once where
- * block_tokens is a multiple of the strip, 16 or 32 keys, else key by key).
+ * block_tokens is a multiple of the strip, 16 or 32 keys, else by runs of
+ * keys: such a block holds its keys in one strip of its own width).
  * Same ownership and threading rules as mha_kv_cache. */
 typedef struct mha_paged_kv_cache mha_paged_kv_cache;
 

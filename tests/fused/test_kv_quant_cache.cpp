@@ -452,6 +452,30 @@ TEST_CASE("quantized cache: default options are the plain cache, and the bytes a
   }
 }
 
+// A block that is no multiple of the kernels' strip of keys (16 in vLLM's
+// default, 32-key strips) narrows its K strips rather than padding them, so
+// a pool holds what a contiguous cache does per token (block sizes in whole
+// groups of 4 keys, BFMMLA's V groups). The bits are test_paged_cache's.
+TEST_CASE("plain cache: the fp32 and bf16 pools hold no padding at blocks off the strip",
+          "[kv_cache][paged]") {
+  for (std::size_t d : {64, 128}) {
+    const mha::test::ModelWeights w(2 * d, 2, 1, 0, 103);
+    for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+      CAPTURE(d, compute);
+      const Attn a = make_attn(w.cfg, w.view(), compute);
+      // 768 keys: whole strips of every set's (8 to 48 keys).
+      const Cache c = make_cache(a.get(), 1, 768, MHA_KV_DEFAULT);
+      const std::size_t per_token = mha_kv_cache_bytes(c.get()) / 768;
+      CHECK(per_token * 768 == mha_kv_cache_bytes(c.get()));
+      for (std::size_t bt : {16, 48, 100, 256}) {
+        CAPTURE(bt);
+        const Paged p = make_paged(a.get(), 1, bt, 7, MHA_KV_DEFAULT);
+        CHECK(mha_paged_kv_cache_bytes(p.get()) == 7 * bt * per_token);
+      }
+    }
+  }
+}
+
 TEST_CASE("quantized cache: the C++ classes take a dtype", "[kv_quant][kv_cache]") {
   const mha::test::ModelWeights w(32, 2, 2, 0, 111);
   const mha::MultiheadAttention attn(w.cfg, w.view());

@@ -16,7 +16,7 @@ PagedKvCache::PagedKvCache(const AttentionEngine& owner, const AttentionShape& s
       type_(type),
       block_tokens_(block_tokens),
       num_blocks_(num_blocks),
-      layout_(type.layout(shape.head_dim, block_tokens)),
+      layout_(type.block_layout(shape.head_dim, block_tokens)),
       refs_(num_blocks, 0),
       tables_(num_slots),
       first_block_(num_slots, 0),

@@ -160,9 +160,10 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
   // scores of each block are computed in place (bits per score, whatever
   // the tile) and only V, which P·V reduces over the whole tile, is
   // gathered.
-  // A tree row's path (from kv.tail on) is gathered key by key.
-  const bool keys_in_place =
-      kv_.scores_blocks_in_place() && k1 <= kv.tail && kv.local(k0) % kv_.strip() == 0;
+  // A tree row's path (from kv.tail on) is gathered key by key, and so is
+  // K in narrowed strips (KvType::block_layout).
+  const bool keys_in_place = kv_.scores_blocks_in_place() && k1 <= kv.tail &&
+                             kv.local(k0) % kv_.strip() == 0 && kv.layout.k_lanes == 0;
   for (std::size_t a = k0; a < k1;) {
     const std::size_t b =
         a >= kv.tail ? a + 1 : std::min({k1, kv.tail, (a / kv.block_tokens + 1) * kv.block_tokens});

@@ -41,6 +41,15 @@ class KvBf16 final : public KvType {
     l.v_bytes = float_bytes(checked_round_up(v_elems, 32, what) / 2, what);
     return l;
   }
+  // K strips of the block's keys, rounded up to pairs of lanes (BFMMLA's).
+  KvLayout block_layout(std::size_t d, std::size_t block_tokens) const override {
+    KvLayout l = layout(d, block_tokens);
+    if (block_tokens % g16_.nr == 0) return l;
+    l.k_lanes = round_up(block_tokens, 2);
+    l.k_bytes =
+        float_bytes(round_up(packed_b_rows(g16_, d) * l.k_lanes, 32) / 2, "KV cache layout");
+    return l;
+  }
 
   // Rounded in chunks on the stack: K's pairs go to lane j of its strip
   // (32-bit stores nr pairs apart), V's elements to slot j % k_group of
@@ -50,7 +59,7 @@ class KvBf16 final : public KvType {
   // (1.8 ms of 10.2; the forward took 1.0 ms less without them).
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
-    if (j % g16_.nr == 0) clear_strip(k, j, d);
+    if (j % l.key_lanes(g16_.nr) == 0) clear_strip(l, k, j, d);
     put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
   // put() for each key, a strip of nr keys at a time: rounded into rows on
@@ -61,9 +70,10 @@ class KvBf16 final : public KvType {
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t j0, std::size_t n, std::size_t d,
                 const float* key, const float* value, std::size_t ld) const override {
     const std::size_t nr = g16_.nr;
-    // Up to a strip's start, key by key.
+    // Up to a strip's start, key by key; every key of narrowed strips
+    // (block_layout), which pack_b does not write.
     std::size_t i = 0;
-    for (; i < n && (j0 + i) % nr != 0; ++i) {
+    for (; i < n && (l.k_lanes != 0 || (j0 + i) % nr != 0); ++i) {
       put(l, k, v, j0 + i, d, key + i * ld, value + i * ld);
     }
     // Columns per pass: whole V strips and whole k groups of K pairs.
@@ -75,7 +85,7 @@ class KvBf16 final : public KvType {
       for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
         const std::size_t cols = std::min(chunk, d - c0), ldr = round_up(cols, 2);
         round(keys, cols, key + i * ld + c0, ld, rows, ldr);
-        g16_.pack_b(true, cols, keys, rows, ldr, key_strip(k, j, d) + c0 * nr, 0);
+        g16_.pack_b(true, cols, keys, rows, ldr, key_strip(l, k, j, d) + c0 * nr, 0);
         round(keys, cols, value + i * ld + c0, ld, rows, ldr);
         g16_.pack_b(false, keys, cols, rows, ldr, value_group(v, j) + c0 / nr * l.v_strip,
                     l.v_strip);
@@ -85,11 +95,11 @@ class KvBf16 final : public KvType {
   // V too: its pairs are read, times a zero P, so they must not keep a
   // stale infinity or NaN.
   void clear(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d) const override {
-    const std::size_t nr = g16_.nr, kg = g16_.k_group;
-    std::uint16_t* kb = key_strip(k, j, d);
+    const std::size_t lanes = l.key_lanes(g16_.nr), kg = g16_.k_group;
+    std::uint16_t* kb = key_strip(l, k, j, d);
     std::uint16_t* vb = value_group(v, j);
     for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
-      std::fill_n(kb + packed_b_pair_at(kg, nr, p, j % nr), 2, std::uint16_t{0});
+      std::fill_n(kb + packed_b_pair_at(kg, lanes, p, j % lanes), 2, std::uint16_t{0});
     }
     for (std::size_t c = 0; c < d; ++c) vb[value_slots_at(l, c) + j % kg] = 0;
   }
@@ -104,28 +114,29 @@ class KvBf16 final : public KvType {
                  const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                  std::size_t d) const override {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, rows = packed_b_rows(g16_, d);
+    const std::size_t fl = from.key_lanes(nr), tl = l.key_lanes(nr);
     const auto* ks = static_cast<const std::uint16_t*>(k);
     const auto* vs = static_cast<const std::uint16_t*>(v);
     auto* kd = static_cast<std::uint16_t*>(k_to);
     auto* vd = static_cast<std::uint16_t*>(v_to);
     if (kd != nullptr)
-      for_each_lane_run(j, to, n, nr, [&](std::size_t a, std::size_t b, std::size_t r) {
-        const std::uint16_t* src = ks + key_strip_at(a, d);
-        std::uint16_t* dst = kd + key_strip_at(b, d);
-        if (r == nr) {
-          std::copy_n(src, rows * nr, dst);
+      for_each_lane_run(j, to, n, fl, tl, [&](std::size_t a, std::size_t b, std::size_t r) {
+        const std::uint16_t* src = ks + key_strip_at(from, a, d);
+        std::uint16_t* dst = kd + key_strip_at(l, b, d);
+        if (r == fl && fl == tl) {
+          std::copy_n(src, rows * r, dst);
           return;
         }
         if (kg == 2 || (a % 2 == 0 && b % 2 == 0 && r % 2 == 0)) {
           for (std::size_t q = 0; q < rows / kg; ++q) {
-            std::copy_n(src + (q * nr + a % nr) * kg, r * kg, dst + (q * nr + b % nr) * kg);
+            std::copy_n(src + (q * fl + a % fl) * kg, r * kg, dst + (q * tl + b % tl) * kg);
           }
           return;
         }
         for (std::size_t i = 0; i < r; ++i) {
           for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
-            std::copy_n(src + packed_b_pair_at(kg, nr, p, (a + i) % nr), 2,
-                        dst + packed_b_pair_at(kg, nr, p, (b + i) % nr));
+            std::copy_n(src + packed_b_pair_at(kg, fl, p, (a + i) % fl), 2,
+                        dst + packed_b_pair_at(kg, tl, p, (b + i) % tl));
           }
         }
       });
@@ -161,7 +172,7 @@ class KvBf16 final : public KvType {
               std::size_t lds) const override {
     const std::size_t kp = ceil_div(d, 2);
     bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
-              static_cast<const std::uint16_t*>(t.k) + key_strip_at(t.j0, d),
+              static_cast<const std::uint16_t*>(t.k) + key_strip_at(*t.layout, t.j0, d),
               packed_b_rows(g16_, d) * g16_.nr, s, lds, t.n, alpha, 0.0f);
   }
   void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
@@ -180,15 +191,17 @@ class KvBf16 final : public KvType {
   }
 
  private:
-  void clear_strip(void* k, std::size_t j, std::size_t d) const {
-    std::fill_n(key_strip(k, j, d), packed_b_rows(g16_, d) * g16_.nr, std::uint16_t{0});
+  void clear_strip(const KvLayout& l, void* k, std::size_t j, std::size_t d) const {
+    std::fill_n(key_strip(l, k, j, d), packed_b_rows(g16_, d) * l.key_lanes(g16_.nr),
+                std::uint16_t{0});
   }
   // Key j's K pairs and V elements; with `zero_group`, the rest of its V
   // group rows zeroed first (columns past d too, as pack_b leaves them).
   void put_key(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
                const float* value, bool zero_group) const {
-    const std::size_t nr = g16_.nr, kg = g16_.k_group, lane = j % nr, slot = j % kg;
-    std::uint16_t* kb = key_strip(k, j, d);
+    const std::size_t nr = g16_.nr, kg = g16_.k_group, slot = j % kg;
+    const std::size_t lanes = l.key_lanes(nr), lane = j % lanes;
+    std::uint16_t* kb = key_strip(l, k, j, d);
     std::uint16_t* vb = value_group(v, j);
     // Chunks of whole V strips (nr <= 32 in every set, all even).
     constexpr std::size_t kChunk = 256;
@@ -198,13 +211,14 @@ class KvBf16 final : public KvType {
       const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
       round(1, n, key + c0, n, row, n + 1);
       if (kg == 2) {
-        std::uint16_t* dst = kb + (p0 * nr + lane) * 2;
+        std::uint16_t* dst = kb + (p0 * lanes + lane) * 2;
         for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(dst + p * nr * 2, row + 2 * p, 2 * sizeof row[0]);
+          std::memcpy(dst + p * lanes * 2, row + 2 * p, 2 * sizeof row[0]);
         }
       } else {
         for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(kb + packed_b_pair_at(kg, nr, p0 + p, lane), row + 2 * p, 2 * sizeof row[0]);
+          std::memcpy(kb + packed_b_pair_at(kg, lanes, p0 + p, lane), row + 2 * p,
+                      2 * sizeof row[0]);
         }
       }
       round(1, n, value + c0, n, row, n + 1);
@@ -236,8 +250,9 @@ class KvBf16 final : public KvType {
   // The K strip holding key j, and V's group row holding key j in its first
   // column strip, in elements from the head-block's start (key tiles start
   // on whole groups).
-  std::size_t key_strip_at(std::size_t j, std::size_t d) const {
-    return j / g16_.nr * packed_b_rows(g16_, d) * g16_.nr;
+  std::size_t key_strip_at(const KvLayout& l, std::size_t j, std::size_t d) const {
+    const std::size_t lanes = l.key_lanes(g16_.nr);
+    return j / lanes * packed_b_rows(g16_, d) * lanes;
   }
   std::size_t value_group_at(std::size_t j) const {
     return j / g16_.k_group * g16_.k_group * g16_.nr;
@@ -246,8 +261,8 @@ class KvBf16 final : public KvType {
   std::size_t value_slots_at(const KvLayout& l, std::size_t c) const {
     return c / g16_.nr * l.v_strip + packed_b_pair_at(g16_.k_group, g16_.nr, 0, c % g16_.nr);
   }
-  std::uint16_t* key_strip(void* k, std::size_t j, std::size_t d) const {
-    return static_cast<std::uint16_t*>(k) + key_strip_at(j, d);
+  std::uint16_t* key_strip(const KvLayout& l, void* k, std::size_t j, std::size_t d) const {
+    return static_cast<std::uint16_t*>(k) + key_strip_at(l, j, d);
   }
   std::uint16_t* value_group(void* v, std::size_t j) const {
     return static_cast<std::uint16_t*>(v) + value_group_at(j);

@@ -30,6 +30,13 @@ class KvFp32 final : public KvType {
     l.v_bytes = float_bytes(checked_round_up(checked_mul(capacity, l.ldv, what), 16, what), what);
     return l;
   }
+  KvLayout block_layout(std::size_t d, std::size_t block_tokens) const override {
+    KvLayout l = layout(d, block_tokens);
+    if (block_tokens % g_.nr == 0) return l;
+    l.k_lanes = block_tokens;
+    l.k_bytes = float_bytes(round_up(block_tokens * d, 16), "KV cache layout");
+    return l;
+  }
 
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
@@ -39,12 +46,16 @@ class KvFp32 final : public KvType {
     std::copy_n(value, d, static_cast<float*>(v) + j * l.ldv);
   }
   // K by put() up to a strip's start, then packed whole strips at a time
-  // (pack_b zeroes the last strip's lanes past the keys, as put() would).
+  // (pack_b zeroes the last strip's lanes past the keys, as put() would);
+  // narrowed strips (block_layout), which pack_b does not write, by put().
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t n, std::size_t d,
                 const float* key, const float* value, std::size_t ld) const override {
     const PackedBColumns kb = keys(l, k, d);
     std::size_t i = 0;
-    for (; i < n && (j + i) % kb.nr != 0; ++i) kb.write(j + i, key + i * ld);
+    for (; i < n && (l.k_lanes != 0 || (j + i) % kb.nr != 0); ++i) {
+      if ((j + i) % kb.nr == 0) kb.clear_strip(j + i);
+      kb.write(j + i, key + i * ld);
+    }
     if (i < n) pack_b(g_, Trans::T, d, n - i, key + i * ld, ld, kb.column(j + i));
     for (i = 0; i < n; ++i) {
       std::copy_n(value + i * ld, d, static_cast<float*>(v) + (j + i) * l.ldv);
@@ -60,18 +71,18 @@ class KvFp32 final : public KvType {
   void copy_keys(const KvLayout& from, const void* k, const void* v, std::size_t j, std::size_t n,
                  const KvLayout& l, void* k_to, void* v_to, std::size_t to,
                  std::size_t d) const override {
-    const std::size_t nr = g_.nr;
+    const std::size_t fl = from.key_lanes(g_.nr), tl = l.key_lanes(g_.nr);
     const auto* ks = static_cast<const float*>(k);
     auto* kd = static_cast<float*>(k_to);
     if (kd != nullptr)
-      for_each_lane_run(j, to, n, nr, [&](std::size_t a, std::size_t b, std::size_t r) {
-        const float* src = ks + a / nr * nr * d + a % nr;
-        float* dst = kd + b / nr * nr * d + b % nr;
-        if (r == nr) {
-          std::copy_n(src, nr * d, dst);
+      for_each_lane_run(j, to, n, fl, tl, [&](std::size_t a, std::size_t b, std::size_t r) {
+        const float* src = ks + a / fl * fl * d + a % fl;
+        float* dst = kd + b / tl * tl * d + b % tl;
+        if (r == fl && fl == tl) {
+          std::copy_n(src, r * d, dst);
           return;
         }
-        for (std::size_t p = 0; p < d; ++p) std::copy_n(src + p * nr, r, dst + p * nr);
+        for (std::size_t p = 0; p < d; ++p) std::copy_n(src + p * fl, r, dst + p * tl);
       });
     copy_value_rows(from, v, j, n, l, v_to, to, d);
   }
@@ -99,7 +110,7 @@ class KvFp32 final : public KvType {
 
  private:
   PackedBColumns keys(const KvLayout& l, void* k, std::size_t d) const {
-    return {static_cast<float*>(k), d, l.capacity, g_.nr};
+    return {static_cast<float*>(k), d, l.capacity, l.key_lanes(g_.nr)};
   }
   const GemmKernels& g_;
 };

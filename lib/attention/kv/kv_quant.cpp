@@ -80,9 +80,10 @@ class KvQuant final : public KvType {
       kvq::copy_values(d, vs, j, n, bytes(v_to), to);
       return;
     }
-    for_each_lane_run(j, to, n, kvq::kStrip, [&](std::size_t a, std::size_t b, std::size_t r) {
-      kvq::copy_keys(d, ks, vs, a, r, bytes(k_to), bytes(v_to), b);
-    });
+    for_each_lane_run(j, to, n, kvq::kStrip, kvq::kStrip,
+                      [&](std::size_t a, std::size_t b, std::size_t r) {
+                        kvq::copy_keys(d, ks, vs, a, r, bytes(k_to), bytes(v_to), b);
+                      });
   }
 
   // Q's rows, then (shared) room for one chunk's K strips.

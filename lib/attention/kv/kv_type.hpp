@@ -24,6 +24,11 @@ struct KvLayout {
   std::size_t k_bytes = 0, v_bytes = 0;
   std::size_t ldv = 0;      // entry-defined: fp32 floats between V rows
   std::size_t v_strip = 0;  // entry-defined: bf16 elements between V column strips
+  // K strips of k_lanes keys where block_layout() narrowed them to a pool
+  // block's keys, else 0 (strips of the entry's strip()). The products read
+  // only strip()-wide K in place; narrowed K is gathered (copy_keys).
+  std::size_t k_lanes = 0;
+  std::size_t key_lanes(std::size_t strip) const { return k_lanes != 0 ? k_lanes : strip; }
 };
 
 // One head-block's keys [j0, j0 + n) as a tile of the products: the block's
@@ -79,7 +84,7 @@ struct KvView {
   // spans_blocks()) in blocks of whole strips.
   bool in_place(std::size_t k0, std::size_t k1, std::size_t strip, bool spans) const {
     if (blocks == nullptr) return true;
-    if (k1 > tail || local(k0) % strip != 0) return false;
+    if (k1 > tail || local(k0) % strip != 0 || layout.k_lanes != 0) return false;
     return spans ? block_tokens % strip == 0 : k0 / block_tokens == (k1 - 1) / block_tokens;
   }
   // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
@@ -96,14 +101,15 @@ struct KvView {
 };
 
 // Keys [j, j + n) to keys [to, to + n) as runs that stay inside one strip
-// of `strip` keys on both sides: f(a, b, r) copies keys [a, a + r) to
-// [b, b + r), lanes of one strip each (a paged tile's gather, copy_keys).
+// on both sides (of `from` keys at j, of `strip` keys at to): f(a, b, r)
+// copies keys [a, a + r) to [b, b + r), lanes of one strip each (a paged
+// tile's gather, copy_keys).
 template <class F>
-void for_each_lane_run(std::size_t j, std::size_t to, std::size_t n, std::size_t strip,
-                       const F& f) {
+void for_each_lane_run(std::size_t j, std::size_t to, std::size_t n, std::size_t from,
+                       std::size_t strip, const F& f) {
   for (std::size_t i = 0; i < n;) {
     const std::size_t a = j + i, b = to + i;
-    const std::size_t r = std::min({n - i, strip - a % strip, strip - b % strip});
+    const std::size_t r = std::min({n - i, from - a % from, strip - b % strip});
     f(a, b, r);
     i += r;
   }
@@ -153,6 +159,14 @@ class KvType {
   virtual bool scores_blocks_in_place() const { return true; }
   // The layout of a head-block for `capacity` keys; throws if it overflows.
   virtual KvLayout layout(std::size_t head_dim, std::size_t capacity) const = 0;
+  // The layout of a paged pool's head-block of block_tokens keys: layout()'s,
+  // or, for an entry whose K strips would pad a block that is no multiple of
+  // strip(), one with K strips narrowed to the block (KvLayout::k_lanes).
+  // Such a pool's tiles are gathered anyway (plan_core), and the padding was
+  // a third of a bf16 pool of 16-key blocks, read as often as the keys.
+  virtual KvLayout block_layout(std::size_t head_dim, std::size_t block_tokens) const {
+    return layout(head_dim, block_tokens);
+  }
 
   // Key j (its index in the head-block): head_dim floats of K and of V. The
   // first key of a strip zeroes the strip, and anything else a position
