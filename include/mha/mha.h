@@ -442,7 +442,10 @@ MHA_API mha_status mha_attention_forward(const mha_attention* attn, size_t batch
  *   2. z = scale * q.k (scale = 1/sqrt(head_dim));
  *   3. if softcap: z = softcap * tanh(z / softcap) (so +-inf -> +-softcap);
  *   4. z += -alibi_slopes[h] * (i' - j) (if alibi_slopes)
- *         + the mask's additive entry (if any);
+ *         + the mask's additive entry (if any); ALiBi's term is formed in
+ *         float against the visible key that the slope favours (i' for a
+ *         causal row and a slope >= 0), the row's sink and lse shifted to
+ *         match: the same softmax, with small terms where the weight is;
  *   5. masks: key j is dropped if key_padding masks it, if causal (mask or
  *      mods) and j > i', or if window and j <= i' - window;
  *   6. softmax over the kept keys with the sink: with s = sinks[h] (or no

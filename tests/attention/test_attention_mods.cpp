@@ -195,6 +195,27 @@ TEST_CASE("random modifier combinations match the double oracle", "[attention][m
               worst_out, worst_weights, worst_lse, kTolerance);
 }
 
+// Non-causal rows see keys after their position, where slope·(j - i')
+// grows with the distance: at slope 0.9 and 1100 keys the keys that carry
+// the weight have terms near 1000, held in float to 1000·u, unless the
+// library forms them against the row's favoured key (tile_math.cpp's
+// alibi_ref). Steep, shallow and negative slopes (products that float
+// rounds), with sinks, soft-cap and lse, the weights path and a window.
+TEST_CASE("ALiBi over long non-causal rows matches the oracle", "[attention][mods]") {
+  for (int variant = 0; variant < 4; ++variant) {
+    AttentionCase c = base_case(28, 4, 0, 1100, 1100, true, 700 + variant);
+    c.batch = 1;
+    if (variant == 1) c.weights_out = WeightsOut::per_head;
+    ModsData md;
+    md.slopes = {0.9137f, 0.3331f, -0.6173f, 0.0039f};
+    md.mods.alibi_slopes = md.slopes.data();
+    md.sink(4, 70 + variant);
+    md.mods.softcap = variant == 2 ? 10.f : 0.f;
+    md.mods.window = variant == 3 ? 600 : 0;
+    check_against_oracle(c, md);
+  }
+}
+
 TEST_CASE("window and sinks across split-KV chunks match the oracle", "[attention][mods]") {
   // Few tasks and long keys: the core splits the keys into chunks (those
   // the window reaches, from plan.key_begin), and the window skips tiles.

@@ -111,13 +111,32 @@ void SeqAttention::mask_scores(const RowBlock& b, std::size_t k0, std::size_t n,
   }
 }
 
-// z += -slope·(i' - j) for keys k0..k0+n: an affine ramp, base + j, with j
+// ALiBi's term for row i is formed as slope·(j - r), r the visible key the
+// slope favours (the last one for slope >= 0), not as slope·(j - i'): the
+// softmax is the same, with the row's sink and lse shifted by
+// alibi_shift(h, i) = slope·(r - i'), but the keys that carry the weight
+// get small terms, which float holds to u·|z|. A non-causal row's last keys
+// had slope·(kv_len - i') (1080 at slope 1 in the fuzzer), which left their
+// weights off by u·1080 and the output by 1e-5. A causal row's r is i', so
+// its terms are unchanged.
+std::ptrdiff_t SeqAttention::alibi_ref(std::size_t h, std::size_t i) const {
+  const std::size_t end = visible_end(i), begin = visible_begin(i);
+  if (begin >= end) return static_cast<std::ptrdiff_t>(i) + causal_offset_;
+  return static_cast<std::ptrdiff_t>(mods_.alibi[h] >= 0.f ? end - 1 : begin);
+}
+
+float SeqAttention::alibi_shift(std::size_t h, std::size_t i) const {
+  if (mods_.alibi == nullptr) return 0.f;
+  return mods_.alibi[h] *
+         static_cast<float>(alibi_ref(h, i) - static_cast<std::ptrdiff_t>(i) - causal_offset_);
+}
+
+// z += slope·(j - r) for keys k0..k0+n: an affine ramp, base + j, with j
 // read from kRamp (integers, so every sum is exact below 2^24).
 void SeqAttention::add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row,
                              std::size_t n) const {
   const float slope = mods_.alibi[h];
-  const float base = static_cast<float>(static_cast<std::ptrdiff_t>(k0) -
-                                        static_cast<std::ptrdiff_t>(i) - causal_offset_);
+  const float base = static_cast<float>(static_cast<std::ptrdiff_t>(k0) - alibi_ref(h, i));
   for (std::size_t j0 = 0; j0 < n; j0 += kRamp.size()) {
     const float b0 = base + static_cast<float>(j0);
     float* r = row + j0;
@@ -310,18 +329,23 @@ void SeqAttention::normalize(const RowBlock& b, float* o, std::size_t ldo, const
                              const float* l) const {
   for (std::size_t r = 0; r < b.rows(); ++r) {
     OnlineRow st{m[r], l[r]};
-    join_sink(b.head(r), st, o + r * ldo, s_.head_dim);
+    join_sink(b.head(r), b.query(r), st, o + r * ldo, s_.head_dim);
     online_finalize(sm_, st, o + r * ldo, s_.head_dim);
     store_lse(b.head(r), b.query(r), st);
   }
 }
 
-void SeqAttention::join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const {
-  if (mods_.sinks != nullptr) online_rescale(sm_, acc, n, online_sink(sm_, st, mods_.sinks[h]));
+float SeqAttention::sink(std::size_t h, std::size_t i) const {
+  return mods_.sinks[h] - alibi_shift(h, i);
+}
+
+void SeqAttention::join_sink(std::size_t h, std::size_t i, OnlineRow& st, float* acc,
+                             std::size_t n) const {
+  if (mods_.sinks != nullptr) online_rescale(sm_, acc, n, online_sink(sm_, st, sink(h, i)));
 }
 
 void SeqAttention::store_lse(std::size_t h, std::size_t i, const OnlineRow& st) const {
-  if (seq_.lse != nullptr) seq_.lse[i * s_.num_heads + h] = online_lse(st);
+  if (seq_.lse != nullptr) seq_.lse[i * s_.num_heads + h] = online_lse(st) + alibi_shift(h, i);
 }
 
 // Zeroes row i's causal- and padding-masked keys in a weights row: a NaN
@@ -348,7 +372,7 @@ void SeqAttention::attend_materialized(std::size_t h, std::size_t q0, std::size_
     float* row = p + r * ldp;
     OnlineRow st;
     online_update(sm_, st, row, kv_len_);
-    join_sink(h, st, row, kv_len_);
+    join_sink(h, q0 + r, st, row, kv_len_);
     online_finalize(sm_, st, row, kv_len_);
     store_lse(h, q0 + r, st);
     if (online_poisoned(st)) zero_masked_keys(q0 + r, row);

@@ -70,8 +70,10 @@ class SeqAttention {
   // Row i of head h from its split partials, folded in chunk order.
   template <class Part>
   void merge_row(std::size_t h, std::size_t i, std::size_t count, const Part& part) const {
-    const float* sink = mods_.sinks != nullptr ? &mods_.sinks[h] : nullptr;
-    store_lse(h, i, online_merge(sm_, count, part, out_rows(h, i), s_.head_dim, sink));
+    const float s = mods_.sinks != nullptr ? sink(h, i) : 0.f;
+    store_lse(h, i,
+              online_merge(sm_, count, part, out_rows(h, i), s_.head_dim,
+                           mods_.sinks != nullptr ? &s : nullptr));
   }
 
   float* out_rows(std::size_t h, std::size_t q0) const {
@@ -92,6 +94,9 @@ class SeqAttention {
   void mask_scores(const RowBlock& b, std::size_t k0, std::size_t n, float* sc,
                    std::size_t ldsc) const;
   void add_alibi(std::size_t h, std::size_t i, std::size_t k0, float* row, std::size_t n) const;
+  std::ptrdiff_t alibi_ref(std::size_t h, std::size_t i) const;
+  float alibi_shift(std::size_t h, std::size_t i) const;  // 0 without ALiBi
+  float sink(std::size_t h, std::size_t i) const;         // row i's sink, shifted as its z
   float gemm_alpha() const;
   bool scale_in_softmax() const;
   float tile_alpha() const;  // the key tiles' product scale (attend_chunk)
@@ -105,7 +110,7 @@ class SeqAttention {
                     float* m, float* l, const TaskScratch& t) const;
   void fold_rows(std::size_t rows, float* o, std::size_t ldo, float* m, float* l,
                  const TaskScratch& t) const;
-  void join_sink(std::size_t h, OnlineRow& st, float* acc, std::size_t n) const;
+  void join_sink(std::size_t h, std::size_t i, OnlineRow& st, float* acc, std::size_t n) const;
   void store_lse(std::size_t h, std::size_t i, const OnlineRow& st) const;
   void zero_masked_keys(std::size_t i, float* row) const;
 
