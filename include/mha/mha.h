@@ -194,8 +194,10 @@ MHA_API const char* mha_kernel_name(mha_dtype dtype);
  *    0, then for each pair (k0, k0 + 1), in order, acc += a[k0+1]*b[k0+1]
  *    and then acc += a[k0]*b[k0]; every product is exact, every sum is
  *    rounded to nearest even, bf16 denormal inputs count as zero and a
- *    denormal sum is flushed to zero. NaN and infinities propagate as in
- *    IEEE arithmetic.
+ *    sum below 2^-126 in magnitude before rounding is flushed to zero (its
+ *    sign kept): one that would round up to 2^-126 from below becomes 0,
+ *    as on Zen 4's hardware. NaN and infinities propagate as in IEEE
+ *    arithmetic.
  *  - "avx512_widen", "avx2_widen": the same, in the same order, except that
  *    denormal inputs and sums are kept (IEEE): each step is one fused
  *    multiply-add of an exact product.

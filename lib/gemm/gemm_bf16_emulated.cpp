@@ -7,9 +7,11 @@
 // the odd element's product is added first; bf16 denormal inputs (and a
 // denormal accumulator) are read as zero; each product is exact and each
 // sum rounded once to nearest even (one fma), even where the product alone
-// would be denormal; a denormal sum is flushed to zero with its sign.
-// Adding the even product first, flushing only at the end, or flushing
-// denormal products all mismatched.
+// would be denormal; a sum below 2^-126 before rounding is flushed to zero
+// with its sign (2^-126 - 2^-151 - 2^-158, which rounds up to 2^-126, gave 0
+// on Zen 4, as tdpbf16ps does on the AMX Xeon). Adding the even product
+// first, flushing only at the end, or flushing denormal products all
+// mismatched.
 //
 // tdpbf16ps, as FACTS.md's model checked bit for bit on an Emerald Rapids
 // Xeon over 768,000 outputs (denormal inputs, exponents 2^-27 to 2^23):
@@ -65,10 +67,11 @@ float fma_flushed(float x, float y, float acc) {
   return std::copysign(0.f, r);
 }
 
-// One element's step of vdpbf16ps: acc + x*y, rounded once, denormals flushed.
+// One element's step of vdpbf16ps: acc + x*y, rounded once, denormal
+// inputs read as zero and a result below 2^-126 before rounding flushed.
 float dot_step(float acc, std::uint16_t x, std::uint16_t y) {
-  return flush_denormal(
-      std::fma(flush_denormal(from_bf16(x)), flush_denormal(from_bf16(y)), flush_denormal(acc)));
+  return fma_flushed(flush_denormal(from_bf16(x)), flush_denormal(from_bf16(y)),
+                     flush_denormal(acc));
 }
 
 // One pair of vdpbf16ps: the odd elements' product first (a and b hold

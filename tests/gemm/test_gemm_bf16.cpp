@@ -407,6 +407,37 @@ void check_full_range_bits(const mha::detail::GemmBf16Kernels& g,
 
 }  // namespace
 
+TEST_CASE("vdpbf16ps: the odd product first, each sum rounded once, flushed below 2^-126",
+          "[gemm][bf16]") {
+  // bf16 1 = 3f80, 2^-24 = 3380, 2^-63 = 2000, -2^-75 (1 + 2^-7) = 9a01,
+  // 2^-76 = 1980, 2^-140 = 1c80.
+  struct Case {
+    std::vector<std::uint16_t> a, b;
+    std::uint32_t want;
+  };
+  const Case cases[] = {
+      // Odd first: 2^-24 + 2^-24 = 2^-23, then + 1 gives 1 + 2^-23 exactly;
+      // the even product first would make 1 + 2^-24 tie to 1 twice.
+      {{0, 0x3380, 0x3f80, 0x3380}, {0, 0x3f80, 0x3f80, 0x3f80}, 0x3f800001u},
+      {{0x1c80}, {0x1c80}, 0u},                  // 2^-140: flushed
+      {{0x0001, 0x3f80}, {0x3f80, 0x0040}, 0u},  // denormal inputs read as 0
+      // 2^-126 from the first pair, then the second's odd product: the sum
+      // 2^-126 - 2^-151 - 2^-158 would round up to 2^-126 but is below it
+      // before rounding, so it is flushed (Zen 4's hardware gives 0).
+      {{0x2000, 0, 0, 0x9a01}, {0x2000, 0, 0, 0x1980}, 0u},
+  };
+  std::vector<const mha::detail::GemmBf16Kernels*> sets = {
+      &mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps};
+  if (const mha::detail::GemmBf16Kernels* hw = named("avx512_bf16")) sets.push_back(hw);
+  for (const mha::detail::GemmBf16Kernels* g : sets) {
+    mha::detail::prepare_thread(*g);
+    for (const Case& t : cases) {
+      INFO(g->name << ": A[0] " << std::hex << t.a[0] << " k " << std::dec << t.a.size());
+      CHECK(dot_bits(*g, t.a, t.b) == t.want);
+    }
+  }
+}
+
 TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the default NaN",
           "[gemm][bf16]") {
   // (A, B, the result's bits): bf16 1 = 3f80, 2^-15 = 3800, 2^-30 = 3080,
