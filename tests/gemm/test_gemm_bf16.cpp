@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <mha/gemm.hpp>
 #include <mha/isa.hpp>
@@ -377,6 +378,31 @@ std::uint32_t dot_bits(const mha::detail::GemmBf16Kernels& g, const std::vector<
   return u;
 }
 
+// A's and B's first pairs and the bits dot_bits must give.
+struct DotCase {
+  std::vector<std::uint16_t> a, b;
+  std::uint32_t want;
+};
+
+// Every case on `emulation` and on each set of `hardware` this build and
+// CPU run, each prepared for this thread first.
+void check_dot_cases(const mha::detail::GemmBf16Kernels& emulation,
+                     std::initializer_list<const char*> hardware,
+                     const std::vector<DotCase>& cases) {
+  std::vector<const mha::detail::GemmBf16Kernels*> sets = {&emulation};
+  for (const char* name : hardware) {
+    if (const mha::detail::GemmBf16Kernels* g = named(name)) sets.push_back(g);
+  }
+  for (const mha::detail::GemmBf16Kernels* g : sets) {
+    mha::detail::prepare_thread(*g);
+    for (const DotCase& t : cases) {
+      INFO(g->name << ": A[0] " << std::hex << t.a[0] << " B[0] " << t.b[0] << " k " << std::dec
+                   << t.a.size());
+      CHECK(dot_bits(*g, t.a, t.b) == t.want);
+    }
+  }
+}
+
 // Every bit pattern, NaN, infinity and the largest exponents included
 // (products and sums overflowing), one tile per k, through gemm_bf16 on g
 // and on emu: the same bits. k covers odd pair counts (BFMMLA's half
@@ -411,11 +437,7 @@ TEST_CASE("vdpbf16ps: the odd product first, each sum rounded once, flushed belo
           "[gemm][bf16]") {
   // bf16 1 = 3f80, 2^-24 = 3380, 2^-63 = 2000, -2^-75 (1 + 2^-7) = 9a01,
   // 2^-76 = 1980, 2^-140 = 1c80.
-  struct Case {
-    std::vector<std::uint16_t> a, b;
-    std::uint32_t want;
-  };
-  const Case cases[] = {
+  const std::vector<DotCase> cases = {
       // Odd first: 2^-24 + 2^-24 = 2^-23, then + 1 gives 1 + 2^-23 exactly;
       // the even product first would make 1 + 2^-24 tie to 1 twice.
       {{0, 0x3380, 0x3f80, 0x3380}, {0, 0x3f80, 0x3f80, 0x3f80}, 0x3f800001u},
@@ -426,27 +448,14 @@ TEST_CASE("vdpbf16ps: the odd product first, each sum rounded once, flushed belo
       // before rounding, so it is flushed (Zen 4's hardware gives 0).
       {{0x2000, 0, 0, 0x9a01}, {0x2000, 0, 0, 0x1980}, 0u},
   };
-  std::vector<const mha::detail::GemmBf16Kernels*> sets = {
-      &mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps};
-  if (const mha::detail::GemmBf16Kernels* hw = named("avx512_bf16")) sets.push_back(hw);
-  for (const mha::detail::GemmBf16Kernels* g : sets) {
-    mha::detail::prepare_thread(*g);
-    for (const Case& t : cases) {
-      INFO(g->name << ": A[0] " << std::hex << t.a[0] << " k " << std::dec << t.a.size());
-      CHECK(dot_bits(*g, t.a, t.b) == t.want);
-    }
-  }
+  check_dot_cases(mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps, {"avx512_bf16"}, cases);
 }
 
 TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the default NaN",
           "[gemm][bf16]") {
   // (A, B, the result's bits): bf16 1 = 3f80, 2^-15 = 3800, 2^-30 = 3080,
   // 2^-70 = 1c80, 2^127 = 7f00, 2 = 4000.
-  struct Case {
-    std::vector<std::uint16_t> a, b;
-    std::uint32_t want;
-  };
-  const Case cases[] = {
+  const std::vector<DotCase> cases = {
       {{0x3f80, 0x3f80}, {0x3f80, 0x3f80}, 0x40000000u},  // exact: 2
       // 1 + 2^-30 (the pair's sum): toward zero, then the last bit set.
       {{0x3f80, 0x3800}, {0x3f80, 0x3800}, 0x3f800001u},
@@ -469,16 +478,8 @@ TEST_CASE("emulated_bfdot (BFDOT) rounds to odd, flushes denormals, gives the de
       // flushed to -0, which BFMMLA's padded fourth pair must leave -0.
       {{0x2000, 0, 0, 0, 0xa040, 0}, {0x2000, 0, 0, 0, 0x2000, 0}, 0x80000000u},
   };
-  for (const Case& t : cases) {
-    INFO("A[0] " << std::hex << t.a[0] << " B[0] " << t.b[0] << " k " << std::dec << t.a.size());
-    CHECK(dot_bits(mha::detail::gemm_bf16_kernels_emulated_bfdot, t.a, t.b) == t.want);
-    for (const char* name : {"neon_bf16", "neon_bfmmla"}) {
-      INFO(name);
-      if (const mha::detail::GemmBf16Kernels* neon = named(name)) {
-        CHECK(dot_bits(*neon, t.a, t.b) == t.want);
-      }
-    }
-  }
+  check_dot_cases(mha::detail::gemm_bf16_kernels_emulated_bfdot, {"neon_bf16", "neon_bfmmla"},
+                  cases);
 }
 
 // BFMMLA is two BFDOT steps per output (emulated_bfmmla), so neon_bfmmla
@@ -721,10 +722,6 @@ TEST_CASE("the widening kernels give emulated_vdpbf16ps's bits on normal operand
 
 TEST_CASE("tdpbf16ps: two sums per 16 pairs, then even + odd, then C + that", "[gemm][bf16]") {
   const std::uint16_t one = 0x3f80, tiny = 0x3380;  // 1 and 2^-24
-  struct Case {
-    std::vector<std::uint16_t> a, b;
-    std::uint32_t want;
-  };
   // 17 pairs: the 17th starts a second instruction.
   std::vector<std::uint16_t> a17(34, 0), b17(34, 0);
   a17[0] = b17[0] = one;          // even sum 1
@@ -732,7 +729,7 @@ TEST_CASE("tdpbf16ps: two sums per 16 pairs, then even + odd, then C + that", "[
   a17[33] = tiny, b17[33] = one;  // odd, pair 16, the next instruction: again 1
   std::vector<std::uint16_t> a16 = a17, b16 = b17;
   a16[33] = 0, a16[29] = tiny, b16[29] = one;  // both odd products in one instruction
-  const Case cases[] = {
+  const std::vector<DotCase> cases = {
       // vdpbf16ps would give 1 (odd first, each step rounded): here the odd
       // sum 2^-23 is formed first, and 1 + 2^-23 is a float.
       {{one, tiny, 0, tiny}, {one, one, 0, one}, 0x3f800001u},
@@ -745,18 +742,8 @@ TEST_CASE("tdpbf16ps: two sums per 16 pairs, then even + odd, then C + that", "[
       // before rounding: flushed, as x86's FTZ does (the hardware's bits).
       {{0x2000, 0, 0x9a01, 0}, {0x2000, 0, 0x1980, 0}, 0u},
   };
-  std::vector<const mha::detail::GemmBf16Kernels*> sets = {
-      &mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps};
-  for (const char* name : {"amx_emulated", "amx_bf16"}) {
-    if (const mha::detail::GemmBf16Kernels* g = named(name)) sets.push_back(g);
-  }
-  for (const mha::detail::GemmBf16Kernels* g : sets) {
-    mha::detail::prepare_thread(*g);
-    for (const Case& t : cases) {
-      INFO(g->name << ": A[0] " << std::hex << t.a[0] << " k " << std::dec << t.a.size());
-      CHECK(dot_bits(*g, t.a, t.b) == t.want);
-    }
-  }
+  check_dot_cases(mha::detail::gemm_bf16_kernels_emulated_tdpbf16ps, {"amx_emulated", "amx_bf16"},
+                  cases);
 }
 
 TEST_CASE("amx_emulated's software tiles give emulated_tdpbf16ps's bits", "[gemm][bf16]") {
