@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <mha/isa.hpp>
 
 namespace mha::detail {
@@ -29,6 +30,13 @@ struct ReshapeKernels {
   // j < cols: the bf16 projections' epilogue (gemm_bf16.hpp's Bf16Epilogue).
   void (*bias_round_rows)(const float* bias, float* x, std::size_t ld, std::size_t rows,
                           std::size_t cols, bool round);
+  // Units of 4 bf16 (two keys' pairs of two channels, as a V group row of
+  // the bf16 dot kernels holds them) transposed, their middle elements
+  // swapped: unit (i, u) = (a0, a1, b0, b1) at src + i*src_ld + 4u becomes
+  // (a0, b0, a1, b1) at dst + u*dst_ld + 4i, for i < rows, u < cols (lds in
+  // elements): K strips from V rows (kv_bf16.cpp, shared).
+  void (*transpose_pairs)(const std::uint16_t* src, std::size_t src_ld, std::uint16_t* dst,
+                          std::size_t dst_ld, std::size_t rows, std::size_t cols);
 };
 
 extern const ReshapeKernels reshape_kernels_scalar;

@@ -81,8 +81,26 @@ struct ReshapeImpl {
     if (round) bias_round_impl<false, true>(bias, x, ld, rows, cols);
   }
 
+  // Element moves, which the compiler vectorizes as it can; AVX-512 has its
+  // own (reshape_avx512.cpp).
+  static void transpose_pairs(const std::uint16_t* src, std::size_t src_ld, std::uint16_t* dst,
+                              std::size_t dst_ld, std::size_t rows, std::size_t cols) {
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t u = 0; u < cols; ++u) {
+        const std::uint16_t* x = src + i * src_ld + 4 * u;
+        std::uint16_t* y = dst + u * dst_ld + 4 * i;
+        const std::uint16_t a1 = x[1];
+        y[0] = x[0];
+        y[1] = x[2];
+        y[2] = a1;
+        y[3] = x[3];
+      }
+    }
+  }
+
   static constexpr ReshapeKernels table() {
-    return ReshapeKernels{&copy_rows, &copy_rows_stream, &L::stream_fence, &bias_round_rows};
+    return ReshapeKernels{&copy_rows, &copy_rows_stream, &L::stream_fence, &bias_round_rows,
+                          &transpose_pairs};
   }
 };
 

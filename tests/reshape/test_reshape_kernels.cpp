@@ -84,3 +84,27 @@ TEST_CASE("bias_round_rows adds the bias and rounds as fp32_to_bf16, inside the 
     }
   }
 }
+
+// Every block edge of the AVX-512 form (8 x 8 units) and past it, odd
+// strides, and elements outside the units untouched.
+TEST_CASE("transpose_pairs moves each unit across, its middle elements swapped", "[reshape]") {
+  const auto& k = mha::detail::reshape_kernels(mha::current_isa());
+  for (std::size_t rows : {1, 3, 8, 9, 16, 17})
+    for (std::size_t cols : {1, 5, 8, 12, 16, 21}) {
+      const std::size_t src_ld = 4 * cols + 3, dst_ld = 4 * rows + 5;
+      std::vector<std::uint16_t> src(rows * src_ld), dst(cols * dst_ld, 0xbeef);
+      for (std::size_t e = 0; e < src.size(); ++e) src[e] = static_cast<std::uint16_t>(e * 7 + 1);
+      k.transpose_pairs(src.data(), src_ld, dst.data(), dst_ld, rows, cols);
+      INFO("rows " << rows << " cols " << cols);
+      for (std::size_t u = 0; u < cols; ++u) {
+        for (std::size_t j = 0; j < dst_ld; ++j) {
+          std::uint16_t want = 0xbeef;
+          if (j < 4 * rows) {
+            const std::size_t i = j / 4, w = j % 4;
+            want = src[i * src_ld + 4 * u + (w == 1 ? 2 : w == 2 ? 1 : w)];
+          }
+          if (dst[u * dst_ld + j] != want) FAIL("unit row " << u << " element " << j);
+        }
+      }
+    }
+}
