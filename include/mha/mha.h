@@ -887,11 +887,10 @@ MHA_API mha_status mha_mla_forward(const mha_mla* mla, size_t batch, size_t seq,
  * values, shared by every head), in the layout and element type of
  * mha_kv_cache_create_ex's options (MHA_KV_DEFAULT: fp32, or bf16 on a bf16
  * object where the CPU has bf16 dot products; MHA_KV_INT8, MHA_KV_FP8_E4M3
- * as for attention caches). fp32, int8 and fp8 latent caches store each
- * row once ((r + dr) * 4 bytes a token in fp32; int8 and fp8, 34 bytes per
- * 32 values: 612 at r + dr = 576); bf16 ones, in this version, twice, in
- * their key and their value layouts (mha_kv_cache_bytes says what a cache
- * holds).
+ * as for attention caches). Every latent cache stores each row once:
+ * (r + dr) * 4 bytes a token in fp32, * 2 in bf16 (1152 at r + dr = 576),
+ * and 34 bytes per 32 values in int8 and fp8 (612 at 576);
+ * mha_kv_cache_bytes says what a cache holds.
  * mha_kv_cache_destroy, _length, _truncate, _bytes and the paged slot
  * functions apply. A cache belongs to its mha_mla: a cache of an
  * mha_attention or of another mha_mla is MHA_INVALID_ARGUMENT in these

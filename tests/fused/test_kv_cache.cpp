@@ -231,6 +231,7 @@ TEST_CASE("K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
   types.push_back(mha::detail::make_kv_fp32(g));
   for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
     types.push_back(mha::detail::make_kv_bf16(g, *g16));
+    types.push_back(mha::detail::make_kv_bf16_shared(g, *g16, mha::detail::active_isa()));
   }
   for (std::size_t t = 0; t < types.size(); ++t) {
     const mha::detail::KvType& kv = *types[t];
@@ -250,6 +251,50 @@ TEST_CASE("K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
                    value.data() + j * ld);
           }
           CHECK(a == b);
+        }
+      }
+    }
+  }
+}
+
+// MLA's bf16 latent rows are stored once (V's layout) and their K strips
+// built per score chunk: its scores must be the two-copy entry's, bit for
+// bit, on every bf16 kernel set this CPU runs, from a tile's first key and
+// from later ones, over whole and partial chunks (64 keys) and strips, odd
+// head_dims (a pair completed by zero) and MLA's 576, one row (the row
+// kernels) and several.
+TEST_CASE("K/V: a shared bf16 entry's products equal the two-copy entry's", "[kv][bf16][mla]") {
+  const mha::detail::GemmKernels& g = mha::detail::gemm_kernels(mha::detail::active_isa());
+  for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
+    const auto two = mha::detail::make_kv_bf16(g, *g16);
+    const auto one = mha::detail::make_kv_bf16_shared(g, *g16, mha::detail::active_isa());
+    for (std::size_t d : {1, 5, 19, 64, 576}) {
+      for (std::size_t n : {1, 17, 64, 65, 200}) {
+        const std::size_t j0 = 2 * g16->nr, cap = j0 + n, ld = d + 3;
+        const mha::detail::KvLayout l2 = two->layout(d, cap), l1 = one->layout(d, cap);
+        CHECK(l1.k_bytes == 0);
+        CHECK(l1.v_bytes == l2.v_bytes);
+        const std::vector<float> x = random_vector(cap * ld, 3 + d + n);
+        std::vector<unsigned char> a(l2.k_bytes + l2.v_bytes), b(l1.v_bytes);
+        two->put_rows(l2, a.data(), a.data() + l2.k_bytes, 0, cap, d, x.data(), x.data(), ld);
+        one->put_rows(l1, nullptr, b.data(), 0, cap, d, x.data(), x.data(), ld);
+        const mha::detail::KvTile t2{&l2, a.data(), a.data() + l2.k_bytes, j0, n};
+        const mha::detail::KvTile t1{&l1, nullptr, b.data(), j0, n};
+        for (std::size_t rows : {1, 3, 16}) {
+          INFO(g16->name << ": head_dim " << d << ", keys " << n << ", rows " << rows);
+          const std::vector<float> q = random_vector(rows * d, 7 + rows);
+          std::vector<float> q2(two->query_floats(rows, d)), q1(one->query_floats(rows, d));
+          std::vector<float> s2(rows * n, 1.0f), s1(rows * n, 2.0f);
+          two->prepare_thread();
+          two->prepare_queries(rows, d, q.data(), d, q2.data());
+          one->prepare_queries(rows, d, q.data(), d, q1.data());
+          two->scores(rows, d, q2.data(), t2, 0.125f, s2.data(), n);
+          one->scores(rows, d, q1.data(), t1, 0.125f, s1.data(), n);
+          CHECK(s1 == s2);
+          std::vector<float> o2(rows * d), o1(rows * d), pbuf(two->p_floats(rows, n));
+          two->values(rows, d, s2.data(), n, t2, 0.0f, o2.data(), d, pbuf.data());
+          one->values(rows, d, s2.data(), n, t1, 0.0f, o1.data(), d, pbuf.data());
+          CHECK(o1 == o2);
         }
       }
     }

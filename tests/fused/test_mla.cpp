@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "attention/core/core.hpp"
+#include "dispatch/dispatch.hpp"
+#include "gemm/gemm_bf16.hpp"
 #include "support/mla_reference.hpp"
 
 namespace mha::test {
@@ -132,6 +134,10 @@ TEST_CASE("mla: a bf16 object stays within bf16 rounding of the reference", "[ml
   CHECK(rel_error(out, ref) <= 0.03);
   const auto stepped = step_all(mla, 1, seq, x.data(), {2, 4}, MHA_KV_DEFAULT, E);
   CHECK(rel_error(stepped, ref) <= 0.03);
+  // Latent rows stored once: 576 bf16 a token where the CPU has bf16 dot
+  // products (a bf16 latent cache), else 576 floats.
+  const bool dot = detail::gemm_bf16_kernels(detail::active_isa()) != nullptr;
+  CHECK(MlaKvCache(mla, 1, 4096).bytes() == 4096 * 576 * (dot ? 2 : 4));
 }
 
 TEST_CASE("mla: quantized latent caches", "[mla]") {

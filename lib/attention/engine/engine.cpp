@@ -79,9 +79,9 @@ class PerCallKv final : public KvStore {
   const AttentionShape& s_;
 };
 
-std::unique_ptr<KvType> pick_kv_type(const GemmKernels& g, const GemmBf16Kernels* g16,
+std::unique_ptr<KvType> pick_kv_type(Isa isa, const GemmKernels& g, const GemmBf16Kernels* g16,
                                      bool shared_kv) {
-  if (g16 != nullptr) return make_kv_bf16(g, *g16);
+  if (g16 != nullptr) return shared_kv ? make_kv_bf16_shared(g, *g16, isa) : make_kv_bf16(g, *g16);
   return shared_kv ? make_kv_latent_fp32(g) : make_kv_fp32(g);
 }
 
@@ -105,7 +105,7 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape,
 }
 
 void AttentionEngine::make_kv_types(const GemmBf16Kernels* g16, bool shared_kv) {
-  kv_[MHA_KV_DEFAULT] = pick_kv_type(gemm(), g16, shared_kv);
+  kv_[MHA_KV_DEFAULT] = pick_kv_type(isa_, gemm(), g16, shared_kv);
   kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa_, shared_kv);
   kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa_, shared_kv);
 }

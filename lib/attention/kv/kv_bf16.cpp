@@ -3,6 +3,10 @@
 // (groups of k_group consecutive keys, strips of nr columns v_strip elements
 // apart), so both products run the dot kernels on the stored K and V. The
 // slots of a V group past the keys written are zero.
+// Shared (MLA's latent rows, K = V): V alone is stored, and each score chunk's
+// K strips are built from it in task scratch, byte for byte what the
+// two-copy entry stores (the same rounding of the same row), so the bits
+// are the two-copy entry's at half its bytes.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -10,14 +14,17 @@
 #include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
+#include "common/prefetch.hpp"
+#include "reshape/kernels.hpp"
 
 namespace mha::detail {
 namespace {
 
 class KvBf16 final : public KvType {
  public:
-  KvBf16(const GemmKernels& g, const GemmBf16Kernels& g16) : g_(g), g16_(g16) {}
-  const char* name() const override { return "bf16"; }
+  KvBf16(const GemmKernels& g, const GemmBf16Kernels& g16, const ReshapeKernels* shared)
+      : g_(g), g16_(g16), rk_(shared), shared_(shared != nullptr) {}
+  const char* name() const override { return shared_ ? "bf16 shared K/V" : "bf16"; }
   std::size_t strip() const override { return g16_.nr; }
   std::size_t row_tile() const override { return g16_.mr; }
   // Not on panels (AMX), whose per-call set-up a block of 16 keys does not
@@ -37,14 +44,14 @@ class KvBf16 final : public KvType {
         checked_mul(checked_mul(ceil_div(capacity, nr), packed_b_rows(g16_, d), what), nr, what);
     l.v_strip = checked_mul(checked_round_up(capacity, g16_.k_group, what), nr, what);
     const std::size_t v_elems = checked_mul(ceil_div(d, nr), l.v_strip, what);
-    l.k_bytes = float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
+    l.k_bytes = shared_ ? 0 : float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
     l.v_bytes = float_bytes(checked_round_up(v_elems, 32, what) / 2, what);
     return l;
   }
   // K strips of the block's keys, rounded up to pairs of lanes (BFMMLA's).
   KvLayout block_layout(std::size_t d, std::size_t block_tokens) const override {
     KvLayout l = layout(d, block_tokens);
-    if (block_tokens % g16_.nr == 0) return l;
+    if (shared_ || block_tokens % g16_.nr == 0) return l;
     l.k_lanes = round_up(block_tokens, 2);
     l.k_bytes =
         float_bytes(round_up(packed_b_rows(g16_, d) * l.k_lanes, 32) / 2, "KV cache layout");
@@ -59,7 +66,7 @@ class KvBf16 final : public KvType {
   // (1.8 ms of 10.2; the forward took 1.0 ms less without them).
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
-    if (j % l.key_lanes(g16_.nr) == 0) clear_strip(l, k, j, d);
+    if (!shared_ && j % l.key_lanes(g16_.nr) == 0) clear_strip(l, k, j, d);
     put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
   // put() for each key, a strip of nr keys at a time: rounded into rows on
@@ -84,8 +91,10 @@ class KvBf16 final : public KvType {
       const std::size_t keys = std::min(nr, n - i), j = j0 + i;
       for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
         const std::size_t cols = std::min(chunk, d - c0), ldr = round_up(cols, 2);
-        round(keys, cols, key + i * ld + c0, ld, rows, ldr);
-        g16_.pack_b(true, cols, keys, rows, ldr, key_strip(l, k, j, d) + c0 * nr, 0);
+        if (!shared_) {
+          round(keys, cols, key + i * ld + c0, ld, rows, ldr);
+          g16_.pack_b(true, cols, keys, rows, ldr, key_strip(l, k, j, d) + c0 * nr, 0);
+        }
         round(keys, cols, value + i * ld + c0, ld, rows, ldr);
         g16_.pack_b(false, keys, cols, rows, ldr, value_group(v, j) + c0 / nr * l.v_strip,
                     l.v_strip);
@@ -96,10 +105,10 @@ class KvBf16 final : public KvType {
   // stale infinity or NaN.
   void clear(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d) const override {
     const std::size_t lanes = l.key_lanes(g16_.nr), kg = g16_.k_group;
-    std::uint16_t* kb = key_strip(l, k, j, d);
     std::uint16_t* vb = value_group(v, j);
-    for (std::size_t p = 0; p < ceil_div(d, 2); ++p) {
-      std::fill_n(kb + packed_b_pair_at(kg, lanes, p, j % lanes), 2, std::uint16_t{0});
+    for (std::size_t p = 0; p < ceil_div(d, 2) && !shared_; ++p) {
+      std::fill_n(key_strip(l, k, j, d) + packed_b_pair_at(kg, lanes, p, j % lanes), 2,
+                  std::uint16_t{0});
     }
     for (std::size_t c = 0; c < d; ++c) vb[value_slots_at(l, c) + j % kg] = 0;
   }
@@ -117,7 +126,7 @@ class KvBf16 final : public KvType {
     const std::size_t fl = from.key_lanes(nr), tl = l.key_lanes(nr);
     const auto* ks = static_cast<const std::uint16_t*>(k);
     const auto* vs = static_cast<const std::uint16_t*>(v);
-    auto* kd = static_cast<std::uint16_t*>(k_to);
+    auto* kd = shared_ ? nullptr : static_cast<std::uint16_t*>(k_to);
     auto* vd = static_cast<std::uint16_t*>(v_to);
     if (kd != nullptr)
       for_each_lane_run(j, to, n, fl, tl, [&](std::size_t a, std::size_t b, std::size_t r) {
@@ -157,12 +166,16 @@ class KvBf16 final : public KvType {
     }
   }
 
-  // Q and P rows in the kernels' A elements (a_bytes each), pairs complete.
+  // Q and P rows in the kernels' A elements (a_bytes each), pairs complete;
+  // shared, then room for one chunk's K strips (and its rows, for pack_b).
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
-    return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);
+    const std::size_t q = a_floats(rows, d);
+    if (!shared_) return q;
+    const std::size_t strips = round_up(packed_b_rows(g16_, d) * chunk_keys(), 32) / 2;
+    return q + strips + (g16_.k_group == 2 ? 0 : chunk_keys() * round_up(d, 2) / 2);
   }
   std::size_t p_floats(std::size_t rows, std::size_t keys) const override {
-    return query_floats(rows, keys);
+    return a_floats(rows, keys);
   }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
@@ -170,10 +183,30 @@ class KvBf16 final : public KvType {
   }
   void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
               std::size_t lds) const override {
-    const std::size_t kp = ceil_div(d, 2);
-    bf16_rows(g16_, rows, kp, reinterpret_cast<const std::uint32_t*>(qbuf), kp,
-              static_cast<const std::uint16_t*>(t.k) + key_strip_at(*t.layout, t.j0, d),
-              packed_b_rows(g16_, d) * g16_.nr, s, lds, t.n, alpha, 0.0f);
+    const std::size_t kp = ceil_div(d, 2), b_strip = packed_b_rows(g16_, d) * g16_.nr;
+    const auto* q = reinterpret_cast<const std::uint32_t*>(qbuf);
+    if (!shared_) {
+      bf16_rows(g16_, rows, kp, q, kp,
+                static_cast<const std::uint16_t*>(t.k) + key_strip_at(*t.layout, t.j0, d), b_strip,
+                s, lds, t.n, alpha, 0.0f);
+      return;
+    }
+    const std::size_t ld = round_up(d, 2);
+    auto* strips = reinterpret_cast<std::uint16_t*>(qbuf + a_floats(rows, d));
+    std::uint16_t* key_rows = strips + round_up(packed_b_rows(g16_, d) * chunk_keys(), 32);
+    const auto* v = static_cast<const std::uint16_t*>(t.v);
+    for (std::size_t j = 0; j < t.n; j += chunk_keys()) {
+      const std::size_t n = std::min(chunk_keys(), t.n - j);
+      if (g16_.k_group == 2) {
+        // The next chunk's keys, the next tile's where this is the last.
+        const std::size_t ahead = std::min(chunk_keys(), t.layout->capacity - (t.j0 + j + n));
+        strips_from_values(*t.layout, v, t.j0 + j, n, ahead, d, strips, b_strip);
+      } else {
+        value_rows(*t.layout, v, t.j0 + j, n, d, key_rows, ld);
+        g16_.pack_b(true, d, n, key_rows, ld, strips, b_strip);
+      }
+      bf16_rows(g16_, rows, kp, q, kp, strips, b_strip, s + j, lds, n, alpha, 0.0f);
+    }
   }
   void prepare_thread() const override { mha::detail::prepare_thread(g16_); }
   // Every set whose A elements are bf16 rounds them to nearest even, and
@@ -191,17 +224,75 @@ class KvBf16 final : public KvType {
   }
 
  private:
+  std::size_t a_floats(std::size_t rows, std::size_t d) const {
+    return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);
+  }
+  // Keys per K chunk of a shared entry's scores: whole strips and k groups,
+  // 74 KiB of strips at MLA's 576 channels.
+  std::size_t chunk_keys() const { return round_up(64, g16_.nr); }
+  // Keys [j0, j0 + n) of V (j0 on a k group) as rows of bf16 ld elements
+  // apart, an odd d's rows ending in a zero: the rows put_rows packs as K
+  // (BFMMLA's k_group 4). Rows up to n's next k group are written (the
+  // scratch holds them).
+  void value_rows(const KvLayout& l, const std::uint16_t* v, std::size_t j0, std::size_t n,
+                  std::size_t d, std::uint16_t* rows, std::size_t ld) const {
+    const std::size_t nr = g16_.nr, kg = g16_.k_group;
+    for (std::size_t c0 = 0; c0 < d; c0 += nr) {
+      const std::uint16_t* strip = v + c0 / nr * l.v_strip + value_group_at(j0);
+      const std::size_t cols = std::min(nr, d - c0);
+      for (std::size_t i = 0; i < n; i += kg) {
+        const std::uint16_t* group = strip + i * nr;
+        std::uint16_t* row = rows + i * ld + c0;
+        for (std::size_t k = 0; k < kg; ++k)
+          for (std::size_t c = 0; c < cols; ++c) row[k * ld + c] = group[c * kg + k];
+      }
+    }
+    if (d % 2 != 0)
+      for (std::size_t i = 0; i < n; ++i) rows[i * ld + d] = 0;
+  }
+  // k_group 2: the K strips of keys [j0, j0 + n) (j0 on a strip) straight
+  // from V's group rows. A group row's two keys by two channels, 4 elements
+  // in 64 bits, are the two keys' K pairs once their middle elements swap
+  // (transpose_pairs); lanes past the keys are zeroed, as pack_b leaves
+  // them. V's column strips are capacity keys apart, a page each per chunk,
+  // which the hardware prefetchers do not follow: the `ahead` keys after
+  // the chunk are asked for as it is read (V2-Lite b8 decode, 1 thread, Zen
+  // 4: 12.9-13.2 ms without, 10.2-10.5 with, 9.65-9.68 for the two-copy
+  // entry).
+  void strips_from_values(const KvLayout& l, const std::uint16_t* v, std::size_t j0, std::size_t n,
+                          std::size_t ahead, std::size_t d, std::uint16_t* strips,
+                          std::size_t b_strip) const {
+    const std::size_t nr = g16_.nr, half = nr / 2, kp = ceil_div(d, 2), pairs = ceil_div(n, 2);
+    for (std::size_t i0 = 0; i0 < pairs; i0 += half) {
+      const std::size_t rows = std::min(half, pairs - i0);
+      std::uint16_t* out = strips + i0 / half * b_strip;
+      for (std::size_t c0 = 0; c0 < d; c0 += nr) {
+        const std::uint16_t* in = v + c0 / nr * l.v_strip + value_group_at(j0) + i0 * 2 * nr;
+        if (2 * i0 < ahead) {
+          prefetch_bytes(in + n / 2 * 2 * nr,
+                         std::min(rows, (ahead + 1) / 2 - i0) * 2 * nr * sizeof *in);
+        }
+        rk_->transpose_pairs(in, 2 * nr, out + c0 * nr, 2 * nr, rows, std::min(half, kp - c0 / 2));
+      }
+    }
+    if (n % nr != 0) {
+      std::uint16_t* last = strips + n / nr * b_strip;
+      for (std::size_t p = 0; p < kp; ++p)
+        std::fill(last + (p * nr + n % nr) * 2, last + (p + 1) * nr * 2, std::uint16_t{0});
+    }
+  }
   void clear_strip(const KvLayout& l, void* k, std::size_t j, std::size_t d) const {
     std::fill_n(key_strip(l, k, j, d), packed_b_rows(g16_, d) * l.key_lanes(g16_.nr),
                 std::uint16_t{0});
   }
-  // Key j's K pairs and V elements; with `zero_group`, the rest of its V
-  // group rows zeroed first (columns past d too, as pack_b leaves them).
+  // Key j's K pairs (none where shared) and V elements; with `zero_group`,
+  // the rest of its V group rows zeroed first (columns past d too, as
+  // pack_b leaves them).
   void put_key(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
                const float* value, bool zero_group) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, slot = j % kg;
     const std::size_t lanes = l.key_lanes(nr), lane = j % lanes;
-    std::uint16_t* kb = key_strip(l, k, j, d);
+    std::uint16_t* kb = shared_ ? nullptr : key_strip(l, k, j, d);
     std::uint16_t* vb = value_group(v, j);
     // Chunks of whole V strips (nr <= 32 in every set, all even).
     constexpr std::size_t kChunk = 256;
@@ -209,18 +300,7 @@ class KvBf16 final : public KvType {
     const std::size_t chunk = kChunk / nr * nr;
     for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
       const std::size_t n = std::min(chunk, d - c0), p0 = c0 / 2;
-      round(1, n, key + c0, n, row, n + 1);
-      if (kg == 2) {
-        std::uint16_t* dst = kb + (p0 * lanes + lane) * 2;
-        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(dst + p * lanes * 2, row + 2 * p, 2 * sizeof row[0]);
-        }
-      } else {
-        for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
-          std::memcpy(kb + packed_b_pair_at(kg, lanes, p0 + p, lane), row + 2 * p,
-                      2 * sizeof row[0]);
-        }
-      }
+      if (kb != nullptr) put_pairs(kb, lanes, lane, p0, n, key + c0, row);
       round(1, n, value + c0, n, row, n + 1);
       for (std::size_t s0 = 0; s0 < n; s0 += nr) {
         std::uint16_t* slots = vb + (c0 + s0) / nr * l.v_strip + slot;
@@ -228,6 +308,23 @@ class KvBf16 final : public KvType {
         if (zero_group) std::fill_n(slots, nr * kg, std::uint16_t{0});
         for (std::size_t c = 0; c < cols; ++c) slots[c * kg] = row[s0 + c];
       }
+    }
+  }
+  // Elements [2 p0, 2 p0 + n) of a key, rounded into `row` (n + 1
+  // elements), as pairs p0.. of lane `lane` of its K strip.
+  void put_pairs(std::uint16_t* kb, std::size_t lanes, std::size_t lane, std::size_t p0,
+                 std::size_t n, const float* key, std::uint16_t* row) const {
+    round(1, n, key, n, row, n + 1);
+    if (g16_.k_group == 2) {
+      std::uint16_t* dst = kb + (p0 * lanes + lane) * 2;
+      for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+        std::memcpy(dst + p * lanes * 2, row + 2 * p, 2 * sizeof row[0]);
+      }
+      return;
+    }
+    for (std::size_t p = 0; p < ceil_div(n, 2); ++p) {
+      std::memcpy(kb + packed_b_pair_at(g16_.k_group, lanes, p0 + p, lane), row + 2 * p,
+                  2 * sizeof row[0]);
     }
   }
   // Rows of x to bf16 as K and V are stored: by the kernel set's round_rows
@@ -269,12 +366,19 @@ class KvBf16 final : public KvType {
   }
   const GemmKernels& g_;
   const GemmBf16Kernels& g16_;
+  const ReshapeKernels* rk_;
+  bool shared_;
 };
 
 }  // namespace
 
 std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16) {
-  return std::make_unique<KvBf16>(g, g16);
+  return std::make_unique<KvBf16>(g, g16, nullptr);
+}
+
+std::unique_ptr<KvType> make_kv_bf16_shared(const GemmKernels& g, const GemmBf16Kernels& g16,
+                                            Isa isa) {
+  return std::make_unique<KvBf16>(g, g16, &reshape_kernels(isa));
 }
 
 }  // namespace mha::detail

@@ -233,6 +233,11 @@ std::unique_ptr<KvType> make_kv_fp32(const GemmKernels& g);
 // bf16 K and V (kv_bf16.cpp): both in g16's K-pair layout, on g16's dot
 // kernels; key tiles as fp32's on g, rounded to g16's strips.
 std::unique_ptr<KvType> make_kv_bf16(const GemmKernels& g, const GemmBf16Kernels& g16);
+// As make_kv_bf16 for rows that are both K and V (MLA's latent rows; put()
+// keeps the value alone), stored once as V and transposed per score chunk
+// on isa's reshape kernels, with the two-copy entry's bits.
+std::unique_ptr<KvType> make_kv_bf16_shared(const GemmKernels& g, const GemmBf16Kernels& g16,
+                                            Isa isa);
 // fp32 rows that are both K and V (MLA's latent rows; put() keeps the
 // value alone), stored once and read in place by both products
 // (kv_latent.cpp).
