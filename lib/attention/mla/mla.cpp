@@ -17,55 +17,6 @@
 namespace mha::detail {
 namespace {
 
-// One weight as op(B) [k x n], packed for the object's precision: fp32, or
-// rounded to bf16 for the bf16 GEMM (whose products round A to bf16).
-class Linear {
- public:
-  // b: op(B) dense row-major, the caller's temporary.
-  Linear(const GemmKernels& g, const GemmBf16Kernels* g16, bool bf16, std::size_t k, std::size_t n,
-         const float* b)
-      : g_(&g), bf16_(bf16) {
-    if (bf16) {
-      // As ProjectionsBf16: (n + 64) x (k + 2) floats bound either layout.
-      float_bytes(checked_mul(checked_add(n, 64, "packed bf16 weights"),
-                              checked_add(k, 2, "packed bf16 weights"), "packed bf16 weights"),
-                  "packed bf16 weights");
-      data_ = alloc_floats(ceil_div(packed_bf16_b_bytes(g16, g, k, n), sizeof(float)));
-      std::vector<std::uint16_t> rounded(k * n);
-      fp32_to_bf16(k * n, b, rounded.data());
-      b16_ = pack_bf16_b(g16, g, Trans::N, k, n, rounded.data(), n, data_.get());
-    } else {
-      const std::size_t floats =
-          checked_mul(k, checked_round_up(n, g.nr, "packed weights"), "packed weights");
-      float_bytes(floats, "packed weights");
-      data_ = alloc_floats(floats);
-      b32_ = pack_b(g, Trans::N, k, n, b, n, data_.get());
-    }
-  }
-  // c [rows x n] = a [rows x k] · op(B).
-  void apply(std::size_t rows, const float* a, std::size_t lda, float* c, std::size_t ldc) const {
-    if (bf16_) {
-      gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, a, lda, b16_, 0.0f, c, ldc);
-    } else {
-      gemm_prepacked_b(*g_, Trans::N, rows, a, lda, b32_, 1.0f, 0.0f, c, ldc);
-    }
-  }
-  void reserve(std::size_t rows) const {
-    if (bf16_) {
-      reserve_gemm_bf16_packed(rows, b16_);
-    } else {
-      reserve_gemm_prepacked_b(*g_, rows, b32_);
-    }
-  }
-
- private:
-  const GemmKernels* g_;
-  bool bf16_;
-  AlignedFloats data_;
-  PackedBView b32_;
-  PackedBf16B b16_;
-};
-
 // op(B) [k x n] of a weight whose row row(j) (k floats) makes output j:
 // the model's [out, in] matrices, their outputs reordered.
 template <class Row>
@@ -104,12 +55,11 @@ void copy_cols(std::size_t rows, std::size_t n, const float* src, std::size_t ld
 // The weights both forms share, packed once.
 class MlaWeights {
  public:
-  MlaWeights(const GemmKernels& g, const GemmBf16Kernels* g16, bool bf16, const MlaShape& s,
-             const mha_mla_weights& w)
-      : s_(s), bf16_(bf16) {
+  MlaWeights(std::unique_ptr<Precision> precision, const MlaShape& s, const mha_mla_weights& w)
+      : s_(s), precision_(std::move(precision)) {
     const std::size_t E = s.E, H = s.H, dq = s.dn + s.dr, L = s.latent(), kvb = s.dn + s.dv;
     const auto make = [&](std::size_t k, std::size_t n, const std::vector<float>& b) {
-      return std::make_unique<Linear>(g, g16, bf16, k, n, b.data());
+      return precision_->pack(k, n, b.data());
     };
     // Each query head's outputs reordered to [q_pe | q_nope].
     const std::size_t q_in = s.q_lora != 0 ? s.q_lora : E;
@@ -134,7 +84,7 @@ class MlaWeights {
     for (std::size_t h = 0; h < H; ++h) {
       const float* wk = w.kv_b_proj + h * kvb * s.r;
       // W_UK[h] [dn x r] is op(B) as stored; W_UV[h]ᵀ [r x dv] gathered.
-      uk_.push_back(std::make_unique<Linear>(g, g16, bf16, s.dn, s.r, wk));
+      uk_.push_back(precision_->pack(s.dn, s.r, wk));
       uv_.push_back(
           make(s.r, s.dv, gather(s.r, s.dv, [&](std::size_t j) { return wk + (s.dn + j) * s.r; })));
     }
@@ -142,7 +92,7 @@ class MlaWeights {
               gather(H * s.dv, E, [&](std::size_t j) { return w.o_proj + j * H * s.dv; }));
   }
 
-  bool bf16() const { return bf16_; }
+  const Precision& precision() const { return *precision_; }
   // q [rows, H·(dr + dn)], heads [q_pe | q_nope]; qa [rows, q_lora].
   void query(std::size_t rows, const float* x, float* qa, float* q) const {
     const std::size_t ldq = s_.H * (s_.dn + s_.dr);
@@ -159,16 +109,16 @@ class MlaWeights {
     kva_->apply(rows, x, s_.E, kv, ld);
     rms_norm(rows, s_.r, kva_norm_.data(), s_.eps, kv + s_.dr, ld);
   }
-  const Linear& kv_b() const { return *kvb_; }
-  const Linear& uk(std::size_t h) const { return *uk_[h]; }
-  const Linear& uv(std::size_t h) const { return *uv_[h]; }
-  const Linear& o() const { return *o_; }
+  const PackedWeight& kv_b() const { return *kvb_; }
+  const PackedWeight& uk(std::size_t h) const { return *uk_[h]; }
+  const PackedWeight& uv(std::size_t h) const { return *uv_[h]; }
+  const PackedWeight& o() const { return *o_; }
 
  private:
   MlaShape s_;
-  bool bf16_;
-  std::unique_ptr<Linear> qa_, q_, kva_, kvb_, o_;
-  std::vector<std::unique_ptr<Linear>> uk_, uv_;
+  std::unique_ptr<Precision> precision_;
+  std::unique_ptr<PackedWeight> qa_, q_, kva_, kvb_, o_;
+  std::vector<std::unique_ptr<PackedWeight>> uk_, uv_;
   std::vector<float> qa_norm_, kva_norm_;
 };
 
@@ -182,9 +132,8 @@ class MlaProjections : public Projections {
       : Projections(g, as), m_(s), w_(&w) {}
 
   void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
-    if (!w_->bf16()) return;
-    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
-    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
+    w_->precision().round(q_rows, s_.embed_dim, p.q, p.ldq);
+    w_->precision().round(kv_rows, s_.kv_dim(), p.k, p.ldkv);
   }
   void reserve_out(std::size_t rows) const override {
     out_scratch(rows);
@@ -257,7 +206,7 @@ class MlaPrefill final : public MlaProjections {
         std::fill_n(std::copy_n(src + m_.dn, m_.dv, vi), hd - m_.dv, 0.0f);
       }
     });
-    if (w_->bf16()) round_rows_bf16(rows, w, v, w);
+    w_->precision().round(rows, w, v, w);
     return {q, k, v, w, w};
   }
 
@@ -373,8 +322,8 @@ MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf
   }
   scale_ = static_cast<float>(scale);
   const GemmKernels& g = gemm_kernels(isa);
-  const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
-  weights_ = std::make_unique<MlaWeights>(g, g16, bf16, s, w);
+  weights_ = std::make_unique<MlaWeights>(
+      bf16 ? make_precision_bf16(g, gemm_bf16_kernels(isa)) : make_precision_fp32(g), s, w);
 
   AttentionShape p;
   p.num_heads = p.num_kv_heads = s.H;

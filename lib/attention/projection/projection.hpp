@@ -82,4 +82,34 @@ std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const A
 std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
                                                    const AttentionShape& s, const mha_weights& w);
 
+// One weight as op(B) [k x n], packed for a precision's products: an MLA
+// layer's projections, which are many and of other shapes than the four
+// above.
+class PackedWeight {
+ public:
+  virtual ~PackedWeight() = default;
+  // c [rows x n] = a [rows x k] · op(B).
+  virtual void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
+                     std::size_t ldc) const = 0;
+  // Takes the calling thread's scratch that apply() over `rows` uses.
+  virtual void reserve(std::size_t rows) const = 0;
+};
+
+// An object's compute precision, for layers that build their own
+// projections (MLA): the pipeline's callers then never name one.
+class Precision {
+ public:
+  virtual ~Precision() = default;
+  // b: op(B) [k x n] dense row-major, the caller's temporary.
+  virtual std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n,
+                                             const float* b) const = 0;
+  // x [rows x cols] (rows ld apart) as the products read it where it enters
+  // the attention core: bf16 values (round_rows_bf16), or fp32 as it is.
+  virtual void round(std::size_t rows, std::size_t cols, float* x, std::size_t ld) const = 0;
+};
+// fp32 weights packed for g's kernels.
+std::unique_ptr<Precision> make_precision_fp32(const GemmKernels& g);
+// Weights rounded to bf16 and packed as make_projections_bf16 packs them.
+std::unique_ptr<Precision> make_precision_bf16(const GemmKernels& g, const GemmBf16Kernels* g16);
+
 }  // namespace mha::detail

@@ -109,11 +109,54 @@ class ProjectionsBf16 final : public Projections {
   AlignedFloats qkv_bias_;  // [E + 2 kv] when fused_
 };
 
+class PackedWeightBf16 final : public PackedWeight {
+ public:
+  PackedWeightBf16(const GemmKernels& g, const GemmBf16Kernels* g16, std::size_t k, std::size_t n,
+                   const float* b) {
+    // As ProjectionsBf16: (n + 64) x (k + 2) floats bound either layout.
+    float_bytes(checked_mul(checked_add(n, 64, "packed bf16 weights"),
+                            checked_add(k, 2, "packed bf16 weights"), "packed bf16 weights"),
+                "packed bf16 weights");
+    data_ = alloc_floats(ceil_div(packed_bf16_b_bytes(g16, g, k, n), sizeof(float)));
+    std::vector<std::uint16_t> rounded(k * n);
+    fp32_to_bf16(k * n, b, rounded.data());
+    b_ = pack_bf16_b(g16, g, Trans::N, k, n, rounded.data(), n, data_.get());
+  }
+  void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
+             std::size_t ldc) const override {
+    gemm_bf16_packed(Trans::N, rows, 1.0f, nullptr, a, lda, b_, 0.0f, c, ldc);
+  }
+  void reserve(std::size_t rows) const override { reserve_gemm_bf16_packed(rows, b_); }
+
+ private:
+  AlignedFloats data_;
+  PackedBf16B b_;
+};
+
+class PrecisionBf16 final : public Precision {
+ public:
+  PrecisionBf16(const GemmKernels& g, const GemmBf16Kernels* g16) : g_(g), g16_(g16) {}
+  std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n, const float* b) const override {
+    return std::make_unique<PackedWeightBf16>(g_, g16_, k, n, b);
+  }
+  void round(std::size_t rows, std::size_t cols, float* x, std::size_t ld) const override {
+    round_rows_bf16(rows, cols, x, ld);
+  }
+
+ private:
+  const GemmKernels& g_;
+  const GemmBf16Kernels* g16_;
+};
+
 }  // namespace
 
 std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
                                                    const AttentionShape& s, const mha_weights& w) {
   return std::make_unique<ProjectionsBf16>(g, g16, s, w);
+}
+
+std::unique_ptr<Precision> make_precision_bf16(const GemmKernels& g, const GemmBf16Kernels* g16) {
+  return std::make_unique<PrecisionBf16>(g, g16);
 }
 
 }  // namespace mha::detail

@@ -70,11 +70,48 @@ class ProjectionsFp32 final : public Projections {
   PackedBView wqkv_;  // all three, valid when fused_
 };
 
+class PackedWeightFp32 final : public PackedWeight {
+ public:
+  PackedWeightFp32(const GemmKernels& g, std::size_t k, std::size_t n, const float* b) : g_(g) {
+    const std::size_t floats =
+        checked_mul(k, checked_round_up(n, g.nr, "packed weights"), "packed weights");
+    float_bytes(floats, "packed weights");
+    data_ = alloc_floats(floats);
+    b_ = pack_b(g, Trans::N, k, n, b, n, data_.get());
+  }
+  void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
+             std::size_t ldc) const override {
+    gemm_prepacked_b(g_, Trans::N, rows, a, lda, b_, 1.0f, 0.0f, c, ldc);
+  }
+  void reserve(std::size_t rows) const override { reserve_gemm_prepacked_b(g_, rows, b_); }
+
+ private:
+  const GemmKernels& g_;
+  AlignedFloats data_;
+  PackedBView b_;
+};
+
+class PrecisionFp32 final : public Precision {
+ public:
+  explicit PrecisionFp32(const GemmKernels& g) : g_(g) {}
+  std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n, const float* b) const override {
+    return std::make_unique<PackedWeightFp32>(g_, k, n, b);
+  }
+  void round(std::size_t, std::size_t, float*, std::size_t) const override {}
+
+ private:
+  const GemmKernels& g_;
+};
+
 }  // namespace
 
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
                                                    const mha_weights& w) {
   return std::make_unique<ProjectionsFp32>(g, s, w);
+}
+
+std::unique_ptr<Precision> make_precision_fp32(const GemmKernels& g) {
+  return std::make_unique<PrecisionFp32>(g);
 }
 
 }  // namespace mha::detail
