@@ -260,16 +260,16 @@ TEST_CASE("K/V: put_rows writes put()'s bytes", "[kv][bf16]") {
 // MLA's bf16 latent rows are stored once (V's layout) and their K strips
 // built per score chunk: its scores must be the two-copy entry's, bit for
 // bit, on every bf16 kernel set this CPU runs, from a tile's first key and
-// from later ones, over whole and partial chunks (64 keys) and strips, odd
-// head_dims (a pair completed by zero) and MLA's 576, one row (the row
-// kernels) and several.
+// from later ones, over whole and partial chunks (64 keys, 256 on panels)
+// and strips, odd head_dims (a pair completed by zero) and MLA's 576, one
+// row (the row kernels) and several.
 TEST_CASE("K/V: a shared bf16 entry's products equal the two-copy entry's", "[kv][bf16][mla]") {
   const mha::detail::GemmKernels& g = mha::detail::gemm_kernels(mha::detail::active_isa());
   for (const mha::detail::GemmBf16Kernels* g16 : mha::detail::gemm_bf16_kernel_sets()) {
     const auto two = mha::detail::make_kv_bf16(g, *g16);
     const auto one = mha::detail::make_kv_bf16_shared(g, *g16, mha::detail::active_isa());
     for (std::size_t d : {1, 5, 19, 64, 576}) {
-      for (std::size_t n : {1, 17, 64, 65, 200}) {
+      for (std::size_t n : {1, 17, 64, 65, 200, 300}) {
         const std::size_t j0 = 2 * g16->nr, cap = j0 + n, ld = d + 3;
         const mha::detail::KvLayout l2 = two->layout(d, cap), l1 = one->layout(d, cap);
         CHECK(l1.k_bytes == 0);

@@ -228,8 +228,11 @@ class KvBf16 final : public KvType {
     return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);
   }
   // Keys per K chunk of a shared entry's scores: whole strips and k groups,
-  // 74 KiB of strips at MLA's 576 channels.
-  std::size_t chunk_keys() const { return round_up(64, g16_.nr); }
+  // 74 KiB of strips at MLA's 576 channels; a whole key tile on panels
+  // (AMX), whose per-call set-up the two-copy entry pays once a tile.
+  std::size_t chunk_keys() const {
+    return g16_.panel_rows != nullptr ? key_tile() : round_up(64, g16_.nr);
+  }
   // Keys [j0, j0 + n) of V (j0 on a k group) as rows of bf16 ld elements
   // apart, an odd d's rows ending in a zero: the rows put_rows packs as K
   // (BFMMLA's k_group 4). Rows up to n's next k group are written (the
