@@ -89,10 +89,9 @@ struct ReshapeImpl {
       for (std::size_t u = 0; u < cols; ++u) {
         const std::uint16_t* x = src + i * src_ld + 4 * u;
         std::uint16_t* y = dst + u * dst_ld + 4 * i;
-        const std::uint16_t a1 = x[1];
         y[0] = x[0];
         y[1] = x[2];
-        y[2] = a1;
+        y[2] = x[1];
         y[3] = x[3];
       }
     }

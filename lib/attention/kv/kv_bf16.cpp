@@ -23,8 +23,8 @@ namespace {
 class KvBf16 final : public KvType {
  public:
   KvBf16(const GemmKernels& g, const GemmBf16Kernels& g16, const ReshapeKernels* shared)
-      : g_(g), g16_(g16), rk_(shared), shared_(shared != nullptr) {}
-  const char* name() const override { return shared_ ? "bf16 shared K/V" : "bf16"; }
+      : g_(g), g16_(g16), rk_(shared) {}
+  const char* name() const override { return shared() ? "bf16 shared K/V" : "bf16"; }
   std::size_t strip() const override { return g16_.nr; }
   std::size_t row_tile() const override { return g16_.mr; }
   // Not on panels (AMX), whose per-call set-up a block of 16 keys does not
@@ -44,14 +44,14 @@ class KvBf16 final : public KvType {
         checked_mul(checked_mul(ceil_div(capacity, nr), packed_b_rows(g16_, d), what), nr, what);
     l.v_strip = checked_mul(checked_round_up(capacity, g16_.k_group, what), nr, what);
     const std::size_t v_elems = checked_mul(ceil_div(d, nr), l.v_strip, what);
-    l.k_bytes = shared_ ? 0 : float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
+    l.k_bytes = shared() ? 0 : float_bytes(checked_round_up(k_elems, 32, what) / 2, what);
     l.v_bytes = float_bytes(checked_round_up(v_elems, 32, what) / 2, what);
     return l;
   }
   // K strips of the block's keys, rounded up to pairs of lanes (BFMMLA's).
   KvLayout block_layout(std::size_t d, std::size_t block_tokens) const override {
     KvLayout l = layout(d, block_tokens);
-    if (shared_ || block_tokens % g16_.nr == 0) return l;
+    if (shared() || block_tokens % g16_.nr == 0) return l;
     l.k_lanes = round_up(block_tokens, 2);
     l.k_bytes =
         float_bytes(round_up(packed_b_rows(g16_, d) * l.k_lanes, 32) / 2, "KV cache layout");
@@ -66,7 +66,7 @@ class KvBf16 final : public KvType {
   // (1.8 ms of 10.2; the forward took 1.0 ms less without them).
   void put(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
-    if (!shared_ && j % l.key_lanes(g16_.nr) == 0) clear_strip(l, k, j, d);
+    if (!shared() && j % l.key_lanes(g16_.nr) == 0) clear_strip(l, k, j, d);
     put_key(l, k, v, j, d, key, value, j % g16_.k_group == 0);
   }
   // put() for each key, a strip of nr keys at a time: rounded into rows on
@@ -91,7 +91,7 @@ class KvBf16 final : public KvType {
       const std::size_t keys = std::min(nr, n - i), j = j0 + i;
       for (std::size_t c0 = 0; c0 < d; c0 += chunk) {
         const std::size_t cols = std::min(chunk, d - c0), ldr = round_up(cols, 2);
-        if (!shared_) {
+        if (!shared()) {
           round(keys, cols, key + i * ld + c0, ld, rows, ldr);
           g16_.pack_b(true, cols, keys, rows, ldr, key_strip(l, k, j, d) + c0 * nr, 0);
         }
@@ -106,7 +106,7 @@ class KvBf16 final : public KvType {
   void clear(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t d) const override {
     const std::size_t lanes = l.key_lanes(g16_.nr), kg = g16_.k_group;
     std::uint16_t* vb = value_group(v, j);
-    for (std::size_t p = 0; p < ceil_div(d, 2) && !shared_; ++p) {
+    for (std::size_t p = 0; p < ceil_div(d, 2) && !shared(); ++p) {
       std::fill_n(key_strip(l, k, j, d) + packed_b_pair_at(kg, lanes, p, j % lanes), 2,
                   std::uint16_t{0});
     }
@@ -126,7 +126,7 @@ class KvBf16 final : public KvType {
     const std::size_t fl = from.key_lanes(nr), tl = l.key_lanes(nr);
     const auto* ks = static_cast<const std::uint16_t*>(k);
     const auto* vs = static_cast<const std::uint16_t*>(v);
-    auto* kd = shared_ ? nullptr : static_cast<std::uint16_t*>(k_to);
+    auto* kd = shared() ? nullptr : static_cast<std::uint16_t*>(k_to);
     auto* vd = static_cast<std::uint16_t*>(v_to);
     if (kd != nullptr)
       for_each_lane_run(j, to, n, fl, tl, [&](std::size_t a, std::size_t b, std::size_t r) {
@@ -170,7 +170,7 @@ class KvBf16 final : public KvType {
   // shared, then room for one chunk's K strips (and its rows, for pack_b).
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
     const std::size_t q = a_floats(rows, d);
-    if (!shared_) return q;
+    if (!shared()) return q;
     const std::size_t strips = round_up(packed_b_rows(g16_, d) * chunk_keys(), 32) / 2;
     return q + strips + (g16_.k_group == 2 ? 0 : chunk_keys() * round_up(d, 2) / 2);
   }
@@ -185,7 +185,7 @@ class KvBf16 final : public KvType {
               std::size_t lds) const override {
     const std::size_t kp = ceil_div(d, 2), b_strip = packed_b_rows(g16_, d) * g16_.nr;
     const auto* q = reinterpret_cast<const std::uint32_t*>(qbuf);
-    if (!shared_) {
+    if (!shared()) {
       bf16_rows(g16_, rows, kp, q, kp,
                 static_cast<const std::uint16_t*>(t.k) + key_strip_at(*t.layout, t.j0, d), b_strip,
                 s, lds, t.n, alpha, 0.0f);
@@ -224,6 +224,7 @@ class KvBf16 final : public KvType {
   }
 
  private:
+  bool shared() const { return rk_ != nullptr; }
   std::size_t a_floats(std::size_t rows, std::size_t d) const {
     return round_up(rows * round_up(d, 2) / 2 * g16_.pair_words(), 16);
   }
@@ -295,7 +296,7 @@ class KvBf16 final : public KvType {
                const float* value, bool zero_group) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, slot = j % kg;
     const std::size_t lanes = l.key_lanes(nr), lane = j % lanes;
-    std::uint16_t* kb = shared_ ? nullptr : key_strip(l, k, j, d);
+    std::uint16_t* kb = shared() ? nullptr : key_strip(l, k, j, d);
     std::uint16_t* vb = value_group(v, j);
     // Chunks of whole V strips (nr <= 32 in every set, all even).
     constexpr std::size_t kChunk = 256;
@@ -369,8 +370,8 @@ class KvBf16 final : public KvType {
   }
   const GemmKernels& g_;
   const GemmBf16Kernels& g16_;
+  // The shared entry's transposes; null for the two-copy entry.
   const ReshapeKernels* rk_;
-  bool shared_;
 };
 
 }  // namespace
