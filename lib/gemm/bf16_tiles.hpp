@@ -10,16 +10,20 @@
 #include <cstdint>
 #include <utility>
 
+#include "gemm/gemm_bf16.hpp"
+
 namespace mha::detail::bf16_tiles {
 
-using TileFn = void (*)(std::size_t kp, const std::uint32_t* a, std::size_t lda,
-                        const std::uint16_t* b, float* c, std::size_t ldc, std::size_t n,
-                        float alpha, float beta);
+// A tile reads B's k groups as runs (Bf16Runs): one run of a packed strip
+// for ukernel and ukernel_rows, a paged cache's blocks for ukernel_runs.
+using TileFn = void (*)(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c,
+                        std::size_t ldc, std::size_t n, float alpha, float beta);
 
 // Tiles::fn<ROWS, NV, kBeta, kRows>: the tile of ROWS rows and NV vectors of
 // W lanes (C read only with kBeta; A packed, or rows lda pairs apart with
-// kRows), for ROWS <= MR and NV <= MaxNV.
-template <class Tiles, std::size_t MR, std::size_t MaxNV, std::size_t W>
+// kRows), for ROWS <= MR and NV <= MaxNV; a packed strip's k groups are LD
+// elements apart.
+template <class Tiles, std::size_t MR, std::size_t MaxNV, std::size_t W, std::size_t LD>
 struct Dispatch {
   template <bool kBeta, bool kRows, std::size_t NV, std::size_t... R>
   static constexpr std::array<TileFn, MR> rows_of(std::index_sequence<R...>) {
@@ -30,22 +34,27 @@ struct Dispatch {
     return {rows_of<kBeta, kRows, V + 1>(std::make_index_sequence<MR>{})...};
   }
   template <bool kRows>
-  static void run(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
-                  float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
-                  float beta) {
+  static void run(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c,
+                  std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
     static constexpr auto kPlain = table<false, kRows>(std::make_index_sequence<MaxNV>{});
     static constexpr auto kWithBeta = table<true, kRows>(std::make_index_sequence<MaxNV>{});
     const std::size_t nv = (n + W - 1) / W;
-    (beta == 0.f ? kPlain : kWithBeta)[nv - 1][m - 1](kp, a, lda, b, c, ldc, n, alpha, beta);
+    (beta == 0.f ? kPlain : kWithBeta)[nv - 1][m - 1](a, lda, b, c, ldc, n, alpha, beta);
   }
   static void ukernel(std::size_t kp, const std::uint32_t* a, const std::uint16_t* b, float* c,
                       std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
-    run<false>(kp, a, 0, b, c, ldc, m, n, alpha, beta);
+    const Bf16Run whole{b, kp};
+    run<false>(a, 0, Bf16Runs{&whole, 1, LD}, c, ldc, m, n, alpha, beta);
   }
   static void ukernel_rows(std::size_t kp, const std::uint32_t* a, std::size_t lda,
                            const std::uint16_t* b, float* c, std::size_t ldc, std::size_t m,
                            std::size_t n, float alpha, float beta) {
-    run<true>(kp, a, lda, b, c, ldc, m, n, alpha, beta);
+    const Bf16Run whole{b, kp};
+    run<true>(a, lda, Bf16Runs{&whole, 1, LD}, c, ldc, m, n, alpha, beta);
+  }
+  static void ukernel_runs(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c,
+                           std::size_t ldc, std::size_t m, std::size_t n, float alpha, float beta) {
+    run<true>(a, lda, b, c, ldc, m, n, alpha, beta);
   }
 };
 

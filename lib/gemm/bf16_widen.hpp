@@ -51,30 +51,33 @@ struct Widen {
   }
 
   template <std::size_t ROWS, std::size_t NVT, bool kBeta, bool kRows>
-  static void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b,
-                   float* c, std::size_t ldc, std::size_t n, float alpha, float beta) {
+  static void tile(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c,
+                   std::size_t ldc, std::size_t n, float alpha, float beta) {
     const auto* af = reinterpret_cast<const float*>(a);
     R acc[ROWS][NVT];
     for (std::size_t i = 0; i < ROWS; ++i) {
       for (std::size_t v = 0; v < NVT; ++v) acc[i][v] = V::zero();
     }
-    for (std::size_t p = 0; p < kp; ++p) {
-      R be[NVT], bo[NVT];
+    for (std::size_t r = 0; r < b.count; ++r) {
+      const std::uint16_t* bp = b.run[r].b;
+      for (std::size_t p = 0; p < b.run[r].pairs; ++p, bp += b.ld, af += (kRows ? 1 : MR) * 2) {
+        R be[NVT], bo[NVT];
 #pragma GCC unroll 4
-      for (std::size_t v = 0; v < NVT; ++v) {
-        const auto x = V::pairs(b + (p * kNR + v * kW) * 2);
-        be[v] = V::even(x);
-        bo[v] = V::odd(x);
-      }
+        for (std::size_t v = 0; v < NVT; ++v) {
+          const auto x = V::pairs(bp + v * kW * 2);
+          be[v] = V::even(x);
+          bo[v] = V::odd(x);
+        }
 #pragma GCC unroll 16
-      for (std::size_t i = 0; i < ROWS; ++i) {
-        const float* ap = af + (kRows ? i * lda + p : p * MR + i) * 2;
-        const R ao = V::broadcast(ap + 1);
+        for (std::size_t i = 0; i < ROWS; ++i) {
+          const float* ap = af + (kRows ? i * lda : i) * 2;
+          const R ao = V::broadcast(ap + 1);
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < NVT; ++v) acc[i][v] = V::fmadd(ao, bo[v], acc[i][v]);
-        const R ae = V::broadcast(ap);
+          for (std::size_t v = 0; v < NVT; ++v) acc[i][v] = V::fmadd(ao, bo[v], acc[i][v]);
+          const R ae = V::broadcast(ap);
 #pragma GCC unroll 4
-        for (std::size_t v = 0; v < NVT; ++v) acc[i][v] = V::fmadd(ae, be[v], acc[i][v]);
+          for (std::size_t v = 0; v < NVT; ++v) acc[i][v] = V::fmadd(ae, be[v], acc[i][v]);
+        }
       }
     }
     const R va = V::set1(alpha), vb = V::set1(beta);
@@ -95,7 +98,7 @@ struct Widen {
     template <std::size_t ROWS, std::size_t NVT, bool kBeta, bool kRows>
     static constexpr bf16_tiles::TileFn fn = &tile<ROWS, NVT, kBeta, kRows>;
   };
-  using Entries = bf16_tiles::Dispatch<Tiles, MR, NV, kW>;
+  using Entries = bf16_tiles::Dispatch<Tiles, MR, NV, kW, 2 * kNR>;
 
   // One row against S strips: 2S independent chains instead of ukernel's 2.
   template <std::size_t S, bool kBeta>
@@ -146,20 +149,11 @@ struct Widen {
   template <class Tag>
   static constexpr GemmBf16Kernels kernels(
       const char* name, decltype(GemmBf16Kernels::pack_b) pack_b = &bf16_pack::pack_b<Tag, kNR>) {
-    return GemmBf16Kernels{name,
-                           MR,
-                           kNR,
-                           kBf16MC,
-                           kBf16KC,
-                           kBf16NC,
-                           &Entries::ukernel,
-                           &Entries::ukernel_rows,
-                           &round_rows,
-                           &bf16_pack::pack_a<Tag, MR, true>,
-                           pack_b,
-                           false,
-                           &bf16_tiles::RowDispatch<Widen, kNR>::ukernel_row1,
-                           4};
+    return with_runs(
+        GemmBf16Kernels{name, MR, kNR, kBf16MC, kBf16KC, kBf16NC, &Entries::ukernel,
+                        &Entries::ukernel_rows, &round_rows, &bf16_pack::pack_a<Tag, MR, true>,
+                        pack_b, false, &bf16_tiles::RowDispatch<Widen, kNR>::ukernel_row1, 4},
+        &Entries::ukernel_runs);
   }
 };
 

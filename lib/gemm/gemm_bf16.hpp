@@ -47,6 +47,21 @@ struct Bf16Epilogue {
   }
 };
 
+// B's k groups for one product as runs: run r holds `pairs` pairs of k
+// from b on, its k groups ld elements apart (a packed strip's: nr * k_group;
+// a strip narrowed to fewer lanes, KvLayout::k_lanes, has a shorter ld);
+// the runs follow one another in k, and each but the last holds whole k
+// groups. A paged cache's V read in place, block by block.
+struct Bf16Run {
+  const std::uint16_t* b;
+  std::size_t pairs;
+};
+struct Bf16Runs {
+  const Bf16Run* run;
+  std::size_t count;
+  std::size_t ld;
+};
+
 // How A and B reach the kernels, kp = ceil(k / 2) pairs:
 // A comes either packed, in strips of mr rows (ukernel, ukernel_row1 on a
 // one-row strip; written by pack_a), or as rows with a stride
@@ -159,9 +174,23 @@ struct GemmBf16Kernels {
   // The time of one of its flops against the fp32 kernels', for the thread
   // policy (call_threads), which counts a thread per so many fp32 flops.
   double flop_time = 1.0;
+  // Optional: ukernel_rows with B's k groups in runs (kp their pairs in
+  // all), and ukernel_rows' bits: the k groups meet A's pairs in the same
+  // order whatever the runs.
+  void (*ukernel_runs)(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c,
+                       std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                       float beta) = nullptr;
   // 32-bit words per pair of A.
   std::size_t pair_words() const { return a_bytes / 2; }
 };
+
+// g with ukernel_runs set: a table's initializer (its member list ends in
+// optional ones).
+constexpr GemmBf16Kernels with_runs(GemmBf16Kernels g,
+                                    decltype(GemmBf16Kernels::ukernel_runs) runs) {
+  g.ukernel_runs = runs;
+  return g;
+}
 
 // Runs g's per-thread setup, if it has one, on the calling thread: before
 // the first kernel call of each block or task that may run on a new thread.
@@ -233,6 +262,19 @@ inline void bf16_rows(const GemmBf16Kernels& g, std::size_t rows, std::size_t kp
       g.ukernel_rows(kp, a + i0 * row_words, lda, b, c + i0 * ldc + j0, ldc,
                      rows - i0 < g.mr ? rows - i0 : g.mr, cols, alpha, beta);
     }
+  }
+}
+
+// C [rows x n] (ld ldc, n <= nr) = alpha·A·B + beta·C for A rows as
+// ukernel_rows reads them (lda pairs apart) and B's k groups in runs: every
+// block of mr rows, on ukernel_runs (g must have it).
+inline void bf16_rows_runs(const GemmBf16Kernels& g, std::size_t rows, const std::uint32_t* a,
+                           std::size_t lda, const Bf16Runs& b, float* c, std::size_t ldc,
+                           std::size_t n, float alpha, float beta) {
+  const std::size_t row_words = lda * g.pair_words();
+  for (std::size_t i0 = 0; i0 < rows; i0 += g.mr) {
+    g.ukernel_runs(a + i0 * row_words, lda, b, c + i0 * ldc, ldc,
+                   rows - i0 < g.mr ? rows - i0 : g.mr, n, alpha, beta);
   }
 }
 

@@ -28,30 +28,33 @@ __mmask16 lane_mask(std::size_t lanes) {
   return static_cast<__mmask16>((1u << lanes) - 1u);
 }
 
-// ROWS x NV vectors of C from kp pairs; only the first n columns are stored
-// (masked), and C is read only when kBeta. A is a packed strip, or with
-// kRows rows of pairs lda apart (ukernel_rows).
+// ROWS x NV vectors of C from B's runs; only the first n columns are
+// stored (masked), and C is read only when kBeta. A is a packed strip, or
+// with kRows rows of pairs lda apart (ukernel_rows, ukernel_runs).
 template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
-void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b, float* c,
-          std::size_t ldc, std::size_t n, float alpha, float beta) {
+void tile(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c, std::size_t ldc,
+          std::size_t n, float alpha, float beta) {
   __m512 acc[ROWS][NV];
 #pragma GCC unroll 32
   for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 2
     for (std::size_t v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  for (std::size_t p = 0; p < kp; ++p) {
-    __m512bh bv[NV];
+  for (std::size_t r = 0; r < b.count; ++r) {
+    const std::uint16_t* bp = b.run[r].b;
+    for (std::size_t p = 0; p < b.run[r].pairs; ++p, bp += b.ld, a += kRows ? 1 : kMR) {
+      __m512bh bv[NV];
 #pragma GCC unroll 2
-    for (std::size_t v = 0; v < NV; ++v) {
-      bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + (p * kNR + v * kW) * 2));
-    }
+      for (std::size_t v = 0; v < NV; ++v) {
+        bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bp + v * kW * 2));
+      }
 #pragma GCC unroll 32
-    for (std::size_t i = 0; i < ROWS; ++i) {
-      const std::uint32_t pair = kRows ? a[i * lda + p] : a[p * kMR + i];
-      const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+      for (std::size_t i = 0; i < ROWS; ++i) {
+        const std::uint32_t pair = kRows ? a[i * lda] : a[i];
+        const __m512bh ai = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 #pragma GCC unroll 2
-      for (std::size_t v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+        for (std::size_t v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], ai, bv[v]);
+      }
     }
   }
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -73,7 +76,7 @@ struct Tiles {
   template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
   static constexpr bf16_tiles::TileFn fn = &tile<ROWS, NV, kBeta, kRows>;
 };
-using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
+using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW, 2 * kNR>;
 
 // One row against S strips (decode steps): 2S independent vdpbf16ps chains
 // where ukernel's one-row tile has 2, which leaves the pipes waiting on
@@ -122,20 +125,18 @@ struct Rows {
 }  // namespace
 }  // namespace gemm_bf16_avx512_bf16
 
-const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16{
-    "avx512_bf16",
-    gemm_bf16_avx512_bf16::kMR,
-    gemm_bf16_avx512_bf16::kNR,
-    kBf16MC,
-    kBf16KC,
-    kBf16NC,
-    &gemm_bf16_avx512_bf16::Entries::ukernel,
-    &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
-    &bf16_round_avx512::round_rows<gemm_bf16_avx512_bf16::avx512_bf16_tag>,
-    &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
-    &bf16_pack_avx512::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kNR>,
-    true,
-    &bf16_tiles::RowDispatch<gemm_bf16_avx512_bf16::Rows,
-                             gemm_bf16_avx512_bf16::kNR>::ukernel_row1};
+const GemmBf16Kernels gemm_bf16_kernels_avx512_bf16 = with_runs(
+    GemmBf16Kernels{
+        "avx512_bf16", gemm_bf16_avx512_bf16::kMR, gemm_bf16_avx512_bf16::kNR, kBf16MC, kBf16KC,
+        kBf16NC, &gemm_bf16_avx512_bf16::Entries::ukernel,
+        &gemm_bf16_avx512_bf16::Entries::ukernel_rows,
+        &bf16_round_avx512::round_rows<gemm_bf16_avx512_bf16::avx512_bf16_tag>,
+        &bf16_pack::pack_a<gemm_bf16_avx512_bf16::avx512_bf16_tag, gemm_bf16_avx512_bf16::kMR>,
+        &bf16_pack_avx512::pack_b<gemm_bf16_avx512_bf16::avx512_bf16_tag,
+                                  gemm_bf16_avx512_bf16::kNR>,
+        true,
+        &bf16_tiles::RowDispatch<gemm_bf16_avx512_bf16::Rows,
+                                 gemm_bf16_avx512_bf16::kNR>::ukernel_row1},
+    &gemm_bf16_avx512_bf16::Entries::ukernel_runs);
 
 }  // namespace mha::detail

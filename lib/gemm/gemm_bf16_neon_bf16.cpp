@@ -54,36 +54,38 @@ inline void gather_pairs(const std::uint32_t* a, std::size_t lda, uint32x4_t (&r
   ((rows[I / 4] = vld1q_lane_u32(a + I * lda, rows[I / 4], I % 4)), ...);
 }
 
-// ROWS x NV vectors of C from kp pairs; only the first n columns are
+// ROWS x NV vectors of C from B's runs; only the first n columns are
 // stored, and C is read only when kBeta. A is a packed strip (two loads
 // per pair), or with kRows rows of pairs lda apart (gathered lane by lane
 // into the strip's registers, which keeps the tile in 32 registers).
 template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
-void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b, float* c,
-          std::size_t ldc, std::size_t n, float alpha, float beta) {
+void tile(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c, std::size_t ldc,
+          std::size_t n, float alpha, float beta) {
   float32x4_t acc[ROWS][NV];
 #pragma GCC unroll 8
   for (std::size_t i = 0; i < ROWS; ++i) {
 #pragma GCC unroll 3
     for (std::size_t v = 0; v < NV; ++v) acc[i][v] = vdupq_n_f32(0.f);
   }
-  for (std::size_t p = 0; p < kp; ++p) {
-    bfloat16x8_t bv[NV];
+  for (std::size_t r = 0; r < b.count; ++r) {
+    const std::uint16_t* bp = b.run[r].b;
+    for (std::size_t p = 0; p < b.run[r].pairs; ++p, bp += b.ld, a += kRows ? 1 : kMR) {
+      bfloat16x8_t bv[NV];
 #pragma GCC unroll 3
-    for (std::size_t v = 0; v < NV; ++v) {
-      bv[v] = vreinterpretq_bf16_u16(vld1q_u16(b + (p * kNR + v * kW) * 2));
+      for (std::size_t v = 0; v < NV; ++v)
+        bv[v] = vreinterpretq_bf16_u16(vld1q_u16(bp + v * kW * 2));
+      bfloat16x8_t av[2];
+      if constexpr (kRows) {
+        uint32x4_t rows[2] = {vdupq_n_u32(0), vdupq_n_u32(0)};
+        gather_pairs(a, lda, rows, std::make_index_sequence<ROWS>{});
+        av[0] = vreinterpretq_bf16_u32(rows[0]);
+        av[1] = vreinterpretq_bf16_u32(rows[1]);
+      } else {
+        av[0] = vreinterpretq_bf16_u32(vld1q_u32(a));
+        av[1] = ROWS > 4 ? vreinterpretq_bf16_u32(vld1q_u32(a + 4)) : av[0];
+      }
+      dot_pair(acc, bv, av, std::make_index_sequence<ROWS>{});
     }
-    bfloat16x8_t av[2];
-    if constexpr (kRows) {
-      uint32x4_t rows[2] = {vdupq_n_u32(0), vdupq_n_u32(0)};
-      gather_pairs(a + p, lda, rows, std::make_index_sequence<ROWS>{});
-      av[0] = vreinterpretq_bf16_u32(rows[0]);
-      av[1] = vreinterpretq_bf16_u32(rows[1]);
-    } else {
-      av[0] = vreinterpretq_bf16_u32(vld1q_u32(a + p * kMR));
-      av[1] = ROWS > 4 ? vreinterpretq_bf16_u32(vld1q_u32(a + p * kMR + 4)) : av[0];
-    }
-    dot_pair(acc, bv, av, std::make_index_sequence<ROWS>{});
   }
 #pragma GCC unroll 8
   for (std::size_t i = 0; i < ROWS; ++i) {
@@ -99,22 +101,18 @@ struct Tiles {
   template <std::size_t ROWS, std::size_t NV, bool kBeta, bool kRows>
   static constexpr bf16_tiles::TileFn fn = &tile<ROWS, NV, kBeta, kRows>;
 };
-using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW>;
+using Entries = bf16_tiles::Dispatch<Tiles, kMR, kNV, kW, 2 * kNR>;
 
 }  // namespace
 }  // namespace gemm_bf16_neon_bf16
 
-const GemmBf16Kernels gemm_bf16_kernels_neon_bf16{
-    "neon_bf16",
-    gemm_bf16_neon_bf16::kMR,
-    gemm_bf16_neon_bf16::kNR,
-    kBf16MC,
-    kBf16KC,
-    kBf16NC,
-    &gemm_bf16_neon_bf16::Entries::ukernel,
-    &gemm_bf16_neon_bf16::Entries::ukernel_rows,
-    &bf16_neon::round_rows<gemm_bf16_neon_bf16::neon_bf16_tag>,
-    &bf16_pack::pack_a<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kMR>,
-    &bf16_pack::pack_b<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kNR>};
+const GemmBf16Kernels gemm_bf16_kernels_neon_bf16 = with_runs(
+    GemmBf16Kernels{
+        "neon_bf16", gemm_bf16_neon_bf16::kMR, gemm_bf16_neon_bf16::kNR, kBf16MC, kBf16KC, kBf16NC,
+        &gemm_bf16_neon_bf16::Entries::ukernel, &gemm_bf16_neon_bf16::Entries::ukernel_rows,
+        &bf16_neon::round_rows<gemm_bf16_neon_bf16::neon_bf16_tag>,
+        &bf16_pack::pack_a<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kMR>,
+        &bf16_pack::pack_b<gemm_bf16_neon_bf16::neon_bf16_tag, gemm_bf16_neon_bf16::kNR>},
+    &gemm_bf16_neon_bf16::Entries::ukernel_runs);
 
 }  // namespace mha::detail

@@ -71,12 +71,13 @@ inline void load_rows(const std::uint32_t* a, std::size_t lda, bfloat16x8_t (&av
   ((av[R] = row_pair<ROWS, 2 * R, kHalf>(a, lda)), ...);
 }
 
-// ROWS x 2*CP of C from kp pairs; only the first n columns are stored, and
-// C is read only when kBeta. A is a packed strip (whole groups, zero past
-// kp), or with kRows rows of pairs lda apart.
+// ROWS x 2*CP of C from B's runs (each but the last of whole groups);
+// only the first n columns are stored, and C is read only when kBeta. A is
+// a packed strip (whole groups, zero past kp), or with kRows rows of pairs
+// lda apart.
 template <std::size_t ROWS, std::size_t CP, bool kBeta, bool kRows>
-void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::uint16_t* b, float* c,
-          std::size_t ldc, std::size_t n, float alpha, float beta) {
+void tile(const std::uint32_t* a, std::size_t lda, const Bf16Runs& b, float* c, std::size_t ldc,
+          std::size_t n, float alpha, float beta) {
   constexpr std::size_t RP = (ROWS + 1) / 2;
   float32x4_t acc[RP][CP];
 #pragma GCC unroll 4
@@ -84,23 +85,24 @@ void tile(std::size_t kp, const std::uint32_t* a, std::size_t lda, const std::ui
 #pragma GCC unroll 4
     for (std::size_t j = 0; j < CP; ++j) acc[r][j] = vdupq_n_f32(0.f);
   }
-  const std::size_t groups = kRows ? kp / 2 : (kp + 1) / 2;
-  for (std::size_t g = 0; g < groups; ++g) {
-    bfloat16x8_t av[RP];
-    if constexpr (kRows) {
-      load_rows<ROWS, false>(a + 2 * g, lda, av, std::make_index_sequence<RP>{});
-    } else {
+  for (std::size_t run = 0; run < b.count; ++run) {
+    const std::uint16_t* bp = b.run[run].b;
+    const std::size_t kp = b.run[run].pairs, groups = kRows ? kp / 2 : (kp + 1) / 2;
+    for (std::size_t g = 0; g < groups; ++g, bp += b.ld, a += kRows ? 2 : kMR * 2) {
+      bfloat16x8_t av[RP];
+      if constexpr (kRows) {
+        load_rows<ROWS, false>(a, lda, av, std::make_index_sequence<RP>{});
+      } else {
 #pragma GCC unroll 4
-      for (std::size_t r = 0; r < RP; ++r) {
-        av[r] = vreinterpretq_bf16_u32(vld1q_u32(a + (g * kMR / 2 + r) * 4));
+        for (std::size_t r = 0; r < RP; ++r) av[r] = vreinterpretq_bf16_u32(vld1q_u32(a + r * 4));
       }
+      mma_group(acc, av, bp);
     }
-    mma_group(acc, av, b + g * kNR * 4);
-  }
-  if (kRows && kp % 2 != 0) {
-    bfloat16x8_t av[RP];
-    load_rows<ROWS, true>(a + 2 * groups, lda, av, std::make_index_sequence<RP>{});
-    mma_group(acc, av, b + groups * kNR * 4);
+    if (kRows && kp % 2 != 0) {
+      bfloat16x8_t av[RP];
+      load_rows<ROWS, true>(a, lda, av, std::make_index_sequence<RP>{});
+      mma_group(acc, av, bp);
+    }
   }
   // Rows 2r and 2r + 1 of columns [4h, 4h + 4) from the 2 x 2 blocks of
   // column pairs 2h and 2h + 1.
@@ -127,27 +129,25 @@ struct Tiles {
   static constexpr bf16_tiles::TileFn fn = &tile<ROWS, CP, kBeta, kRows>;
 };
 // By column pairs: the tile of exactly the pairs n spans.
-using Entries = bf16_tiles::Dispatch<Tiles, kMR, kCP, 2>;
+using Entries = bf16_tiles::Dispatch<Tiles, kMR, kCP, 2, 4 * kNR>;
 
 }  // namespace
 }  // namespace gemm_bf16_neon_bfmmla
 
-const GemmBf16Kernels gemm_bf16_kernels_neon_bfmmla{
-    "neon_bfmmla",
-    gemm_bf16_neon_bfmmla::kMR,
-    gemm_bf16_neon_bfmmla::kNR,
-    kBf16MC,
-    kBf16KC,
-    kBf16NC,
-    &gemm_bf16_neon_bfmmla::Entries::ukernel,
-    &gemm_bf16_neon_bfmmla::Entries::ukernel_rows,
-    &bf16_neon::round_rows<gemm_bf16_neon_bfmmla::neon_bfmmla_tag>,
-    &bf16_pack::pack_a_groups<gemm_bf16_neon_bfmmla::neon_bfmmla_tag, gemm_bf16_neon_bfmmla::kMR>,
-    &bf16_pack::pack_b_groups<gemm_bf16_neon_bfmmla::neon_bfmmla_tag, gemm_bf16_neon_bfmmla::kNR>,
-    /*flush=*/true,
-    /*ukernel_row1=*/nullptr,
-    /*a_bytes=*/2,
-    /*a_row_pairs=*/nullptr,
-    /*k_group=*/4};
+const GemmBf16Kernels gemm_bf16_kernels_neon_bfmmla =
+    with_runs(GemmBf16Kernels{"neon_bfmmla", gemm_bf16_neon_bfmmla::kMR, gemm_bf16_neon_bfmmla::kNR,
+                              kBf16MC, kBf16KC, kBf16NC, &gemm_bf16_neon_bfmmla::Entries::ukernel,
+                              &gemm_bf16_neon_bfmmla::Entries::ukernel_rows,
+                              &bf16_neon::round_rows<gemm_bf16_neon_bfmmla::neon_bfmmla_tag>,
+                              &bf16_pack::pack_a_groups<gemm_bf16_neon_bfmmla::neon_bfmmla_tag,
+                                                        gemm_bf16_neon_bfmmla::kMR>,
+                              &bf16_pack::pack_b_groups<gemm_bf16_neon_bfmmla::neon_bfmmla_tag,
+                                                        gemm_bf16_neon_bfmmla::kNR>,
+                              /*flush=*/true,
+                              /*ukernel_row1=*/nullptr,
+                              /*a_bytes=*/2,
+                              /*a_row_pairs=*/nullptr,
+                              /*k_group=*/4},
+              &gemm_bf16_neon_bfmmla::Entries::ukernel_runs);
 
 }  // namespace mha::detail

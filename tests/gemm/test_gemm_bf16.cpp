@@ -605,6 +605,73 @@ TEST_CASE("the attention core's bf16 entries: rows of A and rounding", "[gemm][b
   }
 }
 
+namespace {
+
+// ukernel_runs gives ukernel_rows' bits on the same k groups, wherever they
+// lie: kp split into runs (whole k groups but the last), each at its own
+// odd element offset, k groups ld elements apart for strips of `lanes`
+// lanes (narrowed below nr, or wider), the lanes past n and the gaps
+// between runs NaN. Every m <= mr, n <= nr, beta 0 and 1, odd and even k.
+void check_runs(const mha::detail::GemmBf16Kernels& g, std::uint64_t seed) {
+  const std::size_t w = g.pair_words(), kg = g.k_group, gp = kg / 2;  // pairs per group
+  std::mt19937_64 rng(seed);
+  for (std::size_t k : {1, 2, 7, 64, 131}) {
+    const std::size_t kp = (k + 1) / 2, lda = kp + 3, groups = (kp + gp - 1) / gp;
+    for (std::size_t m = 1; m <= g.mr; m += (m < 3 ? 1 : 4)) {
+      for (std::size_t n = 1; n <= g.nr; n += (n < 3 ? 1 : 5)) {
+        for (std::size_t lanes : {(n + 1) / 2 * 2, g.nr, g.nr + 6}) {
+          INFO("k " << k << " m " << m << " n " << n << " lanes " << lanes);
+          const std::vector<std::uint16_t> a16 = random_bf16(m * k, rng());
+          const std::vector<std::uint16_t> b16 = random_bf16(k * n, rng());
+          std::vector<float> a32(m * k);
+          for (std::size_t i = 0; i < a32.size(); ++i) a32[i] = fp32(a16[i]);
+          std::vector<std::uint32_t> rows(m * lda * w);
+          g.round_rows(m, k, a32.data(), k, rows.data(), 2 * lda);
+          const std::size_t strip = mha::detail::packed_b_rows(g, k) * g.nr, ld = kg * lanes;
+          std::vector<std::uint16_t> bp(strip);
+          g.pack_b(false, k, n, b16.data(), n, bp.data(), strip);
+          // Runs of 1 to 5 groups, 3 + 2 * (r % 4) elements apart.
+          std::vector<std::uint16_t> scattered(groups * (ld + 9) + 2 * g.nr * kg, 0xffffu);
+          std::vector<mha::detail::Bf16Run> runs;
+          for (std::size_t q = 0, at = 3; q < groups;) {
+            const std::size_t r = std::min<std::size_t>(1 + rng() % 5, groups - q);
+            for (std::size_t i = 0; i < r; ++i) {
+              std::copy_n(bp.data() + (q + i) * g.nr * kg, std::min(n, lanes) * kg,
+                          scattered.data() + at + i * ld);
+            }
+            runs.push_back({scattered.data() + at, std::min(r * gp, kp - q * gp)});
+            at += r * ld + 3 + 2 * (runs.size() % 4);
+            q += r;
+          }
+          for (float beta : {0.f, 1.f}) {
+            std::vector<float> want(m * n, 0.5f), got(want);
+            g.ukernel_rows(kp, rows.data(), lda, bp.data(), want.data(), n, m, n, 0.75f, beta);
+            g.ukernel_runs(rows.data(), lda, mha::detail::Bf16Runs{runs.data(), runs.size(), ld},
+                           got.data(), n, m, n, 0.75f, beta);
+            CHECK(bitwise_equal(want, got));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ukernel_runs reads B's k groups in runs with ukernel_rows' bits", "[gemm][bf16]") {
+  // Independent of the ISA the run forces: under the best one alone.
+  if (std::string(mha_isa_name()) != mha::isa_name(mha::supported_isas().front())) return;
+  std::size_t tested = 0;
+  for (const mha::detail::GemmBf16Kernels* g : mha::detail::gemm_bf16_kernel_sets()) {
+    if (g->ukernel_runs == nullptr) continue;
+    INFO("kernels: " << g->name);
+    mha::detail::prepare_thread(*g);
+    check_runs(*g, 97);
+    ++tested;
+  }
+  if (tested == 0) WARN("skipped: no kernel set here reads B in runs");
+}
+
 // bf16_rows over several row blocks and strips (a table's panel_rows where
 // it has one: AMX's, which defers each block's epilogue past the next
 // block's products and stores whole beta-0 blocks straight to C) gives, per
