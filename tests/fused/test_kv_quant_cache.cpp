@@ -212,10 +212,11 @@ TEST_CASE(
   const mha::test::ModelWeights w(64, 8, 2, 0, 51);
   const mha::test::ModsCases mods_cases(8, 8, 1, 37, 300);
   // Blocks of one strip (16 keys), of several, of one key tile and two, and
-  // off the strip grid (key by key): tiles span blocks or start inside one.
-  // Each modifier meets blocks of 16 and one other size in turn, so every
-  // size meets several modifiers on every KV type.
-  constexpr std::size_t kBlocks[] = {32, 64, 128, 256, 512, 100, 7};
+  // off the strip grid (key by key; in k groups, 2, 6 and 48, which the bf16
+  // kernels read in place in narrowed strips): tiles span blocks or start
+  // inside one. Each modifier meets blocks of 16 and one other size in turn,
+  // so every size meets several modifiers on every KV type.
+  constexpr std::size_t kBlocks[] = {32, 64, 128, 256, 512, 100, 7, 2, 48, 6};
   const mha_kv_dtype dtypes[] = {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3};
   for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
     const Attn a = make_attn(w.cfg, w.view(), compute);

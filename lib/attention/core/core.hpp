@@ -97,6 +97,9 @@ struct CorePlan {
   // Whether a tile may span a paged cache's blocks, to be gathered into a
   // head-block of gather_layout (one tile of keys) in the task's scratch.
   bool gather = false;
+  // Whether the KV type reads every tile of the paged blocks in place
+  // (KvType::spans_blocks), except a tree's path.
+  bool spans = false;
   KvLayout gather_layout;
   std::size_t chunk_keys = 0;  // keys per fold of the key grid (a multiple of key_tile)
   std::size_t chunks = 1;      // the most split chunks of any sequence (1: none split)

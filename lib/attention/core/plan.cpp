@@ -178,8 +178,9 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   // blocks (or starts off a strip) is gathered into the task's scratch,
   // laid out as a head-block of one tile, so the products see the same
   // operands and every block size gives the same bits. An entry that
-  // spans_blocks() reads blocks of whole strips in place.
-  p.gather = block_tokens % (kv.spans_blocks() ? kv.strip() : p.key_tile) != 0;
+  // spans_blocks() reads the blocks in place, with the same bits.
+  p.spans = block_tokens != 0 && kv.spans_blocks(block_tokens);
+  p.gather = !p.spans && block_tokens % p.key_tile != 0;
   // A tree step's rows gather their paths (KvView::tail).
   for (std::size_t i = 0; block_tokens != 0 && !p.gather && i < seqs.num; ++i) {
     p.gather = arr.views[i].path != nullptr;

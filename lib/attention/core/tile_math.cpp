@@ -169,7 +169,7 @@ KvTile SeqAttention::scores(std::size_t rows, std::size_t g, std::size_t k0, std
                             const TaskScratch& t) const {
   const KvView& kv = seq_.kv;
   const std::size_t d = s_.head_dim, bk = plan_.key_tile;
-  if (!plan_.gather || kv.in_place(k0, k1, kv_.strip(), kv_.spans_blocks())) {
+  if (!plan_.gather || kv.in_place(k0, k1, kv_.strip(), plan_.spans)) {
     const KvTile tile = kv.tile(g, k0, k1);
     kv_.scores(rows, d, t.qbuf, tile, tile_alpha(), t.s, bk);
     return tile;

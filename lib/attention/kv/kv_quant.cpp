@@ -26,8 +26,11 @@ class KvQuant final : public KvType {
   }
   std::size_t strip() const override { return kvq::kStrip; }
   std::size_t key_tile() const override { return key_tile_for(kvq::kStrip); }
-  // The kernels address K by strips and V by a strip's rows (kvq::KeyRuns).
-  bool spans_blocks() const override { return true; }
+  // The kernels address K by strips and V by a strip's rows (kvq::KeyRuns),
+  // so blocks of whole strips (key tiles start on strips).
+  bool spans_blocks(std::size_t block_tokens) const override {
+    return block_tokens % kvq::kStrip == 0;
+  }
 
   // Each head-block's K and V rounded up to whole cache lines.
   KvLayout layout(std::size_t d, std::size_t capacity) const override {

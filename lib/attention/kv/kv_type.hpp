@@ -25,8 +25,8 @@ struct KvLayout {
   std::size_t ldv = 0;      // entry-defined: fp32 floats between V rows
   std::size_t v_strip = 0;  // entry-defined: bf16 elements between V column strips
   // K strips of k_lanes keys where block_layout() narrowed them to a pool
-  // block's keys, else 0 (strips of the entry's strip()). The products read
-  // only strip()-wide K in place; narrowed K is gathered (copy_keys).
+  // block's keys, else 0 (strips of the entry's strip()). Narrowed K is read
+  // in place by an entry that spans_blocks(), else gathered (copy_keys).
   std::size_t k_lanes = 0;
   std::size_t key_lanes(std::size_t strip) const { return k_lanes != 0 ? k_lanes : strip; }
 };
@@ -44,6 +44,24 @@ struct KvTile {
   std::size_t j0, n;
   const std::size_t* blocks = nullptr;
   std::size_t block_keys = 0, k_stride = 0, v_stride = 0;
+  // Keys of the sequence after the tile's, in later blocks (for prefetches).
+  std::size_t ahead = 0;
+
+  // The head-block holding key j0 + i (of K, of V), i < n + ahead.
+  const char* k_block(std::size_t i) const {
+    return static_cast<const char*>(k) + offset(i, k_stride);
+  }
+  const char* v_block(std::size_t i) const {
+    return static_cast<const char*>(v) + offset(i, v_stride);
+  }
+
+ private:
+  std::ptrdiff_t offset(std::size_t i, std::size_t stride) const {
+    if (blocks == nullptr) return 0;
+    return (static_cast<std::ptrdiff_t>(blocks[(j0 + i) / block_keys]) -
+            static_cast<std::ptrdiff_t>(blocks[0])) *
+           static_cast<std::ptrdiff_t>(stride);
+  }
 };
 
 // The keys of one sequence, every kv head: key j of kv head g lives in
@@ -79,13 +97,15 @@ struct KvView {
   void* v_block(std::size_t g, std::size_t j) const {
     return static_cast<char*>(v) + (block(j) * kv_heads + g) * layout.v_bytes;
   }
-  // Whether the products can read keys [k0, k1) in place: from a key on a
-  // strip of `strip` keys, in one head-block, or (`spans`: an entry that
-  // spans_blocks()) in blocks of whole strips.
+  // Whether the products can read keys [k0, k1) in place: any tile off a
+  // tree's path where the entry spans_blocks(block_tokens) (`spans`), else
+  // from a key on a strip of `strip` keys, in one head-block.
   bool in_place(std::size_t k0, std::size_t k1, std::size_t strip, bool spans) const {
     if (blocks == nullptr) return true;
-    if (k1 > tail || local(k0) % strip != 0 || layout.k_lanes != 0) return false;
-    return spans ? block_tokens % strip == 0 : k0 / block_tokens == (k1 - 1) / block_tokens;
+    if (k1 > tail) return false;
+    if (spans) return true;
+    return local(k0) % strip == 0 && layout.k_lanes == 0 &&
+           k0 / block_tokens == (k1 - 1) / block_tokens;
   }
   // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
   KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
@@ -95,6 +115,7 @@ struct KvView {
       t.block_keys = block_tokens;
       t.k_stride = kv_heads * layout.k_bytes;
       t.v_stride = kv_heads * layout.v_bytes;
+      t.ahead = len > k1 ? std::min(len, tail) - std::min(k1, tail) : 0;
     }
     return t;
   }
@@ -149,10 +170,11 @@ class KvType {
   // Query rows per register tile of the products, which query blocks are
   // made of whole tiles of; 0: the fp32 kernels' (plan_core).
   virtual std::size_t row_tile() const { return 0; }
-  // Whether the products read a tile whose keys run on in other blocks of
-  // whole strips (KvTile::blocks) in place; the other entries' tiles that
-  // span blocks are gathered into one head-block first.
-  virtual bool spans_blocks() const { return false; }
+  // Whether the products read, in place, any key tile (on the key grid) of
+  // a pool of block_tokens-key blocks laid out as block_layout(), its keys
+  // running on in later blocks (KvTile::blocks); the other entries' tiles
+  // that span blocks are gathered into one head-block first.
+  virtual bool spans_blocks(std::size_t /*block_tokens*/) const { return false; }
   // Whether a gathered tile's scores are computed block by block on the
   // blocks in place (only V gathered) where they start on strips, rather
   // than on the gathered K.
@@ -162,8 +184,9 @@ class KvType {
   // The layout of a paged pool's head-block of block_tokens keys: layout()'s,
   // or, for an entry whose K strips would pad a block that is no multiple of
   // strip(), one with K strips narrowed to the block (KvLayout::k_lanes).
-  // Such a pool's tiles are gathered anyway (plan_core), and the padding was
-  // a third of a bf16 pool of 16-key blocks, read as often as the keys.
+  // Such a pool's tiles span blocks (gathered, or read in place where the
+  // entry spans_blocks()), and the padding was a third of a bf16 pool of
+  // 16-key blocks, read as often as the keys.
   virtual KvLayout block_layout(std::size_t head_dim, std::size_t block_tokens) const {
     return layout(head_dim, block_tokens);
   }
