@@ -272,19 +272,18 @@ class KvBf16 final : public KvType {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, lanes = t.layout->key_lanes(nr);
     const std::size_t kp = ceil_div(d, 2), strip = packed_b_rows(g16_, d) * lanes;
     const bool small = t.layout->k_bytes <= kPrefetchMaxBytes;
+    const std::size_t ahead = std::max<std::size_t>(kAheadKeys / t.block_keys, 1) * t.block_keys;
     for (std::size_t i = 0; i < t.n;) {
       const std::size_t at = (t.j0 + i) % t.block_keys, lane = at % lanes;
       const std::size_t n = std::min({nr, lanes - lane, t.block_keys - at, t.n - i});
       const auto* k = reinterpret_cast<const std::uint16_t*>(t.k_block(i));
       const Bf16Run run{k + at / lanes * strip + lane * kg, kp};
-      // Per block started: K kAheadKeys on (into the next tile's), and this
-      // block's V, which P·V reads after the tile's scores.
-      for (std::size_t j = at == 0 || i == 0 ? i : i + t.block_keys - at; small && j < i + n;
-           j += t.block_keys - (t.j0 + j) % t.block_keys) {
-        const std::size_t ahead =
-            j + std::max<std::size_t>(kAheadKeys / t.block_keys, 1) * t.block_keys;
-        if (ahead < t.n + t.ahead) prefetch_bytes(t.k_block(ahead), t.layout->k_bytes);
-        prefetch_bytes(t.v_block(j), t.layout->v_bytes);
+      // A product stays in one block: where it starts the block (or the
+      // tile), K kAheadKeys on (into the next tile's), and this block's V,
+      // which P·V reads after the tile's scores.
+      if (small && (at == 0 || i == 0)) {
+        if (i + ahead < t.n + t.ahead) prefetch_bytes(t.k_block(i + ahead), t.layout->k_bytes);
+        prefetch_bytes(t.v_block(i), t.layout->v_bytes);
       }
       bf16_rows_runs(g16_, rows, q, kp, Bf16Runs{&run, 1, kg * lanes}, s + i, lds, n, alpha, 0.0f);
       i += n;
