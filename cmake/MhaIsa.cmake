@@ -27,6 +27,9 @@ set(MHA_EXTENSION_BASE_avx512_bf16 avx512)
 # AMX-BF16's tiles, with AVX512_BF16's conversions (every AMX CPU has it).
 set(MHA_ISA_FLAGS_amx_bf16 ${MHA_ISA_FLAGS_avx512_bf16} -mamx-tile -mamx-bf16)
 set(MHA_EXTENSION_BASE_amx_bf16 avx512)
+# vdpbf16ps with AVX512_VBMI's byte tables (the quantized KV codes to bf16).
+set(MHA_ISA_FLAGS_avx512_vbmi_bf16 ${MHA_ISA_FLAGS_avx512_bf16} -mavx512vbmi)
+set(MHA_EXTENSION_BASE_avx512_vbmi_bf16 avx512)
 # bf16 widened to fp32 in registers: the base ISA's instructions only.
 set(MHA_ISA_FLAGS_avx512_widen ${MHA_ISA_FLAGS_avx512})
 set(MHA_EXTENSION_BASE_avx512_widen avx512)

@@ -30,6 +30,7 @@ constexpr std::uint32_t kLeaf7EbxAvx512F = 1u << 16;
 constexpr std::uint32_t kLeaf7EbxAvx512DQ = 1u << 17;
 constexpr std::uint32_t kLeaf7EbxAvx512BW = 1u << 30;
 constexpr std::uint32_t kLeaf7EbxAvx512VL = 1u << 31;
+constexpr std::uint32_t kLeaf7EcxAvx512Vbmi = 1u << 1;
 constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
 constexpr std::uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr std::uint32_t kLeaf7EdxAmxTile = 1u << 24;
@@ -81,6 +82,7 @@ CpuFeatures detect() {
   const std::uint32_t avx512_bits =
       kLeaf7EbxAvx512F | kLeaf7EbxAvx512DQ | kLeaf7EbxAvx512BW | kLeaf7EbxAvx512VL;
   f.avx512 = f.avx2_fma && os_zmm && (ebx & avx512_bits) == avx512_bits;
+  f.avx512_vbmi = f.avx512 && (ecx & kLeaf7EcxAvx512Vbmi) != 0;
   // Leaf 7 subleaf 1 exists only where subleaf 0 reports it (EAX = the
   // highest subleaf); the BF16 instructions need no OS state beyond ZMM's.
   const unsigned max_subleaf = eax;

@@ -12,6 +12,7 @@ struct CpuFeatures {
   bool avx2_fma = false;     // AVX2 and FMA3, with the OS saving YMM state
   bool avx512 = false;       // AVX-512 F/DQ/BW/VL, with the OS saving ZMM/opmask state
   bool avx512_bf16 = false;  // avx512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
+  bool avx512_vbmi = false;  // avx512 plus AVX512_VBMI (vpermb, vpermi2b)
   // avx512_bf16 plus AMX-TILE and AMX-BF16, with the OS saving the tile
   // state (XCR0) and granting this process its use (arch_prctl).
   bool amx_bf16 = false;

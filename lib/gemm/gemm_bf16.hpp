@@ -342,6 +342,10 @@ float emulated_tdpbf16ps(float c, std::size_t pairs, const std::uint32_t* a, std
 // at b + 4 * j); per output, BFDOT's step over k 0-1, then over k 2-3.
 // Two bfdot_pair steps of emulated_bfdot: so neon_bfmmla has its bits.
 void emulated_bfmmla(float* c, const std::uint16_t* a, const std::uint16_t* b);
+// One pair of vdpbf16ps on one lane: acc + a·b over the pair's two
+// elements (the even one in the low 16 bits), in emulated_vdpbf16ps's
+// order, rounding and denormal rule (the quantized KV products' dot steps).
+float emulated_vdpbf16ps_pair(float acc, std::uint32_t a, std::uint32_t b);
 // round_rows of the flushing emulations: nearest even, a denormal input
 // becoming a zero of its sign, as vcvtneps2bf16.
 void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,

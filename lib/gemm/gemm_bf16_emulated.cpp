@@ -227,6 +227,10 @@ void emulated_bfmmla(float* c, const std::uint16_t* a, const std::uint16_t* b) {
   }
 }
 
+float emulated_vdpbf16ps_pair(float acc, std::uint32_t a, std::uint32_t b) {
+  return gemm_bf16_emulated::vdpbf16ps_pair(acc, a, b);
+}
+
 void emulated_round_rows(std::size_t rows, std::size_t n, const float* x, std::size_t ldx,
                          void* out, std::size_t ldy) {
   auto* const y = static_cast<std::uint16_t*>(out);

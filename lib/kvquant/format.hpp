@@ -149,4 +149,53 @@ void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, st
 void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
                      const KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo);
 
+// The products on bf16 dot products (kernels.hpp, KvQuantDotKernels), for
+// objects whose Q and P are bf16 anyway: the codes meet bf16 operands in
+// vdpbf16ps, at twice the fp32 FMA's multiply-adds, and the scales stay out
+// of the bf16 operands (code · scale would round). Each code reads as its
+// value in bf16, exact (an int8 code or an E4M3 value has at most 7
+// significant bits), from its sign bit and a table of the 128 magnitudes
+// (|code| for int8), so int8's 0x80 (never written) reads as -0 there.
+constexpr std::uint16_t dot_magnitude_bf16(Code c, unsigned m) {
+  // m · 2^shift for m < 256, in bf16 bits (exact: m has at most 8 bits).
+  const auto bf16_of = [](unsigned v, int shift) -> std::uint16_t {
+    if (v == 0) return 0;
+    int e = 7;
+    while ((v >> e) == 0) --e;
+    return static_cast<std::uint16_t>(((127 + e + shift) << 7) | ((v << (7 - e)) & 0x7F));
+  };
+  if (c == Code::int8) return bf16_of(m, 0);
+  const unsigned e = m >> 3, mant = m & 7;
+  return e == 0 ? bf16_of(mant, -9) : bf16_of(8 + mant, static_cast<int>(e) - 10);
+}
+constexpr std::uint16_t dot_code_bf16(Code c, std::uint8_t code) {
+  const unsigned m = c == Code::int8 && (code & 0x80) != 0 ? (256u - code) & 0x7F : code & 0x7Fu;
+  return static_cast<std::uint16_t>(((code & 0x80u) << 8) | dot_magnitude_bf16(c, m));
+}
+// Q's bf16 pairs per row for those products: whole groups, zero past d.
+inline std::size_t dot_pairs(std::size_t d) {
+  return groups(d) * kGroup / 2;
+}
+// p' words per row and group that the dot tables keep (whole strips).
+inline std::size_t dot_p_stride(std::size_t n) {
+  return (n + kStrip - 1) / kStrip * kStrip;
+}
+// Their emulation (the reference of every KvQuantDotKernels table), on
+// vdpbf16ps's steps (emulated_vdpbf16ps_pair):
+//   s[r][j] = alpha · t, t = fma(a_g, scale(j, g), t) for each group g in
+//             order from t = 0, a_g the dot chain from 0 over the group's
+//             channel pairs (q[r] pair, the pair of key j's codes), in
+//             whole quads of channels (codes and q zero past d);
+//   o[r][c] = beta == 0 ? a : fma(beta, o[r][c], a), a the dot chain from
+//             0 over key pairs (j, j+1): (p'(r, j), p'(r, j+1)) against
+//             (code(j, c), code(j+1, c)), p'(r, j) = bf16(p[r][j] ·
+//             scale(j, group of c)) rounded as vcvtneps2bf16, key n of an
+//             odd n a zero pair half.
+// q: row r's dot_pairs(d) pairs from q + r * ldq (pairs), bf16 rounded.
+void scores_dot_emulated(Code c, std::size_t rows, std::size_t d, const std::uint32_t* q,
+                         std::size_t ldq, const KeyRuns& keys, std::size_t n, float alpha, float* s,
+                         std::size_t lds);
+void values_dot_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
+                         const KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo);
+
 }  // namespace mha::detail::kvq

@@ -24,6 +24,26 @@
 
 namespace mha::detail {
 
+namespace kvq_rows {
+template <std::size_t MR, class F>
+void block(std::size_t mr, std::size_t r0, const F& f) noexcept {
+  if constexpr (MR > 1) {
+    if (mr < MR) return block<MR - 1>(mr, r0, f);
+  }
+  f(r0, std::integral_constant<std::size_t, MR>{});
+}
+}  // namespace kvq_rows
+
+// Rows [0, rows) in blocks of kTop rows, the last of fewer: f(r0,
+// std::integral_constant<size_t, rows of the block>), each block a register
+// tile of the products.
+template <std::size_t kTop, class F>
+void kvq_row_blocks(std::size_t rows, const F& f) noexcept {
+  for (std::size_t r0 = 0; r0 < rows; r0 += kTop) {
+    kvq_rows::block<kTop>(std::min(kTop, rows - r0), r0, f);
+  }
+}
+
 template <class Arch, std::size_t kRegs, std::size_t kMr, std::size_t kMrV>
 struct KvQuantImpl {
   using L = simd::Lanes<Arch>;
@@ -126,25 +146,11 @@ struct KvQuantImpl {
     }
   }
 
-  // Rows [0, rows) in blocks of kTop rows, the last of fewer: f(r0,
-  // std::integral_constant<size_t, rows of the block>).
-  template <std::size_t kTop, class F>
-  static void row_blocks(std::size_t rows, const F& f) noexcept {
-    for (std::size_t r0 = 0; r0 < rows; r0 += kTop) block<kTop>(std::min(kTop, rows - r0), r0, f);
-  }
-  template <std::size_t MR, class F>
-  static void block(std::size_t mr, std::size_t r0, const F& f) noexcept {
-    if constexpr (MR > 1) {
-      if (mr < MR) return block<MR - 1>(mr, r0, f);
-    }
-    f(r0, std::integral_constant<std::size_t, MR>{});
-  }
-
   template <Code C>
   static void scores(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                      const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                      std::size_t lds) noexcept {
-    row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
+    kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
       score_rows<C, decltype(mr)::value>(d, 0, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds,
                                          lds);
     });
@@ -218,7 +224,7 @@ struct KvQuantImpl {
   static void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
                      const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                      std::size_t ldo) noexcept {
-    row_blocks<kMrV>(rows, [&](std::size_t r0, auto mr) {
+    kvq_row_blocks<kMrV>(rows, [&](std::size_t r0, auto mr) {
       value_rows<C, decltype(mr)::value>(d, 0, p + r0 * ldp, ldp, keys, n, beta, o + r0 * ldo, ldo);
     });
   }

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "gemm/gemm_bf16.hpp"
 #include "kvquant/format.hpp"
 #include "kvquant/kernels.hpp"
 
@@ -389,6 +390,160 @@ TEST_CASE("kv quant: products are within fp32 rounding of double ones", "[kv_qua
                                    ? scale
                                    : std::max(std::fabs(keys[j * d + i]) * 0x1p-4, scale * 0x1p-10);
           REQUIRE(err <= bound);
+        }
+      }
+    }
+  }
+}
+
+namespace {
+
+// The dot table that serves a bf16 object here (null where there is none).
+const mha::detail::KvQuantDotKernels* dot_kernels() {
+  const mha::detail::GemmBf16Kernels* g16 = mha::detail::gemm_bf16_kernels(mha::current_isa());
+  return g16 != nullptr ? mha::detail::kv_quant_dot_kernels(*g16) : nullptr;
+}
+
+// Q rows as the dot products take them: bf16 pairs (nearest even),
+// dot_pairs(d) per row, ldq apart, zero past d.
+std::vector<std::uint32_t> bf16_pairs(const std::vector<float>& q, std::size_t rows, std::size_t d,
+                                      std::size_t ldq) {
+  std::vector<std::uint32_t> out(rows * ldq + 1, 0);
+  auto* words = reinterpret_cast<std::uint16_t*>(out.data() + 1);
+  mha::detail::emulated_round_rows(rows, d, q.data(), d, words, 2 * ldq);
+  return out;
+}
+
+float pair_element(const std::uint32_t* q, std::size_t i) {
+  return kvq::bf16_value(static_cast<std::uint16_t>(q[i / 2] >> (16 * (i % 2))));
+}
+
+}  // namespace
+
+TEST_CASE("kv quant: the dot products' code values are the codes' values", "[kv_quant]") {
+  for (Code c : {Code::int8, Code::e4m3}) {
+    for (int b = 0; b < 256; ++b) {
+      const auto code = static_cast<std::uint8_t>(b);
+      const std::uint16_t bf = kvq::dot_code_bf16(c, code);
+      if (c == Code::int8 && b == 0x80) {
+        CHECK(bf == 0x8000);  // never written; -0 from its sign and magnitude 0
+        continue;
+      }
+      CHECK(kvq::bf16_value(bf) == kvq::code_value(c, code));
+      CHECK(bits(kvq::bf16_value(bf)) == bits(kvq::code_value(c, code)));
+    }
+  }
+}
+
+// Each table on the shapes and extremes of the fp32 products' test, and on
+// keys in out-of-order pool blocks, against the emulation bit for bit.
+TEST_CASE("kv quant: the bf16 dot products are the emulation's bits", "[kv_quant]") {
+  const mha::detail::KvQuantDotKernels* dot = dot_kernels();
+  if (dot == nullptr) {
+    WARN("no bf16 dot table on this CPU: only the emulation's accuracy is tested");
+    return;
+  }
+  std::mt19937_64 rng(21);
+  const std::size_t dims[] = {1, 3, 16, 31, 32, 33, 64, 80, 128, 130};
+  const std::size_t lens[] = {1, 2, 15, 16, 17, 33, 64, 100, 256, 300};
+  int trial = 0;
+  for (Code c : {Code::int8, Code::e4m3}) {
+    const auto ci = static_cast<std::size_t>(c);
+    for (std::size_t d : dims) {
+      for (std::size_t n : lens) {
+        ++trial;
+        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 13;
+        CAPTURE(static_cast<int>(c), d, n, rows);
+        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+        for (std::size_t j = 0; j < n; ++j) keys[j * d + (d - 1) / 2] *= 1000.0f;
+        if (trial % 5 == 0) std::fill_n(values.begin(), d, 0.0f);
+        if (trial % 11 == 0) keys[(n / 2) * d] = kNaN;
+        if (trial % 13 == 0) values[(n - 1) * d + d - 1] = kInf;
+        const Block b(c, d, n, keys, values);
+        // Odd strides and unaligned starts; tiny and huge query rows.
+        const std::size_t ldq = kvq::dot_pairs(d) + 3, lds = n + 5, ldp = n + 1, ldo = d + 7;
+        std::vector<float> q0 = random_floats(rows * d, rng);
+        if (trial % 3 == 0) q0[0] = 1e-39f;
+        if (trial % 4 == 0) q0[rows * d - 1] = 3e38f;
+        const std::vector<std::uint32_t> qp = bf16_pairs(q0, rows, d, ldq);
+        std::vector<float> pbuf(rows * ldp + 1);
+        std::uniform_real_distribution<float> u(0.0f, 1.0f);
+        for (float& f : pbuf) f = u(rng);
+        if (trial % 7 == 0) pbuf[1] = 1e-40f;
+        const float* p = pbuf.data() + 1;
+        std::vector<std::uint16_t> scratch(mha::detail::dot_pbuf_words(rows, n, d) + 1);
+        std::vector<float> s(rows * lds + 1, 7.0f), s_ref(s);
+        dot->scores[ci](rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f, s.data() + 1, lds);
+        kvq::scores_dot_emulated(c, rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f,
+                                 s_ref.data() + 1, lds);
+        for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
+        for (float beta : {0.0f, 1.0f, 0.5f}) {
+          std::vector<float> o(rows * ldo + 1, beta == 0.0f ? kNaN : 2.0f), o_ref(o);
+          dot->values[ci](rows, d, p, ldp, b.keys(), n, beta, o.data() + 1, ldo,
+                          scratch.data() + 1);
+          kvq::values_dot_emulated(c, rows, d, p, ldp, b.keys(), n, beta, o_ref.data() + 1, ldo);
+          for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
+        }
+        // The same keys in a pool of blocks, from a later strip of the first.
+        const std::size_t block_keys = trial % 2 == 0 ? 16 : 48;
+        const Pool pool(b, d, n, trial % 3 == 0 ? kvq::kStrip : 0, block_keys, 3, 1);
+        std::vector<float> sp(s.size(), 7.0f), op(rows * ldo + 1, 2.0f), o1(op);
+        dot->scores[ci](rows, d, qp.data() + 1, ldq, pool.runs, n, 0.125f, sp.data() + 1, lds);
+        for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(sp[i]) == bits(s[i]));
+        dot->values[ci](rows, d, p, ldp, pool.runs, n, 1.0f, op.data() + 1, ldo,
+                        scratch.data() + 1);
+        dot->values[ci](rows, d, p, ldp, b.keys(), n, 1.0f, o1.data() + 1, ldo, scratch.data() + 1);
+        for (std::size_t i = 0; i < op.size(); ++i) REQUIRE(bits(op[i]) == bits(o1[i]));
+      }
+    }
+  }
+}
+
+// The emulation against double sums of the dequantized keys and values
+// with the same bf16 Q: each score is a chain of at most 32 roundings per
+// group, one per group's scaled sum and one for alpha, so |error| <=
+// (d + 3 + groups)·2^-24·Σ|q·k|; P·V rounds each p·scale to bf16 (2^-9
+// relative) and then sums n of them, so |error| <= (2^-9 + (n + 2)·2^-24)
+// ·Σ|p·v|.
+TEST_CASE("kv quant: the bf16 dot products are within their roundings of double ones",
+          "[kv_quant]") {
+  std::mt19937_64 rng(22);
+  for (Code c : {Code::int8, Code::e4m3}) {
+    for (std::size_t d : {5, 64, 96}) {
+      const std::size_t n = 71, rows = 9, ldq = kvq::dot_pairs(d);
+      const std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+      const Block b(c, d, n, keys, values);
+      std::vector<float> kd(n * d), vd(n * d);
+      for (std::size_t j = 0; j < n; ++j) {
+        kvq::get_key(c, d, b.k.data(), b.v.data(), j, &kd[j * d], &vd[j * d]);
+      }
+      const std::vector<std::uint32_t> qp = bf16_pairs(random_floats(rows * d, rng), rows, d, ldq);
+      const std::uint32_t* q = qp.data() + 1;
+      std::vector<float> p(rows * n);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      for (float& f : p) f = u(rng);
+      std::vector<float> s(rows * n), o(rows * d);
+      kvq::scores_dot_emulated(c, rows, d, q, ldq, b.keys(), n, 1.0f, s.data(), n);
+      kvq::values_dot_emulated(c, rows, d, p.data(), n, b.keys(), n, 0.0f, o.data(), d);
+      const double gamma_s = static_cast<double>(d + 3 + kvq::groups(d)) * 0x1p-24;
+      const double gamma_o = 0x1p-9 + static_cast<double>(n + 2) * 0x1p-24;
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t j = 0; j < n; ++j) {
+          double exact = 0, mag = 0;
+          for (std::size_t i = 0; i < d; ++i) {
+            const double t = static_cast<double>(pair_element(q + r * ldq, i)) * kd[j * d + i];
+            exact += t;
+            mag += std::fabs(t);
+          }
+          REQUIRE(std::fabs(s[r * n + j] - exact) <= gamma_s * mag);
+        }
+        for (std::size_t i = 0; i < d; ++i) {
+          double exact = 0, mag = 0;
+          for (std::size_t j = 0; j < n; ++j) {
+            exact += static_cast<double>(p[r * n + j]) * vd[j * d + i];
+            mag += std::fabs(static_cast<double>(p[r * n + j]) * vd[j * d + i]);
+          }
+          REQUIRE(std::fabs(o[r * d + i] - exact) <= gamma_o * mag);
         }
       }
     }
