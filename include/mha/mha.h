@@ -629,20 +629,35 @@ typedef struct {
  *    read as NaN, and the non-finite rule of mha_attention_forward follows
  *    (a key's NaN makes NaN every row that keeps it; a value's, the rows
  *    that read it);
- *  - attention is computed as if K and V were the dequantized values
- *    (code * scale, exact in fp32), each score and each P·V term an fp32
- *    product summed in fp32 in a fixed order (one fused multiply-add chain
- *    per element over the channels, or over the keys), the same bits on
- *    every ISA, at any thread count, in a paged or a contiguous cache. Q and
- *    P are not rounded, on a bf16 object either;
+ *  - on an fp32 object, attention is computed as if K and V were the
+ *    dequantized values (code * scale, exact in fp32), each score and each
+ *    P·V term an fp32 product summed in fp32 in a fixed order (one fused
+ *    multiply-add chain per element over the channels, or over the keys),
+ *    the same bits on every ISA, at any thread count, in a paged or a
+ *    contiguous cache; Q and P are not rounded. So is it on a bf16 object,
+ *    except where its bf16 kernels are vdpbf16ps's (mha_kernel_name
+ *    "avx512_bf16", AMD's CPUs by default; on Intel's CPUs vdpbf16ps runs at
+ *    half the fp32 FMA's rate) and the CPU has AVX512_VBMI: there the codes
+ *    meet bf16 operands in vdpbf16ps, at twice the multiply-adds of fp32
+ *    FMAs. Q is rounded to bf16 (nearest even, as for the bf16 cache);
+ *    a score is, per group of 32 channels in order, the group's pairs of
+ *    q · code summed from 0 in vdpbf16ps's order and rounding (denormals
+ *    flushed, channels padded to a multiple of 4 with zeros), times the
+ *    group's key scale added to the running total by one fused
+ *    multiply-add; P·V multiplies p' = p · the value group's scale, rounded
+ *    to bf16 (one more rounding of P, 2^-9 relative), by the codes, summed
+ *    over pairs of keys in vdpbf16ps's order. The same bits at any thread
+ *    count, chunking and block size, those of a scalar emulation;
+ *    MHA_BF16_KERNEL=avx512_widen gives the fp32 products instead;
  *  - storage per token and kv head (head_dim d, g = ceil(d / 32) groups),
  *    int8 and E4M3 alike: K d + 2g bytes, V 34g (its channels padded to
  *    whole groups); 136 in all at d = 64 and 272 at d = 128, against 4d
  *    for bf16 and 8d for fp32.
  * Against attention on unquantized K and V, the output's RMS error measured
  * 0.94-1.02x that of llama.cpp's q8_0 cache for int8, and 0.62-0.95x that
- * of an E4M3 cache with one scale per token and head for fp8
- * (docs/performance.md, "Quantized KV caches"). */
+ * of an E4M3 cache with one scale per token and head for fp8, on fp32 and
+ * bf16 objects, the latter on vdpbf16ps (docs/performance.md, "Quantized KV
+ * caches"). */
 
 /* As mha_kv_cache_create and mha_kv_cache_create_paged, with options (NULL:
  * the defaults, which are exactly what the plain creators make). Neither

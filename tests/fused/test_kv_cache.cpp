@@ -291,7 +291,7 @@ TEST_CASE("K/V: a shared bf16 entry's products equal the two-copy entry's", "[kv
           two->scores(rows, d, q2.data(), t2, 0.125f, s2.data(), n);
           one->scores(rows, d, q1.data(), t1, 0.125f, s1.data(), n);
           CHECK(s1 == s2);
-          std::vector<float> o2(rows * d), o1(rows * d), pbuf(two->p_floats(rows, n));
+          std::vector<float> o2(rows * d), o1(rows * d), pbuf(two->p_floats(rows, n, d));
           two->values(rows, d, s2.data(), n, t2, 0.0f, o2.data(), d, pbuf.data());
           one->values(rows, d, s2.data(), n, t1, 0.0f, o1.data(), d, pbuf.data());
           CHECK(o1 == o2);

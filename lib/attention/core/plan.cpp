@@ -285,10 +285,10 @@ CorePlan plan_core(const KvType& kv, const GemmKernels& g, const AttentionShape&
   p.p_cols = weights ? max_kv : p.key_tile;
   // (The S tile also holds 3 floats per row for the chunk folds, tile_math.cpp.)
   p.s_cols = weights && !average ? 0 : std::max<std::size_t>(p.p_cols, 3);
-  p.task_floats = round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
-                  round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols), 16) +
-                  (p.gather_layout.k_bytes + p.gather_layout.v_bytes) / sizeof(float) +
-                  p.stage_floats;
+  p.task_floats =
+      round_up(bq * p.s_cols, 16) + 4 * round_up(bq, 16) + round_up(bq * d, 16) +
+      round_up(kv.query_floats(bq, d), 16) + round_up(kv.p_floats(bq, p.p_cols, d), 16) +
+      (p.gather_layout.k_bytes + p.gather_layout.v_bytes) / sizeof(float) + p.stage_floats;
   return p;
 }
 

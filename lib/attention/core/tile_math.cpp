@@ -38,7 +38,7 @@ TaskScratch TaskScratch::carve(const KvType& kv, const CorePlan& plan, std::size
   t.co = t.cl + round_up(bq, 16);
   t.qbuf = t.co + round_up(bq * head_dim, 16);
   t.pbuf = t.qbuf + round_up(kv.query_floats(bq, head_dim), 16);
-  t.kbuf = t.pbuf + round_up(kv.p_floats(bq, plan.p_cols), 16);
+  t.kbuf = t.pbuf + round_up(kv.p_floats(bq, plan.p_cols, head_dim), 16);
   t.vbuf = t.kbuf + plan.gather_layout.k_bytes / sizeof(float);
   t.stage = t.vbuf + plan.gather_layout.v_bytes / sizeof(float);
   return t;

@@ -106,8 +106,8 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape,
 
 void AttentionEngine::make_kv_types(const GemmBf16Kernels* g16, bool shared_kv) {
   kv_[MHA_KV_DEFAULT] = pick_kv_type(isa_, gemm(), g16, shared_kv);
-  kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa_, shared_kv);
-  kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa_, shared_kv);
+  kv_[MHA_KV_INT8] = make_kv_quant(kvq::Code::int8, isa_, g16, shared_kv);
+  kv_[MHA_KV_FP8_E4M3] = make_kv_quant(kvq::Code::e4m3, isa_, g16, shared_kv);
 }
 
 AttentionEngine::~AttentionEngine() = default;

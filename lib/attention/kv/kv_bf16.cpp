@@ -183,7 +183,7 @@ class KvBf16 final : public KvType {
     const std::size_t strips = round_up(packed_b_rows(g16_, d) * chunk_keys(), 32) / 2;
     return q + strips + (g16_.k_group == 2 ? 0 : chunk_keys() * round_up(d, 2) / 2);
   }
-  std::size_t p_floats(std::size_t rows, std::size_t keys) const override {
+  std::size_t p_floats(std::size_t rows, std::size_t keys, std::size_t) const override {
     return a_floats(rows, keys);
   }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,

@@ -90,7 +90,7 @@ class KvFp32 final : public KvType {
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
     return packed_a_floats(g_, rows, d);
   }
-  std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
+  std::size_t p_floats(std::size_t, std::size_t, std::size_t) const override { return 0; }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
     pack_a(g_, Trans::N, rows, d, q, ldq, qbuf);

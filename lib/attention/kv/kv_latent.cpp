@@ -56,7 +56,7 @@ class KvLatentFp32 final : public KvType {
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
     return round_up(d * rows, 16) + key_tile() * rows;
   }
-  std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
+  std::size_t p_floats(std::size_t, std::size_t, std::size_t) const override { return 0; }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
     for (std::size_t r = 0; r < rows; ++r)

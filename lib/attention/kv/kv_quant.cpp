@@ -1,7 +1,10 @@
 // The quantized K/V entries, int8 and fp8 E4M3 (kvquant/format.hpp): a key
-// is quantized once, when it enters the store, and both products dequantize
-// K and V in registers. Q and P stay fp32 (on a bf16 object too): the
-// products are fp32 FMAs, so rounding them would only lose accuracy.
+// is quantized once, when it enters the store, and both products read the
+// codes in registers. On a bf16 object with a dot table
+// (kv_quant_dot_kernels), the codes meet Q and p' = P times V's scales,
+// rounded to bf16, in bf16 dot products (twice the multiply-adds of fp32
+// FMAs; the scales stay fp32); elsewhere K and V are dequantized to fp32
+// and Q and P stay fp32, as on fp32 objects.
 // A shared entry (MLA's latent rows, K = V) stores the V rows alone and
 // builds each score chunk's K strips from them in task scratch: the bits
 // of the two-copy entry at half its bytes.
@@ -11,6 +14,7 @@
 #include "attention/kv/kv_type.hpp"
 #include "common/aligned.hpp"
 #include "common/checked.hpp"
+#include "gemm/gemm_bf16.hpp"
 #include "kvquant/kernels.hpp"
 
 namespace mha::detail {
@@ -18,8 +22,12 @@ namespace {
 
 class KvQuant final : public KvType {
  public:
-  KvQuant(kvq::Code code, const KvQuantKernels& k, bool shared)
-      : code_(code), k_(k), shared_(shared) {}
+  KvQuant(kvq::Code code, const KvQuantKernels& k, const GemmBf16Kernels* g16, bool shared)
+      : code_(code),
+        k_(k),
+        dot_(g16 != nullptr ? kv_quant_dot_kernels(*g16) : nullptr),
+        round_rows_(g16 != nullptr ? g16->round_rows : nullptr),
+        shared_(shared) {}
   const char* name() const override {
     if (code_ == kvq::Code::int8) return shared_ ? "int8 shared K/V" : "int8";
     return shared_ ? "fp8_e4m3 shared K/V" : "fp8_e4m3";
@@ -89,34 +97,53 @@ class KvQuant final : public KvType {
                       });
   }
 
-  // Q's rows, then (shared) room for one chunk's K strips.
+  // Q's rows (fp32, or bf16 pairs for the dot table), then (shared) room
+  // for one chunk's K strips.
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
-    if (!shared_) return rows * d;
-    return round_up(rows * d, 16) + ceil_div(kChunkStrips * kvq::key_strip_bytes(d), sizeof(float));
+    const std::size_t q = rows * q_stride(d);
+    if (!shared_) return q;
+    return round_up(q, 16) + ceil_div(kChunkStrips * kvq::key_strip_bytes(d), sizeof(float));
   }
-  std::size_t p_floats(std::size_t, std::size_t) const override { return 0; }
+  std::size_t p_floats(std::size_t rows, std::size_t keys, std::size_t d) const override {
+    return dot_ == nullptr ? 0 : ceil_div(dot_pbuf_words(rows, keys, d), 2);
+  }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
-    for (std::size_t r = 0; r < rows; ++r) std::copy_n(q + r * ldq, d, qbuf + r * d);
+    if (dot_ == nullptr) {
+      for (std::size_t r = 0; r < rows; ++r) std::copy_n(q + r * ldq, d, qbuf + r * d);
+      return;
+    }
+    // Pairs past d zero, to whole groups: the kernels read whole quads.
+    const std::size_t pairs = kvq::dot_pairs(d);
+    auto* out = reinterpret_cast<std::uint16_t*>(qbuf);
+    round_rows_(rows, d, q, ldq, out, 2 * pairs);
+    for (std::size_t r = 0; r < rows; ++r) {
+      std::fill(out + r * 2 * pairs + round_up(d, 2), out + (r + 1) * 2 * pairs, std::uint16_t{0});
+    }
   }
   void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
               std::size_t lds) const override {
     if (!shared_) {
-      k_.scores[index()](rows, d, qbuf, d, runs(t), t.n, alpha, s, lds);
+      products_scores(rows, d, qbuf, runs(t), t.n, alpha, s, lds);
       return;
     }
-    auto* strips = reinterpret_cast<std::uint8_t*>(qbuf + round_up(rows * d, 16));
+    auto* strips = reinterpret_cast<std::uint8_t*>(qbuf + round_up(rows * q_stride(d), 16));
     const std::size_t chunk = kChunkStrips * kvq::kStrip;
     kvq::KeyRuns from = runs(t);
     for (std::size_t j = 0; j < t.n; j += chunk) {
       const std::size_t n = std::min(chunk, t.n - j);
       kvq::strips_from_rows(d, from, n, strips);
-      k_.scores[index()](rows, d, qbuf, d, kvq::KeyRuns{strips, nullptr}, n, alpha, s + j, lds);
+      products_scores(rows, d, qbuf, kvq::KeyRuns{strips, nullptr}, n, alpha, s + j, lds);
       from.j0 += n;
     }
   }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
-              float beta, float* o, std::size_t ldo, float*) const override {
+              float beta, float* o, std::size_t ldo, float* pbuf) const override {
+    if (dot_ != nullptr) {
+      dot_->values[index()](rows, d, p, ldp, runs(t), t.n, beta, o, ldo,
+                            reinterpret_cast<std::uint16_t*>(pbuf));
+      return;
+    }
     k_.values[index()](rows, d, p, ldp, runs(t), t.n, beta, o, ldo);
   }
 
@@ -132,18 +159,32 @@ class KvQuant final : public KvType {
             t.v_stride};
   }
   std::size_t index() const { return static_cast<std::size_t>(code_); }
+  // Floats per prepared Q row.
+  std::size_t q_stride(std::size_t d) const { return dot_ == nullptr ? d : kvq::dot_pairs(d); }
+  void products_scores(std::size_t rows, std::size_t d, const float* qbuf, const kvq::KeyRuns& keys,
+                       std::size_t n, float alpha, float* s, std::size_t lds) const {
+    if (dot_ != nullptr) {
+      dot_->scores[index()](rows, d, reinterpret_cast<const std::uint32_t*>(qbuf),
+                            kvq::dot_pairs(d), keys, n, alpha, s, lds);
+      return;
+    }
+    k_.scores[index()](rows, d, qbuf, d, keys, n, alpha, s, lds);
+  }
   // K strips built per chunk (shared): 4, a score tile's widest, 39 KiB at
   // MLA's 576 channels.
   static constexpr std::size_t kChunkStrips = 4;
   kvq::Code code_;
   const KvQuantKernels& k_;
+  const KvQuantDotKernels* dot_;
+  void (*round_rows_)(std::size_t, std::size_t, const float*, std::size_t, void*, std::size_t);
   bool shared_;
 };
 
 }  // namespace
 
-std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, bool shared) {
-  return std::make_unique<KvQuant>(code, kv_quant_kernels(isa), shared);
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, const GemmBf16Kernels* g16,
+                                      bool shared) {
+  return std::make_unique<KvQuant>(code, kv_quant_kernels(isa), g16, shared);
 }
 
 }  // namespace mha::detail

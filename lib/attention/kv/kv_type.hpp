@@ -222,12 +222,12 @@ class KvType {
   // rounded into `qbuf`, query_floats of them), then per tile:
   //   s = alpha·Q·Kᵀ            scores()
   //   o = P·V + beta·o          values(), P rounded as the type needs into
-  //                             `pbuf` (p_floats(rows, tile keys))
+  //                             `pbuf` (p_floats(rows, tile keys, head_dim))
   // Both give, per element, bits that depend on neither the tile's rows nor
   // its place in the block (the kernels' contract). qbuf is the task's own:
   // scores() may use what query_floats reserves past the prepared rows.
   virtual std::size_t query_floats(std::size_t rows, std::size_t head_dim) const = 0;
-  virtual std::size_t p_floats(std::size_t rows, std::size_t keys) const = 0;
+  virtual std::size_t p_floats(std::size_t rows, std::size_t keys, std::size_t head_dim) const = 0;
   virtual void prepare_queries(std::size_t rows, std::size_t head_dim, const float* q,
                                std::size_t ldq, float* qbuf) const = 0;
   virtual void scores(std::size_t rows, std::size_t head_dim, float* qbuf, const KvTile& t,
@@ -266,8 +266,11 @@ std::unique_ptr<KvType> make_kv_bf16_shared(const GemmKernels& g, const GemmBf16
 // (kv_latent.cpp).
 std::unique_ptr<KvType> make_kv_latent_fp32(const GemmKernels& g);
 // int8 or fp8 E4M3 K and V with scales (kv_quant.cpp, kvquant/format.hpp),
-// on isa's kernels: the quantized caches' type on any object; `shared`:
-// rows that are both K and V, stored once (put() keeps the value alone).
-std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, bool shared);
+// on isa's kernels, or on bf16 dot products for a bf16 object (g16, its
+// bf16 kernels; null on an fp32 object) where kv_quant_dot_kernels has a
+// table: the quantized caches' type on any object; `shared`: rows that are
+// both K and V, stored once (put() keeps the value alone).
+std::unique_ptr<KvType> make_kv_quant(kvq::Code code, Isa isa, const GemmBf16Kernels* g16,
+                                      bool shared);
 
 }  // namespace mha::detail
