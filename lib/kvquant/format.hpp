@@ -109,6 +109,9 @@ struct KeyRuns {
   std::size_t j0 = 0;
   const std::size_t* blocks = nullptr;
   std::size_t block_keys = 0, k_stride = 0, v_stride = 0;
+  // Keys after the product's that the same addressing reaches (the
+  // sequence's next tile), which the kernels may prefetch.
+  std::size_t ahead = 0;
 
   // The K strip and the V row of key i (of the product's keys).
   const std::uint8_t* strip(std::size_t i, std::size_t d) const {

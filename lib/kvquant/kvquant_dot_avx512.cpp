@@ -163,14 +163,15 @@ void score_rows(const Convert<C>& cv, std::size_t d, std::size_t t0, const std::
                 std::size_t ldq, const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                 std::size_t lds) {
   const std::size_t strips_n = (n + kStrip - 1) / kStrip;
+  const std::size_t strips_on = (n + keys.ahead + kStrip - 1) / kStrip;
   std::size_t t = t0;
   for (; t + NS <= strips_n; t += NS) {
     const std::size_t j = t * kStrip;
     const std::uint8_t* strip[NS];
     for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kStrip, d);
     // K streams from memory once per step: the strips kAhead on from this
-    // tile's are asked for now.
-    for (std::size_t u = kAhead; u < kAhead + NS && t + u < strips_n; ++u) {
+    // tile's are asked for now, into the next call's keys.
+    for (std::size_t u = kAhead; u < kAhead + NS && t + u < strips_on; ++u) {
       prefetch_bytes(keys.strip(j + u * kStrip, d), kvq::key_strip_bytes(d));
     }
     score_tile<C, MR, NS>(cv, d, q, ldq, strip, n - j, alpha, s + j, lds);
@@ -205,7 +206,7 @@ void scale_p(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
   for (std::size_t j = 0; j < n; j += kStrip) {
     const __mmask16 valid = lanes_mask(n - j);
     const std::uint8_t* rows_at = keys.row(j, d);
-    if (j + kAhead * kStrip < n)
+    if (j + kAhead * kStrip < n + keys.ahead)
       prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * kvq::value_row_bytes(d));
     for (std::size_t g = 0; g < G; ++g) {
       const __m512i raw =

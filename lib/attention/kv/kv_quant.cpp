@@ -156,7 +156,8 @@ class KvQuant final : public KvType {
             t.blocks,
             t.block_keys,
             t.k_stride,
-            t.v_stride};
+            t.v_stride,
+            t.ahead};
   }
   std::size_t index() const { return static_cast<std::size_t>(code_); }
   // Floats per prepared Q row.

@@ -44,7 +44,8 @@ struct KvTile {
   std::size_t j0, n;
   const std::size_t* blocks = nullptr;
   std::size_t block_keys = 0, k_stride = 0, v_stride = 0;
-  // Keys of the sequence after the tile's, in later blocks (for prefetches).
+  // Keys of the sequence after the tile's, in its head-block or (paged)
+  // later blocks, where prefetches may read.
   std::size_t ahead = 0;
 
   // The head-block holding key j0 + i (of K, of V), i < n + ahead.
@@ -110,12 +111,12 @@ struct KvView {
   // Keys [k0, k1) of kv head g, in place (in_place(k0, k1)).
   KvTile tile(std::size_t g, std::size_t k0, std::size_t k1) const {
     KvTile t{&layout, k_block(g, k0), v_block(g, k0), local(k0), k1 - k0};
+    t.ahead = len > k1 ? std::min(len, tail) - std::min(k1, tail) : 0;
     if (blocks != nullptr) {
       t.blocks = blocks + (k0 / block_tokens - block0);
       t.block_keys = block_tokens;
       t.k_stride = kv_heads * layout.k_bytes;
       t.v_stride = kv_heads * layout.v_bytes;
-      t.ahead = len > k1 ? std::min(len, tail) - std::min(k1, tail) : 0;
     }
     return t;
   }
