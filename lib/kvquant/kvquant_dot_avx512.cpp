@@ -157,28 +157,16 @@ void score_tile(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std
   }
 }
 
-// Strips [t0, ceil(n / 16)) in tiles of NS, the last of fewer.
-template <Code C, std::size_t MR, std::size_t NS = tiles_for(MR)>
-void score_rows(const Convert<C>& cv, std::size_t d, std::size_t t0, const std::uint32_t* q,
-                std::size_t ldq, const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
-                std::size_t lds) {
-  const std::size_t strips_n = (n + kStrip - 1) / kStrip;
-  const std::size_t strips_on = (n + keys.ahead + kStrip - 1) / kStrip;
-  std::size_t t = t0;
-  for (; t + NS <= strips_n; t += NS) {
-    const std::size_t j = t * kStrip;
+// The strips of keys [0, n) in tiles of tiles_for(MR), the last of fewer.
+template <Code C, std::size_t MR>
+void score_rows(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std::size_t ldq,
+                const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
+  kvq_tiles<tiles_for(MR)>(0, (n + kStrip - 1) / kStrip, [&](std::size_t t, auto ns) {
+    constexpr std::size_t NS = decltype(ns)::value;
     const std::uint8_t* strip[NS];
-    for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kStrip, d);
-    // K streams from memory once per step: the strips kAhead on from this
-    // tile's are asked for now, into the next call's keys.
-    for (std::size_t u = kAhead; u < kAhead + NS && t + u < strips_on; ++u) {
-      prefetch_bytes(keys.strip(j + u * kStrip, d), kvq::key_strip_bytes(d));
-    }
-    score_tile<C, MR, NS>(cv, d, q, ldq, strip, n - j, alpha, s + j, lds);
-  }
-  if constexpr (NS > 1) {
-    if (t < strips_n) score_rows<C, MR, NS - 1>(cv, d, t, q, ldq, keys, n, alpha, s, lds);
-  }
+    kvq_strip_tile(keys, d, t, n, kAhead, strip);
+    score_tile<C, MR, NS>(cv, d, q, ldq, strip, n - t * kStrip, alpha, s + t * kStrip, lds);
+  });
 }
 
 template <Code C>
@@ -186,8 +174,7 @@ void scores(std::size_t rows, std::size_t d, const std::uint32_t* q, std::size_t
             const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
   const Convert<C> cv;
   kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-    score_rows<C, decltype(mr)::value>(cv, d, 0, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds,
-                                       lds);
+    score_rows<C, decltype(mr)::value>(cv, d, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds, lds);
   });
 }
 
@@ -269,16 +256,13 @@ void value_tile(const Convert<C>& cv, std::size_t d, std::size_t g0, const std::
   }
 }
 
-// Groups [g0, G) in tiles of NG, the last of fewer.
-template <Code C, std::size_t MR, std::size_t NG = tiles_for(MR)>
-void value_rows(const Convert<C>& cv, std::size_t d, std::size_t g0, const std::uint16_t* pb,
+// The groups in tiles of tiles_for(MR), the last of fewer.
+template <Code C, std::size_t MR>
+void value_rows(const Convert<C>& cv, std::size_t d, const std::uint16_t* pb,
                 const kvq::KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo) {
-  const std::size_t G = kvq::groups(d);
-  std::size_t g = g0;
-  for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(cv, d, g, pb, keys, n, beta, o, ldo);
-  if constexpr (NG > 1) {
-    if (g < G) value_rows<C, MR, NG - 1>(cv, d, g, pb, keys, n, beta, o, ldo);
-  }
+  kvq_tiles<tiles_for(MR)>(0, kvq::groups(d), [&](std::size_t g, auto ng) {
+    value_tile<C, MR, decltype(ng)::value>(cv, d, g, pb, keys, n, beta, o, ldo);
+  });
 }
 
 template <Code C>
@@ -289,7 +273,7 @@ void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
   const Convert<C> cv;
   const std::size_t per_row = kvq::groups(d) * kvq::dot_p_stride(n);
   kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-    value_rows<C, decltype(mr)::value>(cv, d, 0, pbuf + r0 * per_row, keys, n, beta, o + r0 * ldo,
+    value_rows<C, decltype(mr)::value>(cv, d, pbuf + r0 * per_row, keys, n, beta, o + r0 * ldo,
                                        ldo);
   });
 }

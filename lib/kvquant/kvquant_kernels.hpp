@@ -34,6 +34,30 @@ void block(std::size_t mr, std::size_t r0, const F& f) noexcept {
 }
 }  // namespace kvq_rows
 
+// Units [u, total) in tiles of N, the last of fewer: f(first unit,
+// std::integral_constant<size_t, units of the tile>) per tile (strips of
+// keys for the scores, groups of channels for P·V).
+template <std::size_t N, class F>
+void kvq_tiles(std::size_t u, std::size_t total, const F& f) noexcept {
+  for (; u + N <= total; u += N) f(u, std::integral_constant<std::size_t, N>{});
+  if constexpr (N > 1) {
+    if (u < total) kvq_tiles<N - 1>(u, total, f);
+  }
+}
+
+// The K strips t .. t + NS - 1 of keys [0, n) into `strip`, and the NS
+// strips `ahead` on from t prefetched, up to the keys' end (n + keys.ahead:
+// K streams from memory once per step, into the next call's keys).
+template <std::size_t NS>
+void kvq_strip_tile(const kvq::KeyRuns& keys, std::size_t d, std::size_t t, std::size_t n,
+                    std::size_t ahead, const std::uint8_t* (&strip)[NS]) noexcept {
+  const std::size_t j = t * kvq::kStrip;
+  for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kvq::kStrip, d);
+  for (std::size_t u = ahead; u < ahead + NS && j + u * kvq::kStrip < n + keys.ahead; ++u) {
+    prefetch_bytes(keys.strip(j + u * kvq::kStrip, d), kvq::key_strip_bytes(d));
+  }
+}
+
 // Rows [0, rows) in blocks of kTop rows, the last of fewer: f(r0,
 // std::integral_constant<size_t, rows of the block>), each block a register
 // tile of the products.
@@ -120,32 +144,23 @@ struct KvQuantImpl {
     }
   }
 
-  // Strips [t0, ceil(n / 16)) in tiles of NS, the last of fewer.
-  template <Code C, std::size_t MR, std::size_t NS = strips_for(MR)>
-  static void score_rows(std::size_t d, std::size_t t0, const float* q, std::size_t ldq,
-                         const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
-                         std::size_t lds) noexcept {
-    const std::size_t strips_n = (n + kvq::kStrip - 1) / kvq::kStrip;
-    const std::size_t strips_on = (n + keys.ahead + kvq::kStrip - 1) / kvq::kStrip;
-    std::size_t t = t0;
-    for (; t + NS <= strips_n; t += NS) {
-      const std::size_t j = t * kvq::kStrip;
+  // The strips of keys [0, n) in tiles of strips_for(MR), the last of
+  // fewer. K and V stream from memory once per step, and the hardware
+  // prefetchers alone left the widening loads waiting on them: the scores
+  // ask for the next tile of strips, P·V (value_tile) for the rows two
+  // strips ahead (b16 kv4096 decode, 1 thread, AMX Xeon: 19.0-20.0 ms
+  // before, 9.89-10.1 after), into the next call's keys (Zen 4: 14.8-15.0
+  // ms before, 14.2-14.7 after).
+  template <Code C, std::size_t MR>
+  static void score_rows(std::size_t d, const float* q, std::size_t ldq, const kvq::KeyRuns& keys,
+                         std::size_t n, float alpha, float* s, std::size_t lds) noexcept {
+    kvq_tiles<strips_for(MR)>(0, (n + kvq::kStrip - 1) / kvq::kStrip, [&](std::size_t t, auto ns) {
+      constexpr std::size_t NS = decltype(ns)::value;
       const std::uint8_t* strip[NS];
-      for (std::size_t u = 0; u < NS; ++u) strip[u] = keys.strip(j + u * kvq::kStrip, d);
-      // K and V stream from memory once per step, and the hardware
-      // prefetchers alone left the widening loads waiting on them: the
-      // scores ask for the next tile of strips, P·V (value_tile) for the
-      // rows two strips ahead (b16 kv4096 decode, 1 thread, AMX Xeon:
-      // 19.0-20.0 ms before, 9.89-10.1 after), into the next call's keys
-      // (Zen 4: 14.8-15.0 ms before, 14.2-14.7 after).
-      for (std::size_t u = NS; u < 2 * NS && t + u < strips_on; ++u) {
-        prefetch_bytes(keys.strip(j + u * kvq::kStrip, d), kvq::key_strip_bytes(d));
-      }
+      kvq_strip_tile(keys, d, t, n, NS, strip);
+      const std::size_t j = t * kvq::kStrip;
       score_tile<C, MR, NS>(d, q, ldq, strip, n - j, alpha, s + j, lds);
-    }
-    if constexpr (NS > 1) {
-      if (t < strips_n) score_rows<C, MR, NS - 1>(d, t, q, ldq, keys, n, alpha, s, lds);
-    }
+    });
   }
 
   template <Code C>
@@ -153,8 +168,7 @@ struct KvQuantImpl {
                      const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s,
                      std::size_t lds) noexcept {
     kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-      score_rows<C, decltype(mr)::value>(d, 0, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds,
-                                         lds);
+      score_rows<C, decltype(mr)::value>(d, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds, lds);
     });
   }
 
@@ -208,18 +222,14 @@ struct KvQuantImpl {
     }
   }
 
-  // Groups [g0, G) in tiles of NG, the last of fewer (every output vector
-  // is a dependency chain over the keys: a decode row needs them all).
-  template <Code C, std::size_t MR, std::size_t NG = groups_for(MR)>
-  static void value_rows(std::size_t d, std::size_t g0, const float* p, std::size_t ldp,
-                         const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
-                         std::size_t ldo) noexcept {
-    const std::size_t G = kvq::groups(d);
-    std::size_t g = g0;
-    for (; g + NG <= G; g += NG) value_tile<C, MR, NG>(d, g, p, ldp, keys, n, beta, o, ldo);
-    if constexpr (NG > 1) {
-      if (g < G) value_rows<C, MR, NG - 1>(d, g, p, ldp, keys, n, beta, o, ldo);
-    }
+  // The groups in tiles of groups_for(MR), the last of fewer (every output
+  // vector is a dependency chain over the keys: a decode row needs them all).
+  template <Code C, std::size_t MR>
+  static void value_rows(std::size_t d, const float* p, std::size_t ldp, const kvq::KeyRuns& keys,
+                         std::size_t n, float beta, float* o, std::size_t ldo) noexcept {
+    kvq_tiles<groups_for(MR)>(0, kvq::groups(d), [&](std::size_t g, auto ng) {
+      value_tile<C, MR, decltype(ng)::value>(d, g, p, ldp, keys, n, beta, o, ldo);
+    });
   }
 
   template <Code C>
@@ -227,7 +237,7 @@ struct KvQuantImpl {
                      const kvq::KeyRuns& keys, std::size_t n, float beta, float* o,
                      std::size_t ldo) noexcept {
     kvq_row_blocks<kMrV>(rows, [&](std::size_t r0, auto mr) {
-      value_rows<C, decltype(mr)::value>(d, 0, p + r0 * ldp, ldp, keys, n, beta, o + r0 * ldo, ldo);
+      value_rows<C, decltype(mr)::value>(d, p + r0 * ldp, ldp, keys, n, beta, o + r0 * ldo, ldo);
     });
   }
 
