@@ -114,6 +114,31 @@ std::vector<float> random_floats(std::size_t n, std::mt19937_64& rng, float scal
   return x;
 }
 
+// The products' edge cases: each code, head sizes and lengths that are not
+// multiples of 16 or 32 (one channel, one key), 1-13 query rows, keys with
+// one channel 1000x the others, zero value groups, and a rare NaN or
+// infinity in a key or value group: f(code, d, n, rows, trial, block).
+template <class F>
+void for_each_edge_case(std::mt19937_64& rng, const F& f) {
+  const std::size_t dims[] = {1, 3, 16, 31, 32, 33, 64, 80, 128, 130};
+  const std::size_t lens[] = {1, 2, 15, 16, 17, 33, 64, 100, 256, 300};
+  int trial = 0;
+  for (Code c : {Code::int8, Code::e4m3}) {
+    for (std::size_t d : dims) {
+      for (std::size_t n : lens) {
+        ++trial;
+        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 13;
+        CAPTURE(static_cast<int>(c), d, n, rows);
+        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+        for (std::size_t j = 0; j < n; ++j) keys[j * d + (d - 1) / 2] *= 1000.0f;
+        if (trial % 5 == 0) std::fill_n(values.begin(), d, 0.0f);
+        if (trial % 11 == 0) keys[(n / 2) * d] = kNaN;
+        if (trial % 13 == 0) values[(n - 1) * d + d - 1] = kInf;
+        f(c, d, n, rows, trial, Block(c, d, n, keys, values));
+      }
+    }
+  }
+}
 }  // namespace
 
 TEST_CASE("kv quant: E4M3 codes are the nearest value, ties to even, saturating", "[kv_quant]") {
@@ -211,24 +236,9 @@ TEST_CASE("kv quant: a group's scale covers its largest value, and rounding is n
 
 TEST_CASE("kv quant: each ISA's products are the emulation's bits", "[kv_quant]") {
   std::mt19937_64 rng(3);
-  const std::size_t dims[] = {1, 3, 16, 31, 32, 33, 64, 80, 128, 130};
-  const std::size_t lens[] = {1, 2, 15, 16, 17, 33, 64, 100, 256, 300};
-  int trial = 0;
-  for (Code c : {Code::int8, Code::e4m3}) {
-    const auto ci = static_cast<std::size_t>(c);
-    for (std::size_t d : dims) {
-      for (std::size_t n : lens) {
-        ++trial;
-        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 13;
-        CAPTURE(static_cast<int>(c), d, n, rows);
-        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
-        // Extremes: one channel 1000x the others, zeros, and a rare NaN or
-        // infinity in a key or value group.
-        for (std::size_t j = 0; j < n; ++j) keys[j * d + (d - 1) / 2] *= 1000.0f;
-        if (trial % 5 == 0) std::fill_n(values.begin(), d, 0.0f);
-        if (trial % 11 == 0) keys[(n / 2) * d] = kNaN;
-        if (trial % 13 == 0) values[(n - 1) * d + d - 1] = kInf;
-        const Block b(c, d, n, keys, values);
+  for_each_edge_case(
+      rng, [&](Code c, std::size_t d, std::size_t n, std::size_t rows, int, const Block& b) {
+        const auto ci = static_cast<std::size_t>(c);
         // Odd strides and an unaligned start.
         const std::size_t ldq = d + 3, lds = n + 5, ldp = n + 1, ldo = d + 7;
         std::vector<float> qbuf(rows * ldq + 1), pbuf(rows * ldp + 1);
@@ -248,9 +258,7 @@ TEST_CASE("kv quant: each ISA's products are the emulation's bits", "[kv_quant]"
           kvq::values_emulated(c, rows, d, p, ldp, b.keys(), n, beta, o_ref.data() + 1, ldo);
           for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
         }
-      }
-    }
-  }
+      });
 }
 
 // A paged cache's keys: the products read keys that run on through pool
@@ -444,59 +452,42 @@ TEST_CASE("kv quant: the bf16 dot products are the emulation's bits", "[kv_quant
     return;
   }
   std::mt19937_64 rng(21);
-  const std::size_t dims[] = {1, 3, 16, 31, 32, 33, 64, 80, 128, 130};
-  const std::size_t lens[] = {1, 2, 15, 16, 17, 33, 64, 100, 256, 300};
-  int trial = 0;
-  for (Code c : {Code::int8, Code::e4m3}) {
+  for_each_edge_case(rng, [&](Code c, std::size_t d, std::size_t n, std::size_t rows, int trial,
+                              const Block& b) {
     const auto ci = static_cast<std::size_t>(c);
-    for (std::size_t d : dims) {
-      for (std::size_t n : lens) {
-        ++trial;
-        const std::size_t rows = 1 + static_cast<std::size_t>(trial) % 13;
-        CAPTURE(static_cast<int>(c), d, n, rows);
-        std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
-        for (std::size_t j = 0; j < n; ++j) keys[j * d + (d - 1) / 2] *= 1000.0f;
-        if (trial % 5 == 0) std::fill_n(values.begin(), d, 0.0f);
-        if (trial % 11 == 0) keys[(n / 2) * d] = kNaN;
-        if (trial % 13 == 0) values[(n - 1) * d + d - 1] = kInf;
-        const Block b(c, d, n, keys, values);
-        // Odd strides and unaligned starts; tiny and huge query rows.
-        const std::size_t ldq = kvq::dot_pairs(d) + 3, lds = n + 5, ldp = n + 1, ldo = d + 7;
-        std::vector<float> q0 = random_floats(rows * d, rng);
-        if (trial % 3 == 0) q0[0] = 1e-39f;
-        if (trial % 4 == 0) q0[rows * d - 1] = 3e38f;
-        const std::vector<std::uint32_t> qp = bf16_pairs(q0, rows, d, ldq);
-        std::vector<float> pbuf(rows * ldp + 1);
-        std::uniform_real_distribution<float> u(0.0f, 1.0f);
-        for (float& f : pbuf) f = u(rng);
-        if (trial % 7 == 0) pbuf[1] = 1e-40f;
-        const float* p = pbuf.data() + 1;
-        std::vector<std::uint16_t> scratch(mha::detail::dot_pbuf_words(rows, n, d) + 1);
-        std::vector<float> s(rows * lds + 1, 7.0f), s_ref(s);
-        dot->scores[ci](rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f, s.data() + 1, lds);
-        kvq::scores_dot_emulated(c, rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f,
-                                 s_ref.data() + 1, lds);
-        for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
-        for (float beta : {0.0f, 1.0f, 0.5f}) {
-          std::vector<float> o(rows * ldo + 1, beta == 0.0f ? kNaN : 2.0f), o_ref(o);
-          dot->values[ci](rows, d, p, ldp, b.keys(), n, beta, o.data() + 1, ldo,
-                          scratch.data() + 1);
-          kvq::values_dot_emulated(c, rows, d, p, ldp, b.keys(), n, beta, o_ref.data() + 1, ldo);
-          for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
-        }
-        // The same keys in a pool of blocks, from a later strip of the first.
-        const std::size_t block_keys = trial % 2 == 0 ? 16 : 48;
-        const Pool pool(b, d, n, trial % 3 == 0 ? kvq::kStrip : 0, block_keys, 3, 1);
-        std::vector<float> sp(s.size(), 7.0f), op(rows * ldo + 1, 2.0f), o1(op);
-        dot->scores[ci](rows, d, qp.data() + 1, ldq, pool.runs, n, 0.125f, sp.data() + 1, lds);
-        for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(sp[i]) == bits(s[i]));
-        dot->values[ci](rows, d, p, ldp, pool.runs, n, 1.0f, op.data() + 1, ldo,
-                        scratch.data() + 1);
-        dot->values[ci](rows, d, p, ldp, b.keys(), n, 1.0f, o1.data() + 1, ldo, scratch.data() + 1);
-        for (std::size_t i = 0; i < op.size(); ++i) REQUIRE(bits(op[i]) == bits(o1[i]));
-      }
+    // Odd strides and unaligned starts; tiny and huge query rows.
+    const std::size_t ldq = kvq::dot_pairs(d) + 3, lds = n + 5, ldp = n + 1, ldo = d + 7;
+    std::vector<float> q0 = random_floats(rows * d, rng);
+    if (trial % 3 == 0) q0[0] = 1e-39f;
+    if (trial % 4 == 0) q0[rows * d - 1] = 3e38f;
+    const std::vector<std::uint32_t> qp = bf16_pairs(q0, rows, d, ldq);
+    std::vector<float> pbuf(rows * ldp + 1);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (float& f : pbuf) f = u(rng);
+    if (trial % 7 == 0) pbuf[1] = 1e-40f;
+    const float* p = pbuf.data() + 1;
+    std::vector<std::uint16_t> scratch(mha::detail::dot_pbuf_words(rows, n, d) + 1);
+    std::vector<float> s(rows * lds + 1, 7.0f), s_ref(s);
+    dot->scores[ci](rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f, s.data() + 1, lds);
+    kvq::scores_dot_emulated(c, rows, d, qp.data() + 1, ldq, b.keys(), n, 0.125f, s_ref.data() + 1,
+                             lds);
+    for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
+    for (float beta : {0.0f, 1.0f, 0.5f}) {
+      std::vector<float> o(rows * ldo + 1, beta == 0.0f ? kNaN : 2.0f), o_ref(o);
+      dot->values[ci](rows, d, p, ldp, b.keys(), n, beta, o.data() + 1, ldo, scratch.data() + 1);
+      kvq::values_dot_emulated(c, rows, d, p, ldp, b.keys(), n, beta, o_ref.data() + 1, ldo);
+      for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
     }
-  }
+    // The same keys in a pool of blocks, from a later strip of the first.
+    const std::size_t block_keys = trial % 2 == 0 ? 16 : 48;
+    const Pool pool(b, d, n, trial % 3 == 0 ? kvq::kStrip : 0, block_keys, 3, 1);
+    std::vector<float> sp(s.size(), 7.0f), op(rows * ldo + 1, 2.0f), o1(op);
+    dot->scores[ci](rows, d, qp.data() + 1, ldq, pool.runs, n, 0.125f, sp.data() + 1, lds);
+    for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(sp[i]) == bits(s[i]));
+    dot->values[ci](rows, d, p, ldp, pool.runs, n, 1.0f, op.data() + 1, ldo, scratch.data() + 1);
+    dot->values[ci](rows, d, p, ldp, b.keys(), n, 1.0f, o1.data() + 1, ldo, scratch.data() + 1);
+    for (std::size_t i = 0; i < op.size(); ++i) REQUIRE(bits(op[i]) == bits(o1[i]));
+  });
 }
 
 // The emulation against double sums of the dequantized keys and values
