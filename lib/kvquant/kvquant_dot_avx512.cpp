@@ -179,22 +179,20 @@ void scores(std::size_t rows, std::size_t d, const std::uint32_t* q, std::size_t
 }
 
 // pbuf word ((r * G + g) * np + j) = p'(r, j) of group g (np = n rounded
-// up to whole strips; keys from n on zero), 16 keys of a strip at a time,
-// their scales gathered from the strip's rows, and stored whole: a masked
-// store that the P·V loop then reads from stalls its loads (Zen 4: 14 us of
-// P·V per 4096 keys became 27).
+// up to whole strips; keys from n on zero, so a strip is stored whole), 16
+// keys of a strip at a time, their scales gathered from the strip's rows.
 void scale_p(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
              const kvq::KeyRuns& keys, std::size_t n, std::uint16_t* pb) {
   const std::size_t G = kvq::groups(d), np = kvq::dot_p_stride(n);
-  const auto rb = static_cast<int>(kvq::value_row_bytes(d));
+  const std::size_t rb = kvq::value_row_bytes(d);
   const __m512i at =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(rb));
+                         _mm512_set1_epi32(static_cast<int>(rb)));
   for (std::size_t j = 0; j < n; j += kStrip) {
     const __mmask16 valid = lanes_mask(n - j);
     const std::uint8_t* rows_at = keys.row(j, d);
     if (j + kAhead * kStrip < n + keys.ahead)
-      prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * kvq::value_row_bytes(d));
+      prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * rb);
     for (std::size_t g = 0; g < G; ++g) {
       const __m512i raw =
           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, at, rows_at + 2 * g, 1);
