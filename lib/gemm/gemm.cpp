@@ -598,6 +598,50 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, std::size_t m, std::si
   }
 }
 
+void gemm_serial_prepacked_a_strip(const GemmKernels& g, std::size_t m, const float* a,
+                                   std::size_t k, const float* b, std::size_t ldb, std::size_t n,
+                                   float alpha, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) {
+    scale_c(m, n, 0.0f, c, ldc, nullptr);
+    return;
+  }
+  const std::size_t kc = std::min(k, g.kc);
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    for (std::size_t i0 = 0; i0 < m; i0 += g.mr) {
+      g.ukernel(std::min(kc, k - p0), a + i0 * k + p0 * g.mr, b + p0 * ldb, ldb, c + i0 * ldc, ldc,
+                std::min(g.mr, m - i0), n, alpha, p0 == 0 ? 0.0f : 1.0f, nullptr);
+    }
+  }
+}
+
+void gemm_serial_unpacked_runs(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k,
+                               float alpha, const float* a, std::size_t lda, FloatRuns b,
+                               float beta, float* c, std::size_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0 || alpha == 0.f) {
+    scale_c(m, n, beta, c, ldc, nullptr);
+    return;
+  }
+  const std::size_t mr = g.mr_u, nr = g.nr_u, kc = std::min(k, g.kc);
+  for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+    const std::size_t kb = std::min(kc, k - p0);
+    const float beta_p = p0 == 0 ? beta : 1.f;
+    for (std::size_t j0 = 0; j0 < n; j0 += nr) {
+      FloatRuns bj = b;
+      bj.col += j0;
+      for (std::size_t i0 = 0; i0 < m; i0 += mr) {
+        g.ukernel_unpacked_runs(kb, a + i0 * lda + p0, lda, bj, c + i0 * ldc + j0, ldc,
+                                std::min(mr, m - i0), std::min(nr, n - j0), alpha, beta_p);
+      }
+    }
+    if (p0 + kb == k) break;
+    // The next K block's first row.
+    b.skip += kb;
+    while (b.skip >= b.run->rows) b.skip -= (b.run++)->rows;
+  }
+}
+
 void reserve_gemm_prepacked_b(const GemmKernels& g, std::size_t m, const PackedBView& b) {
   // run_a_blocks's request for its largest block of rows.
   if (m != 0 && b.n != 0 && b.k != 0) {

@@ -122,6 +122,21 @@ void gemm_serial_unpacked(const GemmKernels& g, Trans ta, std::size_t m, std::si
                           std::size_t k, float alpha, const float* a, std::size_t lda,
                           const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc);
 
+// C = alpha * A·B for A packed by pack_a (m rows, k columns) and n <= g.nr
+// columns of a B strip read in place, row p at b + p*ldb, of which
+// ceil(n/W) whole vectors are read (a paged cache's K strip narrowed to its
+// block): gemm_serial_prepacked_ab's K blocks and arithmetic, so its bits.
+void gemm_serial_prepacked_a_strip(const GemmKernels& g, std::size_t m, const float* a,
+                                   std::size_t k, const float* b, std::size_t ldb, std::size_t n,
+                                   float alpha, float* c, std::size_t ldc);
+
+// gemm_serial_unpacked for a row-major A (lda) with B's k rows in runs
+// (FloatRuns: a paged cache's V, read block by block in place): the same K
+// blocks and arithmetic, so the bits of B in one piece.
+void gemm_serial_unpacked_runs(const GemmKernels& g, std::size_t m, std::size_t n, std::size_t k,
+                               float alpha, const float* a, std::size_t lda, FloatRuns b,
+                               float beta, float* c, std::size_t ldc);
+
 // ---- sgemm: planned paths -----------------------------------------------
 
 // The paths of sgemm, named by what they pack. Every path computes every

@@ -7,6 +7,19 @@
 
 namespace mha::detail {
 
+// Rows of a B read in place in runs: run r holds `rows` (>= 1) rows from b
+// on, ld floats apart; the product's rows start `skip` (< run[0].rows) rows
+// into run[0] and go on through the runs in order, its columns `col`
+// floats into each row (a paged cache's V, block by block).
+struct FloatRun {
+  const float* b;
+  std::size_t rows;
+};
+struct FloatRuns {
+  const FloatRun* run;
+  std::size_t skip, ld, col;
+};
+
 struct GemmKernels {
   std::size_t mr, nr;  // register tile of the micro-kernel (C block mr x nr)
   // Cache blocks: A block mc x kc, B panel kc x nc. An ISA's table gives the
@@ -61,6 +74,12 @@ struct GemmKernels {
   void (*ukernel_unpacked)(std::size_t k, const float* a, std::size_t rsa, std::size_t csa,
                            const float* b, std::size_t ldb, float* c, std::size_t ldc,
                            std::size_t m, std::size_t n, float alpha, float beta);
+  // ukernel_unpacked for a row-major op(A) (A(i, p) at a[i*lda + p]) and
+  // B's k rows in runs: the same arithmetic per element, so the bits of B
+  // read in one run.
+  void (*ukernel_unpacked_runs)(std::size_t k, const float* a, std::size_t lda, const FloatRuns& b,
+                                float* c, std::size_t ldc, std::size_t m, std::size_t n,
+                                float alpha, float beta);
   // Packs op(A) [m x k] (m <= mr*strips) into strips of mr rows: strip s at
   // dst + s*k*mr, laid out [k][mr], rows past m zero.
   void (*pack_a)(bool trans, std::size_t m, std::size_t k, const float* a, std::size_t lda,

@@ -135,6 +135,40 @@ template <class S, bool kBeta, std::size_t ROWS, std::size_t NVT>
 constexpr std::size_t kBPrefetchRows = 8;
 constexpr std::size_t kFloatsPerLine = 16;
 
+// B's rows in order, one after another at ldb (the packed and in-place
+// kernels), or in runs (FloatRuns: a paged cache's V, block by block).
+struct StridedRows {
+  const float* b;
+  std::size_t ldb;
+  const float* row() const { return b; }
+  void next() { b += ldb; }
+};
+struct RunRows {
+  const FloatRun* run;
+  const float* b;
+  std::size_t left, ldb, col;
+  explicit RunRows(const FloatRuns& r)
+      : run(r.run),
+        b(r.run->b + r.skip * r.ld + r.col),
+        left(r.run->rows - r.skip),
+        ldb(r.ld),
+        col(r.col) {}
+  // The next run is entered only when a row of it is read, so the kernel
+  // never reads the run past its k rows.
+  const float* row() {
+    if (left == 0) {
+      ++run;
+      b = run->b + col;
+      left = run->rows;
+    }
+    return b;
+  }
+  void next() {
+    b += ldb;
+    --left;
+  }
+};
+
 // The micro-kernel for exactly ROWS (<= MR) rows: short strips (the M edge,
 // m == 1 decode steps) cost ROWS/MR of a full one instead of a full one.
 // A is read at a[p*sa + i] (kRowStridedA == false: a packed strip with
@@ -147,13 +181,14 @@ constexpr std::size_t kFloatsPerLine = 16;
 // zero-padded instead and computed full width). STRIPS > 1 computes that
 // many B strips side by side (strip s at b + s*bstride, its columns at
 // c + s*NV*W): what the one-row kernel below uses; every column still gets
-// its own fma chain, so the same bits.
+// its own fma chain, so the same bits. Rows: how B's rows follow each other
+// (StridedRows: b + p*ldb), which never changes the arithmetic either.
 template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA, bool kPartialB = false,
-          std::size_t STRIPS = 1>
-MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::size_t sa,
-                                          const float* b, std::size_t ldb, float* c,
-                                          std::size_t ldc, std::size_t n, float alpha, float beta,
-                                          const float* bias, std::size_t bstride) {
+          std::size_t STRIPS = 1, class Rows = StridedRows>
+MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows_of(std::size_t k, const float* a, std::size_t sa,
+                                             Rows brows, float* c, std::size_t ldc, std::size_t n,
+                                             float alpha, float beta, const float* bias,
+                                             std::size_t bstride) {
   using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width;
@@ -167,10 +202,11 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     if (kRowStridedA) asan_check<Arch>(a + i * sa, k);
     asan_check<Arch>(c + i * ldc, n);
   }
-  for (std::size_t p = 0; p < k; ++p) {
+  Rows check = brows;
+  for (std::size_t p = 0; p < k; ++p, check.next()) {
     if (!kRowStridedA) asan_check<Arch>(a + p * sa, ROWS);
     for (std::size_t s = 0; s < STRIPS; ++s) {
-      asan_check<Arch>(b + s * bstride + p * ldb, kPartialB ? n : NV * W);
+      asan_check<Arch>(check.row() + s * bstride, kPartialB ? n : NV * W);
     }
   }
 #endif
@@ -221,12 +257,13 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
         }
       }
     }
-    if constexpr (STRIPS == 1 && !kRowStridedA) {
+    const float* b = brows.row();
+    if constexpr (STRIPS == 1 && !kRowStridedA && std::is_same_v<Rows, StridedRows>) {
       // B's row kBPrefetchRows steps ahead, one prefetch per cache line.
 #pragma GCC unroll 8
       for (std::size_t j = 0; j < NVT; j += kFloatsPerLine / W) {
-        const auto addr =
-            reinterpret_cast<std::uintptr_t>(b) + (kBPrefetchRows * ldb + j * W) * sizeof(float);
+        const auto addr = reinterpret_cast<std::uintptr_t>(b) +
+                          (kBPrefetchRows * brows.ldb + j * W) * sizeof(float);
         __builtin_prefetch(reinterpret_cast<const void*>(addr));
       }
     }
@@ -253,7 +290,7 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
     } else {
       a += sa;
     }
-    b += ldb;
+    brows.next();
   }
   alpha = __builtin_bit_cast(float, alpha_bits);
   beta = __builtin_bit_cast(float, beta_bits);
@@ -270,6 +307,16 @@ MHA_GEMM_KERNEL_NO_ASAN void ukernel_rows(std::size_t k, const float* a, std::si
   } else {
     update_c<S, true>(acc, c, ldc, n, alpha, beta, bias);
   }
+}
+
+// ukernel_rows_of on B rows ldb apart.
+template <class Arch, std::size_t NV, std::size_t ROWS, bool kRowStridedA, bool kPartialB = false,
+          std::size_t STRIPS = 1>
+void ukernel_rows(std::size_t k, const float* a, std::size_t sa, const float* b, std::size_t ldb,
+                  float* c, std::size_t ldc, std::size_t n, float alpha, float beta,
+                  const float* bias, std::size_t bstride) {
+  ukernel_rows_of<Arch, NV, ROWS, kRowStridedA, kPartialB, STRIPS>(
+      k, a, sa, StridedRows{b, ldb}, c, ldc, n, alpha, beta, bias, bstride);
 }
 
 // Every ukernel_rows instantiation has this signature.
@@ -371,6 +418,42 @@ void ukernel_unpacked(std::size_t k, const float* a, std::size_t rsa, std::size_
     kInPlaceRows<Arch, MR, NV, false>[v][m - 1](k, a, csa, b, ldb, c, ldc, n, alpha, beta, nullptr,
                                                 0);
   }
+}
+
+// Every runs kernel (ukernel_rows_of on RunRows, row-major A) has this
+// signature.
+using RunsFn = void (*)(std::size_t, const float*, std::size_t, const FloatRuns&, float*,
+                        std::size_t, std::size_t, float, float);
+
+template <class Arch, std::size_t NV, std::size_t ROWS, bool kPartialB>
+void ukernel_rows_runs(std::size_t k, const float* a, std::size_t lda, const FloatRuns& b, float* c,
+                       std::size_t ldc, std::size_t n, float alpha, float beta) {
+  ukernel_rows_of<Arch, NV, ROWS, true, kPartialB, 1, RunRows>(k, a, lda, RunRows(b), c, ldc, n,
+                                                               alpha, beta, nullptr, 0);
+}
+
+// The runs kernels by [v][rows - 1], as kInPlaceRows.
+template <class Arch, std::size_t MR, std::size_t NV, bool kPartialB>
+constexpr auto kRunsRows = []<std::size_t... R>(std::index_sequence<R...>) {
+  return std::array<RunsFn, MR>{&ukernel_rows_runs<Arch, NV, R + 1, kPartialB>...};
+}
+(std::make_index_sequence<MR>{});
+template <class Arch, std::size_t MR, std::size_t NV>
+constexpr auto kRunsTable = []<std::size_t... V>(std::index_sequence<V...>) {
+  return std::array<std::array<RunsFn, MR>, NV + 1>{kRunsRows<Arch, MR, NV, false>,
+                                                    kRunsRows<Arch, MR, V + 1, true>...};
+}
+(std::make_index_sequence<NV>{});
+
+// GemmKernels::ukernel_unpacked_runs: ukernel_unpacked for a row-major A
+// with B's rows in runs.
+template <class Arch, std::size_t MR, std::size_t NV>
+void ukernel_unpacked_runs(std::size_t k, const float* a, std::size_t lda, const FloatRuns& b,
+                           float* c, std::size_t ldc, std::size_t m, std::size_t n, float alpha,
+                           float beta) {
+  constexpr std::size_t W = simd::Lanes<Arch>::width;
+  kRunsTable<Arch, MR, NV>[n == NV * W ? 0 : (n + W - 1) / W][m - 1](k, a, lda, b, c, ldc, n, alpha,
+                                                                     beta);
 }
 
 // Transposes `rows` (a multiple of W, <= 64) rows of length >= p0 + W into
@@ -630,6 +713,7 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      MRU,
                      NVU * W,
                      &ukernel_unpacked<Arch, MRU, NVU>,
+                     &ukernel_unpacked_runs<Arch, MRU, NVU>,
                      &pack_a<Arch, MR>,
                      &pack_b<Arch, NV * W>,
                      &gemv_n<Arch>,

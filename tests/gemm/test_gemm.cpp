@@ -498,6 +498,84 @@ TEST_CASE("internal pack_b views: row and column ranges of one packed B", "[gemm
   }
 }
 
+TEST_CASE("internal in-place products: B in runs or in a narrowed strip gives B whole's bits",
+          "[gemm]") {
+  // A paged cache's P·V reads V's rows block by block (gemm_serial_unpacked_runs)
+  // and its scores read K strips narrowed to a block (gemm_serial_prepacked_a_strip):
+  // both must give the bits of the whole operand, across a K block (k past
+  // g.kc), on every row and column edge, at unaligned addresses, with
+  // denormal, huge, inf and NaN elements; and the reference's bound.
+  namespace d = mha::detail;
+  const auto& g = d::gemm_kernels(mha::current_isa());
+  const std::size_t big_k = g.kc + 37;
+  std::mt19937 rng(91);
+  for (const std::size_t k : {std::size_t{1}, std::size_t{5}, std::size_t{64}, big_k}) {
+    for (const std::size_t m : {std::size_t{1}, g.mr_u, g.mr_u + 1, g.mr + 2}) {
+      for (const std::size_t n : {std::size_t{1}, std::size_t{7}, g.nr_u, g.nr_u + 5}) {
+        CAPTURE(k, m, n);
+        const std::size_t lda = k + 3, ldb = n + 5;
+        std::vector<float> a = random_vector(m * lda + 1, 92), b = random_vector(k * ldb + 1, 93);
+        if (k > 1) {
+          b[1 + ldb + n / 2] = 3e38f;  // inf in its column's sums
+          b[1 + (k - 1) * ldb] = kNaN;
+          a[1 + k / 2] = 1e-40f;  // denormal
+        }
+        const float* ap = a.data() + 1;
+        const float* bp = b.data() + 1;
+        std::vector<double> ref(m * n), mag(m * n);
+        for (std::size_t i = 0; i < m; ++i) {
+          for (std::size_t j = 0; j < n; ++j) {
+            for (std::size_t p = 0; p < k; ++p) {
+              ref[i * n + j] += double(ap[i * lda + p]) * bp[p * ldb + j];
+              mag[i * n + j] += std::fabs(double(ap[i * lda + p]) * bp[p * ldb + j]);
+            }
+          }
+        }
+        const std::vector<float> c0 = random_vector(m * n, 94);
+        std::vector<float> want = c0, got = c0;
+        d::gemm_serial_unpacked(g, d::Trans::N, m, n, k, 1.0f, ap, lda, bp, ldb, 0.5f, want.data(),
+                                n);
+        // B's rows copied into runs of 1..40 rows, each its own allocation,
+        // one float off its start.
+        std::vector<std::vector<float>> blocks;
+        std::vector<d::FloatRun> runs;
+        for (std::size_t p = 0; p < k;) {
+          const std::size_t r = std::min<std::size_t>(1 + rng() % 40, k - p);
+          blocks.emplace_back(r * ldb + 1);
+          std::copy_n(bp + p * ldb, r * ldb, blocks.back().begin() + 1);
+          runs.push_back({blocks.back().data() + 1, r});
+          p += r;
+        }
+        d::gemm_serial_unpacked_runs(g, m, n, k, 1.0f, ap, lda,
+                                     d::FloatRuns{runs.data(), 0, ldb, 0}, 0.5f, got.data(), n);
+        REQUIRE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        for (std::size_t i = 0; i < m * n; ++i) {
+          if (!std::isfinite(ref[i]) || !std::isfinite(mag[i]) || mag[i] > 1e30) continue;
+          REQUIRE(std::fabs(got[i] - (ref[i] + 0.5 * c0[i])) <=
+                  (k + 4) * FLT_EPSILON * (mag[i] + 0.5 * std::fabs(c0[i])));
+        }
+        // Kᵀ's columns as a strip narrowed to `lanes` keys, read from `lane`
+        // on: gemm_serial_prepacked_ab's bits on the whole packed B.
+        if (n > g.nr) continue;
+        std::vector<float> apack(d::packed_a_floats(g, m, k));
+        d::pack_a(g, d::Trans::N, m, k, ap, lda, apack.data());
+        std::vector<float> bpack(d::packed_b_floats(g, k, n));
+        const auto view = d::pack_b(g, d::Trans::N, k, n, bp, ldb, bpack.data());
+        std::vector<float> whole(m * n, kNaN), strip(m * n, kNaN);
+        d::gemm_serial_prepacked_ab(g, m, apack.data(), view, 0.75f, 0.0f, whole.data(), n);
+        const std::size_t lane = 16, lanes = lane + (n + 15) / 16 * 16;
+        std::vector<float> narrowed(k * lanes + 1, kNaN);
+        for (std::size_t p = 0; p < k; ++p) {
+          std::copy_n(bp + p * ldb, n, narrowed.begin() + 1 + p * lanes + lane);
+        }
+        d::gemm_serial_prepacked_a_strip(g, m, apack.data(), k, narrowed.data() + 1 + lane, lanes,
+                                         n, 0.75f, strip.data(), n);
+        REQUIRE(std::memcmp(strip.data(), whole.data(), strip.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("internal packers: the documented layouts, nothing written past them", "[gemm]") {
   // Every k up to 3 vectors of AVX-512 + 2 (whole transposed blocks, the
   // block that overlaps packed columns at the end, the scalar rest) and
