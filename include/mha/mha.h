@@ -681,15 +681,16 @@ MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
  * a block's pages are touched when first used).
  * Any block_tokens works and gives the contiguous
  * cache's bits. The kernels read a key tile (256 keys, rounded down to the
- * kernels' strips) in place, across the blocks it spans, on the int8 and
- * fp8 caches where block_tokens is a multiple of 16, and on a bf16 object's
- * bf16 cache where it is even (a multiple of 4 on BFMMLA) on the vdpbf16ps,
- * widening, BFDOT and BFMMLA kernels; elsewhere (fp32 caches, the AMX
- * tiles, MLA's bf16 latent cache) in place only where block_tokens is a
- * multiple of the tile, and a tile that spans blocks is first copied into
- * the task's scratch (whole strips at once where block_tokens is a
- * multiple of the strip, 16 or 32 keys, else by runs of keys: such a block
- * holds its keys in one strip of its own width).
+ * kernels' strips) in place, across the blocks it spans, on the int8,
+ * fp8 and fp32 caches where block_tokens is a multiple of 16, and on a bf16
+ * object's bf16 cache where it is even (a multiple of 4 on BFMMLA) on the
+ * vdpbf16ps, widening, BFDOT and BFMMLA kernels; elsewhere (fp32 caches
+ * at other block sizes, the AMX tiles, MLA's fp32 and bf16 latent caches)
+ * in place only where block_tokens is a multiple of the tile, and a tile
+ * that spans blocks is first copied into the task's scratch (whole strips
+ * at once where block_tokens is a multiple of the strip, 16 or 32 keys,
+ * else by runs of keys: such a block holds its keys in one strip of its
+ * own width).
  * Same ownership and threading rules as mha_kv_cache. */
 typedef struct mha_paged_kv_cache mha_paged_kv_cache;
 

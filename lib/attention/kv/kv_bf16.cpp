@@ -248,14 +248,6 @@ class KvBf16 final : public KvType {
   }
   // Runs of one P·V product: a key tile's blocks.
   static constexpr std::size_t kMaxRuns = kKeyTile / 2 + 1;
-  // Software prefetches of a paged tile (scores_in_blocks): where a
-  // head-block's K is at most kPrefetchMaxBytes, the K of the block
-  // kAheadKeys on and each block's V. b16 kv4096 decode, bf16, 1 thread,
-  // Zen 4, ms (contiguous 10.0-10.5): blocks of 16 15.3 without, 11.8-12.5
-  // with; of 256 (32 KiB of K, which the hardware prefetchers follow)
-  // 11.5-12.0 with, 9.4-9.6 without. Distances of 2 to 6 blocks of 16 and
-  // a cap of 16 KiB measured within the noise.
-  static constexpr std::size_t kAheadKeys = 64, kPrefetchMaxBytes = 8192;
   // Whether a tile's products read its blocks in place (a paged cache's
   // tile, and a kernel set that reads B in runs).
   bool in_blocks(const KvTile& t) const {
@@ -271,20 +263,13 @@ class KvBf16 final : public KvType {
                         float alpha, float* s, std::size_t lds) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, lanes = t.layout->key_lanes(nr);
     const std::size_t kp = ceil_div(d, 2), strip = packed_b_rows(g16_, d) * lanes;
-    const bool small = t.layout->k_bytes <= kPrefetchMaxBytes;
-    const std::size_t ahead = std::max<std::size_t>(kAheadKeys / t.block_keys, 1) * t.block_keys;
+    const KvTile::BlockPrefetch prefetch = t.prefetch_blocks();
     for (std::size_t i = 0; i < t.n;) {
       const std::size_t at = (t.j0 + i) % t.block_keys, lane = at % lanes;
       const std::size_t n = std::min({nr, lanes - lane, t.block_keys - at, t.n - i});
       const auto* k = reinterpret_cast<const std::uint16_t*>(t.k_block(i));
       const Bf16Run run{k + at / lanes * strip + lane * kg, kp};
-      // A product stays in one block: where it starts the block (or the
-      // tile), K kAheadKeys on (into the next tile's), and this block's V,
-      // which P·V reads after the tile's scores.
-      if (small && (at == 0 || i == 0)) {
-        if (i + ahead < t.n + t.ahead) prefetch_bytes(t.k_block(i + ahead), t.layout->k_bytes);
-        prefetch_bytes(t.v_block(i), t.layout->v_bytes);
-      }
+      prefetch(i, at);
       bf16_rows_runs(g16_, rows, q, kp, Bf16Runs{&run, 1, kg * lanes}, s + i, lds, n, alpha, 0.0f);
       i += n;
     }

@@ -30,6 +30,12 @@ class KvFp32 final : public KvType {
     l.v_bytes = float_bytes(checked_round_up(checked_mul(capacity, l.ldv, what), 16, what), what);
     return l;
   }
+  // Blocks of whole vectors (16 floats, which every ISA's width divides):
+  // K block by block in its strips (narrowed or not), V's rows block by
+  // block within one product (gemm_serial_unpacked_runs).
+  bool spans_blocks(std::size_t block_tokens) const override {
+    return block_tokens % 16 == 0 && ceil_div(key_tile(), block_tokens) < kMaxRuns;
+  }
   KvLayout block_layout(std::size_t d, std::size_t block_tokens) const override {
     KvLayout l = layout(d, block_tokens);
     if (block_tokens % g_.nr == 0) return l;
@@ -97,6 +103,10 @@ class KvFp32 final : public KvType {
   }
   void scores(std::size_t rows, std::size_t d, float* qbuf, const KvTile& t, float alpha, float* s,
               std::size_t lds) const override {
+    if (in_blocks(t)) {
+      scores_in_blocks(rows, d, qbuf, t, alpha, s, lds);
+      return;
+    }
     const PackedBView keys =
         PackedBView::whole(static_cast<const float*>(t.k), d, t.layout->capacity, g_.nr);
     gemm_serial_prepacked_ab(g_, rows, qbuf, keys.cols(t.j0, t.j0 + t.n), alpha, 0.0f, s, lds);
@@ -104,11 +114,46 @@ class KvFp32 final : public KvType {
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float*) const override {
     const std::size_t ldv = t.layout->ldv;
-    gemm_serial_unpacked(g_, Trans::N, rows, d, t.n, 1.0f, p, ldp,
-                         static_cast<const float*>(t.v) + t.j0 * ldv, ldv, beta, o, ldo);
+    if (!in_blocks(t)) {
+      gemm_serial_unpacked(g_, Trans::N, rows, d, t.n, 1.0f, p, ldp,
+                           static_cast<const float*>(t.v) + t.j0 * ldv, ldv, beta, o, ldo);
+      return;
+    }
+    FloatRun runs[kMaxRuns];
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < t.n; ++count) {
+      const std::size_t at = (t.j0 + i) % t.block_keys, n = std::min(t.block_keys - at, t.n - i);
+      runs[count] = {reinterpret_cast<const float*>(t.v_block(i)) + at * ldv, n};
+      i += n;
+    }
+    gemm_serial_unpacked_runs(g_, rows, d, t.n, 1.0f, p, ldp, FloatRuns{runs, 0, ldv, 0}, beta, o,
+                              ldo);
   }
 
  private:
+  // Runs of one P·V product: a key tile's blocks (spans_blocks).
+  static constexpr std::size_t kMaxRuns = kKeyTile / 16 + 2;
+  // Whether a paged tile is read block by block: one that spans blocks, or
+  // has K in strips narrowed to its block; a tile inside one block of whole
+  // strips is read as a contiguous cache's.
+  static bool in_blocks(const KvTile& t) {
+    return t.blocks != nullptr && (t.layout->k_lanes != 0 || t.j0 + t.n > t.block_keys);
+  }
+  // A paged tile's scores: each block's keys from its K strips in place, at
+  // most nr lanes of one strip per product.
+  void scores_in_blocks(std::size_t rows, std::size_t d, const float* q, const KvTile& t,
+                        float alpha, float* s, std::size_t lds) const {
+    const std::size_t nr = g_.nr, lanes = t.layout->key_lanes(nr);
+    const KvTile::BlockPrefetch prefetch = t.prefetch_blocks();
+    for (std::size_t i = 0; i < t.n;) {
+      const std::size_t at = (t.j0 + i) % t.block_keys, lane = at % lanes;
+      const std::size_t n = std::min({nr, lanes - lane, t.block_keys - at, t.n - i});
+      const float* k = reinterpret_cast<const float*>(t.k_block(i)) + at / lanes * lanes * d + lane;
+      prefetch(i, at);
+      gemm_serial_prepacked_a_strip(g_, rows, q, d, k, lanes, n, alpha, s + i, lds);
+      i += n;
+    }
+  }
   PackedBColumns keys(const KvLayout& l, void* k, std::size_t d) const {
     return {static_cast<float*>(k), d, l.capacity, l.key_lanes(g_.nr)};
   }
