@@ -230,7 +230,7 @@ void value_tile(const Convert<C>& cv, std::size_t d, std::size_t g0, const std::
       const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
       const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + rb))
                              : _mm256_setzero_si256();
-      const __m512i x = _mm512_maskz_inserti64x4(0xFF, _mm512_zextsi256_si512(lo), hi, 1);
+      const __m512i x = _mm512_mask_broadcast_i64x4(_mm512_castsi256_si512(lo), 0xF0, hi);
       __m512bh w0, w1;
       cv(x, i0, i1, w0, w1);
       for (std::size_t r = 0; r < MR; ++r) {
