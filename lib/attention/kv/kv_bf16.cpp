@@ -263,16 +263,11 @@ class KvBf16 final : public KvType {
                         float alpha, float* s, std::size_t lds) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, lanes = t.layout->key_lanes(nr);
     const std::size_t kp = ceil_div(d, 2), strip = packed_b_rows(g16_, d) * lanes;
-    const KvTile::BlockPrefetch prefetch = t.prefetch_blocks();
-    for (std::size_t i = 0; i < t.n;) {
-      const std::size_t at = (t.j0 + i) % t.block_keys, lane = at % lanes;
-      const std::size_t n = std::min({nr, lanes - lane, t.block_keys - at, t.n - i});
+    t.for_each_strip_run(nr, lanes, [&](std::size_t i, std::size_t at, std::size_t n) {
       const auto* k = reinterpret_cast<const std::uint16_t*>(t.k_block(i));
-      const Bf16Run run{k + at / lanes * strip + lane * kg, kp};
-      prefetch(i, at);
+      const Bf16Run run{k + at / lanes * strip + at % lanes * kg, kp};
       bf16_rows_runs(g16_, rows, q, kp, Bf16Runs{&run, 1, kg * lanes}, s + i, lds, n, alpha, 0.0f);
-      i += n;
-    }
+    });
   }
   // A paged tile's P·V (spans_blocks): one product per column strip of V
   // over the tile's keys, its k groups read block by block in place.
@@ -281,12 +276,10 @@ class KvBf16 final : public KvType {
     const std::size_t nr = g16_.nr, kg = g16_.k_group;
     Bf16Run runs[kMaxRuns];
     std::size_t count = 0;
-    for (std::size_t i = 0; i < t.n; ++count) {
-      const std::size_t at = (t.j0 + i) % t.block_keys, n = std::min(t.block_keys - at, t.n - i);
-      runs[count] = {reinterpret_cast<const std::uint16_t*>(t.v_block(i)) + value_group_at(at),
-                     ceil_div(n, 2)};
-      i += n;
-    }
+    t.for_each_block_run([&](std::size_t i, std::size_t at, std::size_t n) {
+      runs[count++] = {reinterpret_cast<const std::uint16_t*>(t.v_block(i)) + value_group_at(at),
+                       ceil_div(n, 2)};
+    });
     for (std::size_t c0 = 0; c0 < d; c0 += nr) {
       bf16_rows_runs(g16_, rows, p, ldp, Bf16Runs{runs, count, kg * nr}, o + c0, ldo,
                      std::min(nr, d - c0), 1.0f, beta);

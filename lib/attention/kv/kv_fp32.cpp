@@ -121,11 +121,9 @@ class KvFp32 final : public KvType {
     }
     FloatRun runs[kMaxRuns];
     std::size_t count = 0;
-    for (std::size_t i = 0; i < t.n; ++count) {
-      const std::size_t at = (t.j0 + i) % t.block_keys, n = std::min(t.block_keys - at, t.n - i);
-      runs[count] = {reinterpret_cast<const float*>(t.v_block(i)) + at * ldv, n};
-      i += n;
-    }
+    t.for_each_block_run([&](std::size_t i, std::size_t at, std::size_t n) {
+      runs[count++] = {reinterpret_cast<const float*>(t.v_block(i)) + at * ldv, n};
+    });
     gemm_serial_unpacked_runs(g_, rows, d, t.n, 1.0f, p, ldp, FloatRuns{runs, 0, ldv, 0}, beta, o,
                               ldo);
   }
@@ -144,15 +142,11 @@ class KvFp32 final : public KvType {
   void scores_in_blocks(std::size_t rows, std::size_t d, const float* q, const KvTile& t,
                         float alpha, float* s, std::size_t lds) const {
     const std::size_t nr = g_.nr, lanes = t.layout->key_lanes(nr);
-    const KvTile::BlockPrefetch prefetch = t.prefetch_blocks();
-    for (std::size_t i = 0; i < t.n;) {
-      const std::size_t at = (t.j0 + i) % t.block_keys, lane = at % lanes;
-      const std::size_t n = std::min({nr, lanes - lane, t.block_keys - at, t.n - i});
-      const float* k = reinterpret_cast<const float*>(t.k_block(i)) + at / lanes * lanes * d + lane;
-      prefetch(i, at);
+    t.for_each_strip_run(nr, lanes, [&](std::size_t i, std::size_t at, std::size_t n) {
+      const float* k =
+          reinterpret_cast<const float*>(t.k_block(i)) + at / lanes * lanes * d + at % lanes;
       gemm_serial_prepacked_a_strip(g_, rows, q, d, k, lanes, n, alpha, s + i, lds);
-      i += n;
-    }
+    });
   }
   PackedBColumns keys(const KvLayout& l, void* k, std::size_t d) const {
     return {static_cast<float*>(k), d, l.capacity, l.key_lanes(g_.nr)};

@@ -56,30 +56,43 @@ struct KvTile {
   const char* v_block(std::size_t i) const {
     return static_cast<const char*>(v) + offset(i, v_stride);
   }
-  // The software prefetches of a paged tile read block by block in place
-  // (prefetch_blocks, called as its products reach key i at index `at` of
-  // its block): where a block starts (or the tile does), the K of the block
-  // kPrefetchKeys on (into the next tile's) and this block's V, which P·V
-  // reads after the tile's scores; only where a head-block's K is at most
-  // kPrefetchMaxBytes. b16 kv4096 decode, bf16, 1 thread, Zen 4, ms
-  // (contiguous 10.0-10.5): blocks of 16 15.3 without, 11.8-12.5 with; of
-  // 256 (32 KiB of K, which the hardware prefetchers follow) 11.5-12.0
-  // with, 9.4-9.6 without. Distances of 2 to 6 blocks of 16 and a cap of
-  // 16 KiB measured within the noise.
-  struct BlockPrefetch {
-    const KvTile& t;
-    bool on;
-    std::size_t far;
-    void operator()(std::size_t i, std::size_t at) const {
-      if (!on || (at != 0 && i != 0)) return;
-      if (i + far < t.n + t.ahead) prefetch_bytes(t.k_block(i + far), t.layout->k_bytes);
-      prefetch_bytes(t.v_block(i), t.layout->v_bytes);
-    }
-  };
-  BlockPrefetch prefetch_blocks() const {
+  // A paged tile's products read block by block in place (the entries that
+  // spans_blocks()): f(i, at, r) for keys [i, i + r) of the tile, at index
+  // `at` of their block, in runs of at most nr keys that stay in one block
+  // and one K strip of `lanes` keys. Where a block starts (or the tile
+  // does), the K of the block kPrefetchKeys on (into the next tile's) and
+  // this block's V, which P·V reads after the tile's scores, are
+  // prefetched, for head-blocks of at most kPrefetchMaxBytes of K. b16
+  // kv4096 decode, bf16, 1 thread, Zen 4, ms (contiguous 10.0-10.5): blocks
+  // of 16 15.3 without, 11.8-12.5 with; of 256 (32 KiB of K, which the
+  // hardware prefetchers follow) 11.5-12.0 with, 9.4-9.6 without.
+  // Distances of 2 to 6 blocks of 16 and a cap of 16 KiB measured within
+  // the noise.
+  template <class F>
+  void for_each_strip_run(std::size_t nr, std::size_t lanes, const F& f) const {
     constexpr std::size_t kPrefetchKeys = 64, kPrefetchMaxBytes = 8192;
-    return {*this, layout->k_bytes <= kPrefetchMaxBytes,
-            std::max<std::size_t>(kPrefetchKeys / block_keys, 1) * block_keys};
+    const bool prefetch = layout->k_bytes <= kPrefetchMaxBytes;
+    const std::size_t far = std::max<std::size_t>(kPrefetchKeys / block_keys, 1) * block_keys;
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t at = (j0 + i) % block_keys;
+      const std::size_t r = std::min({nr, lanes - at % lanes, block_keys - at, n - i});
+      if (prefetch && (at == 0 || i == 0)) {
+        if (i + far < n + ahead) prefetch_bytes(k_block(i + far), layout->k_bytes);
+        prefetch_bytes(v_block(i), layout->v_bytes);
+      }
+      f(i, at, r);
+      i += r;
+    }
+  }
+  // f(i, at, r) for each block's keys [i, i + r) of the tile, from index
+  // `at` of the block: the runs of a P·V product read in place.
+  template <class F>
+  void for_each_block_run(const F& f) const {
+    for (std::size_t i = 0; i < n;) {
+      const std::size_t at = (j0 + i) % block_keys, r = std::min(block_keys - at, n - i);
+      f(i, at, r);
+      i += r;
+    }
   }
 
  private:
