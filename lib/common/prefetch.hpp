@@ -17,7 +17,7 @@ namespace {
 // A prefetch never faults, so the range may run past what is read.
 // The empty volatile asm is an effect GCC must keep: to GCC 12 a prefetch
 // is none, and it deleted whole calls of a function made of them
-// (KvTile::BlockPrefetch lost every prefetch of the paged tiles).
+// (a shared helper of the paged tiles lost every one of its prefetches).
 inline void prefetch_bytes(const void* p, std::size_t bytes) noexcept {
   for (std::size_t i = 0; i < bytes; i += 64)
     __builtin_prefetch(static_cast<const char*>(p) + i, 0, 2);
