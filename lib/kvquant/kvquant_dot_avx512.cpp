@@ -107,21 +107,65 @@ __mmask16 lanes_mask(std::size_t lanes) {
 }
 
 // Register tiles: accumulators (and the score totals) take 2 * MR * NS
-// (2 * MR * NG) of the 32 zmm, beside the 7 tables and indices and 6
+// (2 * MR * NG) of the 32 zmm, beside the pairs, a broadcast and, where
+// the codes are converted per tile, 7 tables and indices and 4 more
 // temporaries; fewer rows take more strips (groups), so that a decode row
 // keeps several chains in flight.
-constexpr std::size_t tiles_for(std::size_t mr) {
-  return std::max<std::size_t>(1, std::min<std::size_t>(4, 18 / (2 * mr)));
+constexpr std::size_t tiles_for(std::size_t mr, std::size_t acc_regs) {
+  return std::max<std::size_t>(1, std::min<std::size_t>(4, acc_regs / (2 * mr)));
 }
-constexpr std::size_t kMr = 8;
+constexpr std::size_t kCodeRegs = 18, kPairRegs = 28;
+// Rows per register tile: 8 on codes; 7 on converted pairs (2 strips or
+// groups, 28 accumulators, as the bf16 GEMM's 14 x 2 tile), which divides
+// the core's 56-row query blocks.
+constexpr std::size_t kMr = 8, kMrPairs = 7;
 constexpr std::size_t kAhead = 2;
+// dot_pbuf_words: p' of a converted call's row tile, and its groups.
+static_assert(kMrPairs <= kMr && tiles_for(kMrPairs, kPairRegs) <= kDotConvertGroups);
 
-template <Code C, std::size_t MR, std::size_t NS>
-void score_tile(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std::size_t ldq,
-                const std::uint8_t* const* strip, std::size_t n, float alpha, float* s,
-                std::size_t lds) {
-  const std::size_t G = kvq::groups(d), codes = 2 * kStrip * G;
-  const __m512i i0 = load(kChannelPairs[0]), i1 = load(kChannelPairs[1]);
+// Where a tile's bf16 pairs come from: a strip's codes converted in
+// registers per tile (CodeStrips), or pairs a call converted once for all
+// its row tiles (PairStrips), kDotStripGroupWords per strip and group: the
+// group's 16 scales, then channel pair i's 16 keys at word 16 (i + 1).
+// Both give the same pairs, so the same bits.
+template <Code C, std::size_t NS>
+struct CodeStrips {
+  static constexpr std::size_t kRegs = kCodeRegs;
+  const Convert<C>& cv;
+  std::size_t d;
+  const std::uint8_t* strip[NS];
+  __m512i i0 = load(kChannelPairs[0]), i1 = load(kChannelPairs[1]);
+
+  void pairs(std::size_t t, std::size_t c, __m512bh& w0, __m512bh& w1) const {
+    const __mmask64 m = c + 4 <= d ? ~__mmask64{0} : (__mmask64{1} << ((d - c) * kStrip)) - 1;
+    const std::size_t codes = 2 * kStrip * kvq::groups(d);
+    cv(_mm512_maskz_loadu_epi8(m, strip[t] + codes + c * kStrip), i0, i1, w0, w1);
+  }
+  __m512 scales(std::size_t t, std::size_t g) const {
+    return widen_scales(strip[t] + 2 * g * kStrip);
+  }
+};
+template <std::size_t NS>
+struct PairStrips {
+  static constexpr std::size_t kRegs = kPairRegs;
+  std::size_t d;
+  const std::uint32_t* strip[NS];
+
+  void pairs(std::size_t t, std::size_t c, __m512bh& w0, __m512bh& w1) const {
+    const std::uint32_t* at =
+        strip[t] + c / kGroup * kDotStripGroupWords + (c % kGroup / 2 + 1) * kStrip;
+    w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(at));
+    w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(at + kStrip));
+  }
+  __m512 scales(std::size_t t, std::size_t g) const {
+    return _mm512_load_ps(strip[t] + g * kDotStripGroupWords);
+  }
+};
+
+template <std::size_t MR, std::size_t NS, class S>
+void score_tile(const S& src, std::size_t d, const std::uint32_t* q, std::size_t ldq, std::size_t n,
+                float alpha, float* s, std::size_t lds) {
+  const std::size_t G = kvq::groups(d);
   __m512 tot[MR][NS];
   for (auto& row : tot) {
     for (__m512& t : row) t = _mm512_setzero_ps();
@@ -133,10 +177,9 @@ void score_tile(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std
     }
     const std::size_t c1 = std::min(d, (g + 1) * kGroup);
     for (std::size_t c = g * kGroup; c < c1; c += 4) {
-      const __mmask64 m = c + 4 <= d ? ~__mmask64{0} : (__mmask64{1} << ((d - c) * kStrip)) - 1;
       for (std::size_t t = 0; t < NS; ++t) {
         __m512bh w0, w1;
-        cv(_mm512_maskz_loadu_epi8(m, strip[t] + codes + c * kStrip), i0, i1, w0, w1);
+        src.pairs(t, c, w0, w1);
         for (std::size_t r = 0; r < MR; ++r) {
           acc[r][t] = _mm512_dpbf16_ps(acc[r][t], broadcast_pair(q + r * ldq + c / 2), w0);
           acc[r][t] = _mm512_dpbf16_ps(acc[r][t], broadcast_pair(q + r * ldq + c / 2 + 1), w1);
@@ -144,7 +187,7 @@ void score_tile(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std
       }
     }
     for (std::size_t t = 0; t < NS; ++t) {
-      const __m512 sc = widen_scales(strip[t] + 2 * g * kStrip);
+      const __m512 sc = src.scales(t, g);
       for (std::size_t r = 0; r < MR; ++r) tot[r][t] = _mm512_fmadd_ps(acc[r][t], sc, tot[r][t]);
     }
   }
@@ -157,32 +200,77 @@ void score_tile(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std
   }
 }
 
-// The strips of keys [0, n) in tiles of tiles_for(MR), the last of fewer.
-template <Code C, std::size_t MR>
-void score_rows(const Convert<C>& cv, std::size_t d, const std::uint32_t* q, std::size_t ldq,
-                const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
-  kvq_tiles<tiles_for(MR)>(0, (n + kStrip - 1) / kStrip, [&](std::size_t t, auto ns) {
-    constexpr std::size_t NS = decltype(ns)::value;
-    const std::uint8_t* strip[NS];
-    kvq_strip_tile(keys, d, t, n, kAhead, strip);
-    score_tile<C, MR, NS>(cv, d, q, ldq, strip, n - t * kStrip, alpha, s + t * kStrip, lds);
-  });
+// K strips [t0, t0 + ns) of `keys` as PairStrips' pairs into `out`, the
+// strips kAhead on prefetched.
+template <Code C>
+void convert_strips(const Convert<C>& cv, std::size_t d, const kvq::KeyRuns& keys, std::size_t t0,
+                    std::size_t ns, std::size_t n, std::uint32_t* out) {
+  const std::size_t G = kvq::groups(d);
+  for (std::size_t t = 0; t < ns; ++t) {
+    const std::uint8_t* strip[1];
+    kvq_strip_tile<1>(keys, d, t0 + t, n, kAhead, strip);
+    const CodeStrips<C, 1> src{cv, d, {strip[0]}};
+    for (std::size_t g = 0; g < G; ++g) {
+      std::uint32_t* at = out + (t * G + g) * kDotStripGroupWords;
+      _mm512_store_ps(at, src.scales(0, g));
+      for (std::size_t c = g * kGroup; c < std::min(d, (g + 1) * kGroup); c += 4) {
+        __m512bh w0, w1;
+        src.pairs(0, c, w0, w1);
+        std::uint32_t* pair = at + (c % kGroup / 2 + 1) * kStrip;
+        _mm512_store_si512(pair, reinterpret_cast<__m512i>(w0));
+        _mm512_store_si512(pair + kStrip, reinterpret_cast<__m512i>(w1));
+      }
+    }
+  }
+}
+
+template <class T>
+T* cache_line(T* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(p) + 63) & ~std::uintptr_t{63});
 }
 
 template <Code C>
 void scores(std::size_t rows, std::size_t d, const std::uint32_t* q, std::size_t ldq,
-            const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
+            const kvq::KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds,
+            std::uint32_t* work) {
   const Convert<C> cv;
-  kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-    score_rows<C, decltype(mr)::value>(cv, d, q + r0 * ldq, ldq, keys, n, alpha, s + r0 * lds, lds);
-  });
+  const std::size_t strips = (n + kStrip - 1) / kStrip;
+  if (rows <= kMr) {
+    kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
+      constexpr std::size_t MR = decltype(mr)::value;
+      kvq_tiles<tiles_for(MR, kCodeRegs)>(0, strips, [&](std::size_t t, auto ns) {
+        constexpr std::size_t NS = decltype(ns)::value;
+        CodeStrips<C, NS> src{cv, d, {}};
+        kvq_strip_tile(keys, d, t, n, kAhead, src.strip);
+        score_tile<MR, NS>(src, d, q + r0 * ldq, ldq, n - t * kStrip, alpha,
+                           s + r0 * lds + t * kStrip, lds);
+      });
+    });
+    return;
+  }
+  std::uint32_t* pairs = cache_line(work);
+  const std::size_t G = kvq::groups(d);
+  for (std::size_t t0 = 0; t0 < strips; t0 += kDotConvertStrips) {
+    const std::size_t ns = std::min(kDotConvertStrips, strips - t0);
+    convert_strips(cv, d, keys, t0, ns, n, pairs);
+    kvq_row_blocks<kMrPairs>(rows, [&](std::size_t r0, auto mr) {
+      constexpr std::size_t MR = decltype(mr)::value;
+      kvq_tiles<tiles_for(MR, kPairRegs)>(0, ns, [&](std::size_t t, auto nt) {
+        constexpr std::size_t NS = decltype(nt)::value;
+        PairStrips<NS> src{d, {}};
+        for (std::size_t u = 0; u < NS; ++u)
+          src.strip[u] = pairs + (t + u) * G * kDotStripGroupWords;
+        const std::size_t j = (t0 + t) * kStrip;
+        score_tile<MR, NS>(src, d, q + r0 * ldq, ldq, n - j, alpha, s + r0 * lds + j, lds);
+      });
+    });
+  }
 }
 
-// pbuf word ((r * G + g) * np + j) = p'(r, j) of group g (np = n rounded
-// up to whole strips; keys from n on zero, so a strip is stored whole), 16
-// keys of a strip at a time, their scales gathered from the strip's rows.
-void scale_p(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
-             const kvq::KeyRuns& keys, std::size_t n, std::uint16_t* pb) {
+// sc[g * np + j] = key j's scale of group g as fp32 (np = n rounded up to
+// whole strips, keys from n on zero), gathered from each strip's rows, the
+// rows kAhead strips on prefetched.
+void value_scales(std::size_t d, const kvq::KeyRuns& keys, std::size_t n, float* sc) {
   const std::size_t G = kvq::groups(d), np = kvq::dot_p_stride(n);
   const std::size_t rb = kvq::value_row_bytes(d);
   const __m512i at =
@@ -196,45 +284,92 @@ void scale_p(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
     for (std::size_t g = 0; g < G; ++g) {
       const __m512i raw =
           _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, at, rows_at + 2 * g, 1);
-      const __m512 sc = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, raw, 16));
-      for (std::size_t r = 0; r < rows; ++r) {
-        const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, p + r * ldp + j), sc);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + (r * G + g) * np + j),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+      _mm512_store_ps(sc + g * np + j,
+                      _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, raw, 16)));
+    }
+  }
+}
+
+// pb word ((r * ng + g) * np + j) = p'(r, j) of group g, the groups' scales
+// from sc (np apart): whole strips, keys from n on zero.
+void round_p(std::size_t rows, std::size_t ng, const float* p, std::size_t ldp, const float* sc,
+             std::size_t n, std::uint16_t* pb) {
+  const std::size_t np = kvq::dot_p_stride(n);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < n; j += kStrip) {
+      const __m512 x = _mm512_maskz_loadu_ps(lanes_mask(n - j), p + r * ldp + j);
+      for (std::size_t g = 0; g < ng; ++g) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + (r * ng + g) * np + j),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                                _mm512_mul_ps(x, _mm512_load_ps(sc + g * np + j)))));
       }
     }
   }
 }
 
-// P·V of MR rows over NG groups of channels from group g0.
-template <Code C, std::size_t MR, std::size_t NG>
-void value_tile(const Convert<C>& cv, std::size_t d, std::size_t g0, const std::uint16_t* pb,
-                const kvq::KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo) {
-  const std::size_t G = kvq::groups(d), rb = kvq::value_row_bytes(d), np = kvq::dot_p_stride(n);
-  const __m512i i0 = load(kKeyPairs[0]), i1 = load(kKeyPairs[1]);
+// The pairs of V rows (j, j + 1), j even, in groups g0 .. g0 + NG - 1: the
+// codes converted in registers per tile (CodeRows), or pairs a call
+// converted once for all its row tiles (PairRows: key pair j / 2's NG
+// groups of 32 words, channels 0-15 then 16-31). Both give the same pairs.
+template <Code C>
+struct CodeRows {
+  static constexpr std::size_t kRegs = kCodeRegs;
+  const Convert<C>& cv;
+  const kvq::KeyRuns& keys;
+  std::size_t d, g0, n;
+  __m512i i0 = load(kKeyPairs[0]), i1 = load(kKeyPairs[1]);
+  const std::uint8_t* run = nullptr;
+  const std::uint8_t* row = nullptr;
+  bool two = false;
+
+  void at(std::size_t j) {
+    // A strip's rows at a time: they are consecutive in one block.
+    if (j % kStrip == 0) run = keys.row(j, d);
+    row = run + j % kStrip * kvq::value_row_bytes(d) + 2 * kvq::groups(d) + g0 * kGroup;
+    two = j + 1 < n;
+  }
+  // Row j's group in bytes 0-31, row j + 1's (zero past n) in 32-63, by two
+  // loads: one merge-masked 64-byte load ran P·V at 27 us per 4096 keys
+  // against 15 (Zen 4, 4 rows, d 64).
+  void pairs(std::size_t g, __m512bh& w0, __m512bh& w1) const {
+    const std::uint8_t* codes = row + g * kGroup;
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
+    const __m256i hi =
+        two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + kvq::value_row_bytes(d)))
+            : _mm256_setzero_si256();
+    cv(_mm512_mask_broadcast_i64x4(_mm512_castsi256_si512(lo), 0xF0, hi), i0, i1, w0, w1);
+  }
+};
+template <std::size_t NG>
+struct PairRows {
+  static constexpr std::size_t kRegs = kPairRegs;
+  const std::uint16_t* base;
+  const std::uint16_t* pair = nullptr;
+
+  void at(std::size_t j) { pair = base + j / 2 * NG * 2 * kGroup; }
+  void pairs(std::size_t g, __m512bh& w0, __m512bh& w1) const {
+    w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(pair + g * 2 * kGroup));
+    w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(pair + g * 2 * kGroup + kGroup));
+  }
+};
+
+// P·V of MR rows over NG groups of channels from group g0, p'(r, j) of
+// group g0 + g at pb word ((r * pg + g) * np + j).
+template <std::size_t MR, std::size_t NG, class S>
+void value_tile(S src, std::size_t d, std::size_t g0, const std::uint16_t* pb, std::size_t pg,
+                std::size_t n, float beta, float* o, std::size_t ldo) {
+  const std::size_t np = kvq::dot_p_stride(n);
   __m512 acc[MR][NG][2];
   for (auto& row : acc) {
     for (auto& grp : row) grp[0] = grp[1] = _mm512_setzero_ps();
   }
-  const std::uint8_t* run = nullptr;
   for (std::size_t j = 0; j < n; j += 2) {
-    // A strip's rows at a time: they are consecutive in one block.
-    if (j % kStrip == 0) run = keys.row(j, d);
-    const std::uint8_t* row = run + j % kStrip * rb + 2 * G + g0 * kGroup;
-    // Row j's group in bytes 0-31, row j + 1's (zero past n) in 32-63, by
-    // two loads: one merge-masked 64-byte load ran P·V at 27 us per 4096
-    // keys against 15 (Zen 4, 4 rows, d 64).
-    const bool two = j + 1 < n;
+    src.at(j);
     for (std::size_t g = 0; g < NG; ++g) {
-      const std::uint8_t* codes = row + g * kGroup;
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes));
-      const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + rb))
-                             : _mm256_setzero_si256();
-      const __m512i x = _mm512_mask_broadcast_i64x4(_mm512_castsi256_si512(lo), 0xF0, hi);
       __m512bh w0, w1;
-      cv(x, i0, i1, w0, w1);
+      src.pairs(g, w0, w1);
       for (std::size_t r = 0; r < MR; ++r) {
-        const __m512bh pp = broadcast_pair(pb + (r * G + g0 + g) * np + j);
+        const __m512bh pp = broadcast_pair(pb + (r * pg + g) * np + j);
         acc[r][g][0] = _mm512_dpbf16_ps(acc[r][g][0], pp, w0);
         acc[r][g][1] = _mm512_dpbf16_ps(acc[r][g][1], pp, w1);
       }
@@ -254,25 +389,55 @@ void value_tile(const Convert<C>& cv, std::size_t d, std::size_t g0, const std::
   }
 }
 
-// The groups in tiles of tiles_for(MR), the last of fewer.
-template <Code C, std::size_t MR>
-void value_rows(const Convert<C>& cv, std::size_t d, const std::uint16_t* pb,
-                const kvq::KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo) {
-  kvq_tiles<tiles_for(MR)>(0, kvq::groups(d), [&](std::size_t g, auto ng) {
-    value_tile<C, MR, decltype(ng)::value>(cv, d, g, pb, keys, n, beta, o, ldo);
-  });
+// V's groups [g0, g0 + ng) of keys [0, n) as PairRows' pairs into `out`
+// (an odd n's last pair with a zero row).
+template <Code C>
+void convert_rows(const Convert<C>& cv, std::size_t d, const kvq::KeyRuns& keys, std::size_t n,
+                  std::size_t g0, std::size_t ng, std::uint16_t* out) {
+  CodeRows<C> src{cv, keys, d, g0, n};
+  for (std::size_t j = 0; j < n; j += 2) {
+    src.at(j);
+    for (std::size_t g = 0; g < ng; ++g) {
+      __m512bh w0, w1;
+      src.pairs(g, w0, w1);
+      std::uint16_t* pair = out + (j / 2 * ng + g) * 2 * kGroup;
+      _mm512_store_si512(pair, reinterpret_cast<__m512i>(w0));
+      _mm512_store_si512(pair + kGroup, reinterpret_cast<__m512i>(w1));
+    }
+  }
 }
 
+// pbuf: the fp32 scales (value_scales), p' (round_p), then, converted,
+// V's pairs; p' of a row tile just before its products, where converted.
 template <Code C>
 void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
             const kvq::KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo,
             std::uint16_t* pbuf) {
-  scale_p(rows, d, p, ldp, keys, n, pbuf);
+  const std::size_t G = kvq::groups(d), np = kvq::dot_p_stride(n);
+  float* sc = cache_line(reinterpret_cast<float*>(pbuf));
+  std::uint16_t* pb = reinterpret_cast<std::uint16_t*>(sc + G * np);
+  value_scales(d, keys, n, sc);
   const Convert<C> cv;
-  const std::size_t per_row = kvq::groups(d) * kvq::dot_p_stride(n);
-  kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
-    value_rows<C, decltype(mr)::value>(cv, d, pbuf + r0 * per_row, keys, n, beta, o + r0 * ldo,
-                                       ldo);
+  if (rows <= kMr) {
+    round_p(rows, G, p, ldp, sc, n, pb);
+    kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
+      constexpr std::size_t MR = decltype(mr)::value;
+      kvq_tiles<tiles_for(MR, kCodeRegs)>(0, G, [&](std::size_t g, auto ng) {
+        value_tile<MR, decltype(ng)::value>(CodeRows<C>{cv, keys, d, g, n}, d, g,
+                                            pb + (r0 * G + g) * np, G, n, beta, o + r0 * ldo, ldo);
+      });
+    });
+    return;
+  }
+  std::uint16_t* pairs = cache_line(pb + kMrPairs * std::min(G, kDotConvertGroups) * np);
+  kvq_tiles<tiles_for(kMrPairs, kPairRegs)>(0, G, [&](std::size_t g, auto ng) {
+    constexpr std::size_t NG = decltype(ng)::value;
+    convert_rows(cv, d, keys, n, g, NG, pairs);
+    kvq_row_blocks<kMrPairs>(rows, [&](std::size_t r0, auto mr) {
+      constexpr std::size_t MR = decltype(mr)::value;
+      round_p(MR, NG, p + r0 * ldp, ldp, sc + g * np, n, pb);
+      value_tile<MR, NG>(PairRows<NG>{pairs}, d, g, pb, NG, n, beta, o + r0 * ldo, ldo);
+    });
   });
 }
 
@@ -280,6 +445,7 @@ void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
 
 constinit const KvQuantDotKernels kv_quant_dot_kernels_avx512_vbmi_bf16 = {
     "avx512_vbmi_bf16",
+    kMr,
     {&scores<Code::int8>, &scores<Code::e4m3>},
     {&values<Code::int8>, &values<Code::e4m3>}};
 

@@ -98,14 +98,12 @@ class KvQuant final : public KvType {
   }
 
   // Q's rows (fp32, or bf16 pairs for the dot table), then (shared) room
-  // for one chunk's K strips.
+  // for one chunk's K strips, then the dot table's work.
   std::size_t query_floats(std::size_t rows, std::size_t d) const override {
-    const std::size_t q = rows * q_stride(d);
-    if (!shared_) return q;
-    return round_up(q, 16) + ceil_div(kChunkStrips * kvq::key_strip_bytes(d), sizeof(float));
+    return work_at(rows, d) + (dot_ == nullptr ? 0 : dot_score_work_words(*dot_, rows, d));
   }
   std::size_t p_floats(std::size_t rows, std::size_t keys, std::size_t d) const override {
-    return dot_ == nullptr ? 0 : ceil_div(dot_pbuf_words(rows, keys, d), 2);
+    return dot_ == nullptr ? 0 : ceil_div(dot_pbuf_words(*dot_, rows, keys, d), 2);
   }
   void prepare_queries(std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                        float* qbuf) const override {
@@ -162,11 +160,19 @@ class KvQuant final : public KvType {
   std::size_t index() const { return static_cast<std::size_t>(code_); }
   // Floats per prepared Q row.
   std::size_t q_stride(std::size_t d) const { return dot_ == nullptr ? d : kvq::dot_pairs(d); }
-  void products_scores(std::size_t rows, std::size_t d, const float* qbuf, const kvq::KeyRuns& keys,
+  // Where the dot table's work starts in qbuf, after the rows and the
+  // shared chunk's strips.
+  std::size_t work_at(std::size_t rows, std::size_t d) const {
+    const std::size_t q = round_up(rows * q_stride(d), 16);
+    if (!shared_) return q;
+    return q + round_up(ceil_div(kChunkStrips * kvq::key_strip_bytes(d), sizeof(float)), 16);
+  }
+  void products_scores(std::size_t rows, std::size_t d, float* qbuf, const kvq::KeyRuns& keys,
                        std::size_t n, float alpha, float* s, std::size_t lds) const {
     if (dot_ != nullptr) {
       dot_->scores[index()](rows, d, reinterpret_cast<const std::uint32_t*>(qbuf),
-                            kvq::dot_pairs(d), keys, n, alpha, s, lds);
+                            kvq::dot_pairs(d), keys, n, alpha, s, lds,
+                            reinterpret_cast<std::uint32_t*>(qbuf + work_at(rows, d)));
       return;
     }
     k_.scores[index()](rows, d, qbuf, d, keys, n, alpha, s, lds);
