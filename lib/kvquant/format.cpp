@@ -19,9 +19,10 @@ float float_of(std::uint32_t b) {
   return x;
 }
 
-constexpr std::uint16_t kNanScale = 0x7FC0;
-// int8 scales tried per group (6 bf16 steps span 2.3-4.7 %).
+// int8 scales tried per group beside the rounded-up one (6 bf16 steps span
+// 2.3-4.7 %).
 constexpr std::uint16_t kScaleCandidates = 6;
+static_assert(kScaleCandidates + 1 <= kMaxScales);
 
 // The smallest bf16 >= s (s >= 0, finite), or the largest below it where
 // code_max times that would overflow fp32.
@@ -105,6 +106,33 @@ std::uint8_t e4m3_code(double y) {
   return sign | static_cast<std::uint8_t>(code);
 }
 
+std::size_t int8_scales(double amax, std::uint16_t (&bits)[kMaxScales]) {
+  const float qmax = code_max(Code::int8);
+  bits[0] = scale_bits(amax / qmax, qmax);
+  std::size_t count = 1;
+  if (amax == 0.0) return count;
+  // Of the bf16 scales from just below max|x| / 128 up, the first with the
+  // least squared error of the group (bf16's coarse scales otherwise cost
+  // 2 % of RMS error against q8_0's fp16 ones; this search gains 6 %).
+  const std::uint16_t first = scale_bits(amax / 128.0, qmax);
+  for (std::uint16_t b = first > 0 ? first - 1 : 0, k = 0; k < kScaleCandidates; ++b, ++k) {
+    if (b == bits[0] || bf16_value(b) == 0.0f ||
+        static_cast<double>(bf16_value(b)) * qmax > FLT_MAX) {
+      continue;
+    }
+    bits[count++] = b;
+  }
+  return count;
+}
+
+std::size_t least_error(const double* sse, const std::uint16_t* bits, std::size_t count) {
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < count; ++k) {
+    if (sse[k] < sse[best] || (sse[k] == sse[best] && bits[k] < bits[best])) best = k;
+  }
+  return best;
+}
+
 std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t* codes) {
   double amax = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -114,8 +142,6 @@ std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t
     }
     amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
   }
-  const float qmax = code_max(c);
-  const std::uint16_t up = scale_bits(amax / qmax, qmax);
   const auto encode = [&](std::uint16_t bits, std::uint8_t* out) {
     const double scale = bf16_value(bits);
     double sse = 0.0;
@@ -127,50 +153,44 @@ std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t
     }
     return sse;
   };
-  double best = encode(up, codes);
-  if (c == Code::e4m3 || amax == 0.0) return up;
-  // int8: of the bf16 scales from just below max|x| / 128 up, the first with
-  // the least squared error of the group (bf16's coarse scales otherwise
-  // cost 2 % of RMS error against q8_0's fp16 ones; this search gains 6 %).
-  std::uint16_t best_bits = up;
-  std::uint8_t trial[kGroup];
-  const std::uint16_t first = scale_bits(amax / 128.0, qmax);
-  for (std::uint16_t b = first > 0 ? first - 1 : 0, k = 0; k < kScaleCandidates; ++b, ++k) {
-    if (b == up || bf16_value(b) == 0.0f || static_cast<double>(bf16_value(b)) * qmax > FLT_MAX) {
-      continue;
-    }
-    const double sse = encode(b, trial);
-    if (sse < best || (sse == best && b < best_bits)) {
-      best = sse;
-      best_bits = b;
-      std::copy_n(trial, n, codes);
-    }
+  if (c == Code::e4m3) {
+    const std::uint16_t up = scale_bits(amax / code_max(c), code_max(c));
+    encode(up, codes);
+    return up;
   }
-  return best_bits;
+  std::uint16_t bits[kMaxScales] = {};
+  const std::size_t count = int8_scales(amax, bits);
+  double sse[kMaxScales];
+  std::uint8_t trial[kGroup];
+  for (std::size_t k = 0; k < count; ++k) sse[k] = encode(bits[k], trial);
+  const std::uint16_t best = bits[least_error(sse, bits, count)];
+  encode(best, codes);
+  return best;
 }
 
 void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j,
-             const float* key, const float* value) {
+             const float* key, const float* value, Quantize quantize) {
   const std::size_t G = groups(d), lane = j % kStrip;
   std::uint8_t* strip = key_strip(k_block, d, j);
   if (lane == 0) std::memset(strip, 0, key_strip_bytes(d));
   std::uint8_t codes[kGroup];
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t c0 = g * kGroup, n = std::min(kGroup, d - c0);
-    const std::uint16_t ks = quantize_group(c, key + c0, n, codes);
+    const std::uint16_t ks = quantize(c, key + c0, n, codes);
     std::memcpy(strip + (g * kStrip + lane) * 2, &ks, 2);
     for (std::size_t i = 0; i < n; ++i) strip[2 * kStrip * G + (c0 + i) * kStrip + lane] = codes[i];
   }
-  put_value(c, d, v_block, j, value);
+  put_value(c, d, v_block, j, value, quantize);
 }
 
-void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value) {
+void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value,
+               Quantize quantize) {
   const std::size_t G = groups(d);
   std::uint8_t* row = v_block + j * value_row_bytes(d);
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t c0 = g * kGroup, n = std::min(kGroup, d - c0);
     std::uint8_t codes[kGroup] = {};
-    const std::uint16_t vs = quantize_group(c, value + c0, n, codes);
+    const std::uint16_t vs = quantize(c, value + c0, n, codes);
     std::memcpy(row + 2 * g, &vs, 2);
     std::memcpy(row + 2 * G + c0, codes, kGroup);
   }

@@ -66,21 +66,34 @@ float code_value(Code c, std::uint8_t code);
 // values from just below max|x| / 128 up, the one whose codes have the least
 // squared error (the smallest on a tie).
 std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t* codes);
+using Quantize = std::uint16_t (*)(Code, const float*, std::size_t, std::uint8_t*);
+// The scale of a group with a non-finite value.
+inline constexpr std::uint16_t kNanScale = 0x7FC0;
+// quantize_group's int8 search, for the kernels that vectorize it
+// (quantize_lanes.hpp): int8_scales gives the scales it tries for a finite
+// group of largest magnitude amax, in its order, the rounded-up one first
+// (one alone where amax is 0); least_error picks the one it keeps, given
+// each one's squared error, summed in channel order.
+inline constexpr std::size_t kMaxScales = 8;
+std::size_t int8_scales(double amax, std::uint16_t (&bits)[kMaxScales]);
+std::size_t least_error(const double* sse, const std::uint16_t* bits, std::size_t count);
 // E4M3 of y (|y| <= 448 after scaling; larger saturates), nearest even.
 std::uint8_t e4m3_code(double y);
 
-// One key of a head-block: its head_dim values quantized into K lane j of
-// its strip and V row j (the first key of a strip zeroes the strip), and
-// read back dequantized; clear_key makes key j read as zero.
+// One key of a head-block: its head_dim values quantized (by `quantize`,
+// quantize_group or a kernel table's, with its bits) into K lane j of its
+// strip and V row j (the first key of a strip zeroes the strip), and read
+// back dequantized; clear_key makes key j read as zero.
 void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j,
-             const float* key, const float* value);
+             const float* key, const float* value, Quantize quantize = &quantize_group);
 void get_key(Code c, std::size_t d, const std::uint8_t* k_block, const std::uint8_t* v_block,
              std::size_t j, float* key, float* value);
 void clear_key(std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j);
 // A key's V row alone, as put_key writes it, and clear_key's: a store whose
 // K is its V (MLA's latent rows) keeps the rows once and builds K strips
 // from them for the scores (strips_from_rows).
-void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value);
+void put_value(Code c, std::size_t d, std::uint8_t* v_block, std::size_t j, const float* value,
+               Quantize quantize = &quantize_group);
 void clear_value(std::size_t d, std::uint8_t* v_block, std::size_t j);
 // Keys [j, j + n) of one head-block become keys [to, to + n) of another,
 // byte for byte; both runs inside one K strip (lanes past them untouched).

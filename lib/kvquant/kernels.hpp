@@ -24,6 +24,8 @@ struct KvQuantKernels {
                           std::size_t ldo);
   Scores scores[2];  // by kvq::Code
   Values values[2];
+  // kvq::quantize_group's bits (quantize_lanes.hpp on the vector ISAs).
+  kvq::Quantize quantize;
 };
 
 // The table of an ISA (the scalar one where this build lacks it).

@@ -20,6 +20,7 @@
 #include "common/prefetch.hpp"
 #include "kvquant/format.hpp"
 #include "kvquant/kernels.hpp"
+#include "kvquant/quantize_lanes.hpp"
 #include "simd/lanes.hpp"
 
 namespace mha::detail {
@@ -242,7 +243,9 @@ struct KvQuantImpl {
   }
 
   static constexpr KvQuantKernels table() {
-    return {{&scores<Code::int8>, &scores<Code::e4m3>}, {&values<Code::int8>, &values<Code::e4m3>}};
+    return {{&scores<Code::int8>, &scores<Code::e4m3>},
+            {&values<Code::int8>, &values<Code::e4m3>},
+            &kvq::quantize_group_lanes};
   }
 };
 

@@ -62,10 +62,10 @@ class KvQuant final : public KvType {
   void put(const KvLayout&, void* k, void* v, std::size_t j, std::size_t d, const float* key,
            const float* value) const override {
     if (shared_) {
-      kvq::put_value(code_, d, bytes(v), j, value);
+      kvq::put_value(code_, d, bytes(v), j, value, k_.quantize);
       return;
     }
-    kvq::put_key(code_, d, bytes(k), bytes(v), j, key, value);
+    kvq::put_key(code_, d, bytes(k), bytes(v), j, key, value, k_.quantize);
   }
   void put_rows(const KvLayout& l, void* k, void* v, std::size_t j, std::size_t n, std::size_t d,
                 const float* key, const float* value, std::size_t ld) const override {
