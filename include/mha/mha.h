@@ -645,7 +645,8 @@ typedef struct {
  *    flushed, channels padded to a multiple of 4 with zeros), times the
  *    group's key scale added to the running total by one fused
  *    multiply-add; P·V multiplies p' = p · the value group's scale, rounded
- *    to bf16 (one more rounding of P, 2^-9 relative), by the codes, summed
+ *    to bf16 (one more rounding of P, 2^-9 relative; P itself, as for the
+ *    bf16 cache, from an exp accurate to 2^-18), by the codes, summed
  *    over pairs of keys in vdpbf16ps's order. The same bits at any thread
  *    count, chunking and block size, those of a scalar emulation;
  *    MHA_BF16_KERNEL=avx512_widen gives the fp32 products instead;

@@ -135,6 +135,8 @@ class KvQuant final : public KvType {
       from.j0 += n;
     }
   }
+  // p' is rounded to bf16 (2^-9), so P may come from the exp2 pass (2^-18).
+  bool rounds_p() const override { return dot_ != nullptr; }
   void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp, const KvTile& t,
               float beta, float* o, std::size_t ldo, float* pbuf) const override {
     if (dot_ != nullptr) {
