@@ -249,6 +249,17 @@ TEST_CASE("kv quant: each ISA's quantizer is quantize_group's bits", "[kv_quant]
       if (trial % 5 == 0) {  // halfway between codes of the rounded-up scale
         for (std::size_t i = 0; i < n; ++i) x[i] = (static_cast<float>(i) - 15.5f) * 0.25f;
       }
+      if (trial % 3 == 0) {  // 32 octaves: E4M3's subnormal and zero codes
+        for (std::size_t i = 0; i < n; ++i) x[i] = std::ldexp(x[i], -static_cast<int>(i));
+      }
+      if (trial % 4 == 1) {  // scale 1 and values halfway between E4M3 codes
+        const std::vector<double> v = e4m3_values();
+        x[0] = 448.0f;
+        for (std::size_t i = 1; i < n; ++i) {
+          const std::size_t k = rng() % (v.size() - 1);
+          x[i] = static_cast<float>((v[k] + v[k + 1]) / 2) * (rng() % 2 == 0 ? 1.0f : -1.0f);
+        }
+      }
       if (trial % 11 == 0) x[n / 2] = trial % 2 == 0 ? -0.0f : 1e-45f;
       if (trial % 13 == 0) std::fill(x.begin(), x.end(), 0.0f);
       if (trial % 17 == 0) x[0] = trial % 2 == 0 ? FLT_MAX : -FLT_MAX;
