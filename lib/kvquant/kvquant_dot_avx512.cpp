@@ -10,8 +10,10 @@
 // Scores: keys in lanes, a quad of channels per 64 code bytes of a strip,
 // each group's chain scaled into the total by the group's 16 key scales.
 // P·V: channels in lanes, a pair of keys per 64 code bytes (a group of
-// each row), against p' = bf16(p · the key's group scale), rounded per
-// tile into pbuf first.
+// each row), against p' = bf16(p · the key's group scale), rounded into
+// pbuf first. A decode's few rows convert the codes per register tile; a
+// call of more rows converts them once into scratch, where its row tiles
+// load them (a 512-token chunk onto an int8 cache: 227 -> 190 ms, Zen 4).
 #include <immintrin.h>
 
 #include <algorithm>
