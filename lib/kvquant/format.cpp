@@ -106,7 +106,12 @@ std::uint8_t e4m3_code(double y) {
   return sign | static_cast<std::uint8_t>(code);
 }
 
-std::size_t group_scales(Code c, double amax, std::uint16_t (&bits)[kMaxScales]) {
+std::size_t group_scales(Code c, const float* x, std::size_t n, std::uint16_t (&bits)[kMaxScales]) {
+  double amax = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return 0;
+    amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+  }
   const float qmax = code_max(c);
   bits[0] = scale_bits(amax / qmax, qmax);
   std::size_t count = 1;
@@ -134,14 +139,6 @@ std::size_t least_error(const double* sse, const std::uint16_t* bits, std::size_
 }
 
 std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t* codes) {
-  double amax = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      std::fill_n(codes, n, std::uint8_t{0});
-      return kNanScale;
-    }
-    amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
-  }
   const auto encode = [&](std::uint16_t bits, std::uint8_t* out) {
     const double scale = bf16_value(bits);
     double sse = 0.0;
@@ -154,7 +151,11 @@ std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t
     return sse;
   };
   std::uint16_t bits[kMaxScales] = {};
-  const std::size_t count = group_scales(c, amax, bits);
+  const std::size_t count = group_scales(c, x, n, bits);
+  if (count == 0) {
+    std::fill_n(codes, n, std::uint8_t{0});
+    return kNanScale;
+  }
   if (count == 1) {
     encode(bits[0], codes);
     return bits[0];

@@ -70,12 +70,13 @@ using Quantize = std::uint16_t (*)(Code, const float*, std::size_t, std::uint8_t
 // The scale of a group with a non-finite value.
 inline constexpr std::uint16_t kNanScale = 0x7FC0;
 // quantize_group's scale choice, for the kernels that vectorize it
-// (quantize_lanes.hpp): group_scales gives the scales it tries for a finite
-// group of largest magnitude amax, in its order, the rounded-up one first
-// (one alone for E4M3 or where amax is 0); least_error picks the one it
+// (quantize_lanes.hpp): group_scales gives the scales it tries for the
+// group x[0, n), in its order, the rounded-up one first (one alone for
+// E4M3 or an all-zero group; none for a group with a non-finite value,
+// whose scale is kNanScale and codes 0); least_error picks the one it
 // keeps, given each one's squared error, summed in channel order.
 inline constexpr std::size_t kMaxScales = 8;
-std::size_t group_scales(Code c, double amax, std::uint16_t (&bits)[kMaxScales]);
+std::size_t group_scales(Code c, const float* x, std::size_t n, std::uint16_t (&bits)[kMaxScales]);
 std::size_t least_error(const double* sse, const std::uint16_t* bits, std::size_t count);
 // E4M3 of y (|y| <= 448 after scaling; larger saturates), nearest even.
 std::uint8_t e4m3_code(double y);

@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -51,16 +50,12 @@ void to_e4m3_codes(const Doubles& y, Int64s& code) {
 }
 
 std::uint16_t quantize_group_lanes(Code c, const float* x, std::size_t n, std::uint8_t* codes) {
-  double amax = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) {
-      std::fill_n(codes, n, std::uint8_t{0});
-      return kNanScale;
-    }
-    amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
-  }
   std::uint16_t bits[kMaxScales] = {};
-  const std::size_t count = group_scales(c, amax, bits);
+  const std::size_t count = group_scales(c, x, n, bits);
+  if (count == 0) {
+    std::fill_n(codes, n, std::uint8_t{0});
+    return kNanScale;
+  }
   std::uint16_t best = bits[0];
   if (count > 1) {
     Doubles scale = Doubles{} + 1.0, sse{};
