@@ -77,15 +77,23 @@ Initial initial_choice() {
     return r;
   }
   auto isa = parse_isa(env);
-  if (!isa) {
-    r.error = std::string("MHA_ISA=") + env +
-              " is not an ISA name (expected scalar, avx2, avx512 or neon)";
-  } else if (isa_runnable(*isa)) {
+  if (isa && isa_runnable(*isa)) {
     r.isa = isa;
-  } else {
-    r.error = std::string("MHA_ISA=") + env + " is not supported by this " +
-              (built(*isa) ? "CPU/OS" : "build") + "; supported here:";
-    for (Isa s : supported_isas()) r.error += std::string(" ") + std::string(isa_name(s));
+    return r;
+  }
+  // Appended piece by piece: GCC 12 warns (-Wrestrict, a false positive)
+  // on a chain of string + const char*.
+  r.error = "MHA_ISA=";
+  r.error += env;
+  if (!isa) {
+    r.error += " is not an ISA name (expected scalar, avx2, avx512 or neon)";
+    return r;
+  }
+  r.error += built(*isa) ? " is not supported by this CPU/OS" : " is not supported by this build";
+  r.error += "; supported here:";
+  for (Isa s : supported_isas()) {
+    r.error += ' ';
+    r.error += isa_name(s);
   }
   return r;
 }
