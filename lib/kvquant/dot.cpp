@@ -3,7 +3,6 @@
 // by lane, on emulated_vdpbf16ps_pair's steps.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "gemm/gemm_bf16.hpp"
 #include "kvquant/format.hpp"
@@ -11,11 +10,6 @@
 namespace mha::detail::kvq {
 namespace {
 
-std::uint16_t load_u16(const std::uint8_t* p) {
-  std::uint16_t b;
-  std::memcpy(&b, p, sizeof b);
-  return b;
-}
 std::uint32_t pair_of(std::uint16_t even, std::uint16_t odd) {
   return static_cast<std::uint32_t>(even) | static_cast<std::uint32_t>(odd) << 16;
 }
@@ -40,7 +34,7 @@ void scores_dot_emulated(Code c, std::size_t rows, std::size_t d, const std::uin
         for (std::size_t ch = c0; ch < c1; ch += 2) {
           a = emulated_vdpbf16ps_pair(a, q[r * ldq + ch / 2], pair_of(code(ch), code(ch + 1)));
         }
-        t = std::fma(a, bf16_value(load_u16(strip + 2 * (g * kStrip + lane))), t);
+        t = std::fma(a, bf16_value(scale_at(strip + 2 * (g * kStrip + lane))), t);
       }
       s[r * lds + j] = alpha * t;
     }
@@ -55,7 +49,7 @@ void values_dot_emulated(Code c, std::size_t rows, std::size_t d, const float* p
   // n (an odd n's pair half) zero.
   const auto scaled_p = [&](std::size_t r, std::size_t j, std::size_t ch) -> std::uint16_t {
     if (j >= n) return 0;
-    const float x = p[r * ldp + j] * bf16_value(load_u16(keys.row(j, d) + 2 * (ch / kGroup)));
+    const float x = p[r * ldp + j] * bf16_value(scale_at(keys.row(j, d) + 2 * (ch / kGroup)));
     float pair[2] = {x, 0.0f};
     std::uint16_t out[2];
     emulated_round_rows(1, 2, pair, 2, out, 2);

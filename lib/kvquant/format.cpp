@@ -45,12 +45,6 @@ std::uint8_t* key_strip(std::uint8_t* k_block, std::size_t d, std::size_t j) {
   return k_block + j / kStrip * key_strip_bytes(d);
 }
 
-std::uint16_t scale_at(const std::uint8_t* p) {
-  std::uint16_t bits;
-  std::memcpy(&bits, p, sizeof bits);
-  return bits;
-}
-
 // 16 bytes in a vector (SSE2 or NEON), so the transpose below is 64
 // byte interleaves rather than 256 scalar moves.
 using Bytes16 = std::uint8_t __attribute__((vector_size(16)));

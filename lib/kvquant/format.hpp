@@ -55,6 +55,12 @@ inline float bf16_value(std::uint16_t bits) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+// The bf16 bits of a scale stored at p (any alignment).
+inline std::uint16_t scale_at(const std::uint8_t* p) {
+  std::uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+  return bits;
+}
 // A code's value, before its scale (exact). E4M3 codes decode as
 // sign · bits(code << 20) · 2^120, the kernels' conversion, so 0x7F and 0xFF
 // (never written) read as ±480.

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "common/prefetch.hpp"
@@ -193,9 +192,7 @@ struct KvQuantImpl {
       }
       const std::uint8_t* row = run + j % kvq::kStrip * rb;
       for (std::size_t g = 0; g < NG; ++g) {
-        std::uint16_t bits;
-        std::memcpy(&bits, row + 2 * (g0 + g), sizeof bits);
-        const V sc = L::splat(kvq::bf16_value(bits));
+        const V sc = L::splat(kvq::bf16_value(kvq::scale_at(row + 2 * (g0 + g))));
         const std::uint8_t* codes = row + 2 * G + (g0 + g) * kvq::kGroup;
         for (std::size_t h = 0; h < GV; h += VPS) {
           V v[VPS];
