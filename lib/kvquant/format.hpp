@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/blocks.hpp"
+
 namespace mha::detail::kvq {
 
 enum class Code : unsigned char { int8, e4m3 };
@@ -137,19 +139,13 @@ struct KeyRuns {
   const std::uint8_t* strip(std::size_t i, std::size_t d) const {
     const std::size_t j = j0 + i;
     if (blocks == nullptr) return k + j / kStrip * key_strip_bytes(d);
-    return k + block_offset(j, k_stride) + j % block_keys / kStrip * key_strip_bytes(d);
+    return k + block_offset(blocks, j, block_keys, k_stride) +
+           j % block_keys / kStrip * key_strip_bytes(d);
   }
   const std::uint8_t* row(std::size_t i, std::size_t d) const {
     const std::size_t j = j0 + i;
     if (blocks == nullptr) return v + j * value_row_bytes(d);
-    return v + block_offset(j, v_stride) + j % block_keys * value_row_bytes(d);
-  }
-
- private:
-  std::ptrdiff_t block_offset(std::size_t j, std::size_t stride) const {
-    return (static_cast<std::ptrdiff_t>(blocks[j / block_keys]) -
-            static_cast<std::ptrdiff_t>(blocks[0])) *
-           static_cast<std::ptrdiff_t>(stride);
+    return v + block_offset(blocks, j, block_keys, v_stride) + j % block_keys * value_row_bytes(d);
   }
 };
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "common/blocks.hpp"
 #include "common/prefetch.hpp"
 #include "gemm/gemm.hpp"
 #include "gemm/gemm_bf16.hpp"
@@ -97,10 +98,7 @@ struct KvTile {
 
  private:
   std::ptrdiff_t offset(std::size_t i, std::size_t stride) const {
-    if (blocks == nullptr) return 0;
-    return (static_cast<std::ptrdiff_t>(blocks[(j0 + i) / block_keys]) -
-            static_cast<std::ptrdiff_t>(blocks[0])) *
-           static_cast<std::ptrdiff_t>(stride);
+    return blocks == nullptr ? 0 : block_offset(blocks, j0 + i, block_keys, stride);
   }
 };
 
