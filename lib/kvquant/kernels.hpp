@@ -66,13 +66,15 @@ inline std::size_t dot_score_work_words(const KvQuantDotKernels& k, std::size_t 
                                         std::size_t d) {
   return rows <= k.convert_rows ? 0 : kDotConvertStrips * kvq::groups(d) * kDotStripGroupWords + 16;
 }
+// Never less for more rows: a task's pbuf, sized for its most rows, also
+// serves its calls of fewer (at most convert_rows rows' p' either way).
 inline std::size_t dot_pbuf_words(const KvQuantDotKernels& k, std::size_t rows, std::size_t n,
                                   std::size_t d) {
   const std::size_t np = kvq::dot_p_stride(n), G = kvq::groups(d);
   const std::size_t scales = 2 * G * np + 32;  // fp32, from a cache line
   if (rows <= k.convert_rows) return scales + rows * G * np;
   const std::size_t ng = std::min(G, kDotConvertGroups);
-  return scales + k.convert_rows * ng * np + np * ng * kvq::kGroup + 32;
+  return scales + k.convert_rows * G * np + np * ng * kvq::kGroup + 32;
 }
 // The dot table for a bf16 object on `g16`, or null (its products then stay
 // fp32): vdpbf16ps's (avx512_vbmi_bf16) where g16 is avx512_bf16 and the

@@ -536,6 +536,37 @@ TEST_CASE("kv quant: the bf16 dot products are the emulation's bits", "[kv_quant
   });
 }
 
+// A task sizes its scratch once, for its most rows, and calls the products
+// on fewer too (a query set's last block): at 1000 channels (32 groups) a
+// call of up to convert_rows rows needs more p' than a converting call
+// does, within the same scratch (ASan sees an overrun).
+TEST_CASE("kv quant: dot scratch sized for many rows serves fewer", "[kv_quant]") {
+  const mha::detail::KvQuantDotKernels* dot = dot_kernels();
+  if (dot == nullptr) {
+    WARN("no bf16 dot table on this CPU");
+    return;
+  }
+  std::mt19937_64 rng(23);
+  const std::size_t d = 1000, n = 40, most = dot->convert_rows + 9, ldq = kvq::dot_pairs(d);
+  const std::vector<float> keys = random_floats(n * d, rng), values = random_floats(n * d, rng);
+  const Block b(Code::int8, d, n, keys, values);
+  const std::vector<std::uint32_t> qp = bf16_pairs(random_floats(most * d, rng), most, d, ldq);
+  std::vector<float> p(most * n, 0.25f);
+  std::vector<std::uint16_t> pbuf(mha::detail::dot_pbuf_words(*dot, most, n, d));
+  std::vector<std::uint32_t> work(mha::detail::dot_score_work_words(*dot, most, d));
+  for (std::size_t rows : {std::size_t{1}, dot->convert_rows, most}) {
+    CAPTURE(rows);
+    std::vector<float> s(rows * n), s_ref(s), o(rows * d), o_ref(o);
+    dot->scores[0](rows, d, qp.data() + 1, ldq, b.keys(), n, 1.0f, s.data(), n, work.data());
+    kvq::scores_dot_emulated(Code::int8, rows, d, qp.data() + 1, ldq, b.keys(), n, 1.0f,
+                             s_ref.data(), n);
+    dot->values[0](rows, d, p.data(), n, b.keys(), n, 0.0f, o.data(), d, pbuf.data());
+    kvq::values_dot_emulated(Code::int8, rows, d, p.data(), n, b.keys(), n, 0.0f, o_ref.data(), d);
+    for (std::size_t i = 0; i < s.size(); ++i) REQUIRE(bits(s[i]) == bits(s_ref[i]));
+    for (std::size_t i = 0; i < o.size(); ++i) REQUIRE(bits(o[i]) == bits(o_ref[i]));
+  }
+}
+
 // The emulation against double sums of the dequantized keys and values
 // with the same bf16 Q: each score is a chain of at most 32 roundings per
 // group, one per group's scaled sum and one for alpha, so |error| <=
