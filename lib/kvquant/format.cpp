@@ -150,16 +150,12 @@ std::uint16_t quantize_group(Code c, const float* x, std::size_t n, std::uint8_t
     std::fill_n(codes, n, std::uint8_t{0});
     return kNanScale;
   }
-  if (count == 1) {
-    encode(bits[0], codes);
-    return bits[0];
-  }
   double sse[kMaxScales];
-  std::uint8_t trial[kGroup];
-  for (std::size_t k = 0; k < count; ++k) sse[k] = encode(bits[k], trial);
-  const std::uint16_t best = bits[least_error(sse, bits, count)];
-  encode(best, codes);
-  return best;
+  std::uint8_t trial[kMaxScales][kGroup];
+  for (std::size_t k = 0; k < count; ++k) sse[k] = encode(bits[k], trial[k]);
+  const std::size_t best = least_error(sse, bits, count);
+  std::copy_n(trial[best], n, codes);
+  return bits[best];
 }
 
 void put_key(Code c, std::size_t d, std::uint8_t* k_block, std::uint8_t* v_block, std::size_t j,

@@ -23,15 +23,18 @@ using Int64s = std::int64_t __attribute__((vector_size(8 * sizeof(std::int64_t))
 // The helpers take vectors by reference: a vector argument's ABI differs
 // by ISA.
 //
-// y = nearbyint(clamp(y, -127, 127)) for y not NaN, as int8_code rounds (to
-// nearest even: below 2^52 in magnitude, adding and taking away 1.5 * 2^52
-// rounds to an integer, ties to even; a -0 there reads as +0, the same
-// code).
+// y rounded to an integer, nearest even, as nearbyint for |y| < 2^51:
+// adding and taking away 1.5 * 2^52 (a -0 there reads as +0, the same code).
+void round_to_even(Doubles& y) {
+  const Doubles round = Doubles{} + 0x1.8p52;
+  y = (y + round) - round;
+}
+// y = nearbyint(clamp(y, -127, 127)) for y not NaN, as int8_code rounds.
 void to_int8_values(Doubles& y) {
-  const Doubles zero{}, hi = zero + 127.0, lo = zero - 127.0, round = zero + 0x1.8p52;
+  const Doubles zero{}, hi = zero + 127.0, lo = zero - 127.0;
   y = y > hi ? hi : y;
   y = y < lo ? lo : y;
-  y = (y + round) - round;
+  round_to_even(y);
 }
 // e4m3_code(y) for y not NaN: saturated from 448 on, subnormal below 2^-6
 // (a * 512 rounded to nearest even), else the double's bits rounded to a
@@ -40,11 +43,11 @@ void to_int8_values(Doubles& y) {
 void to_e4m3_codes(const Doubles& y, Int64s& code) {
   const auto bits = __builtin_bit_cast(Int64s, y);
   const Int64s sign = (bits >> 56) & 0x80, mag = bits & 0x7FFFFFFFFFFFFFFF;
-  const Doubles a = __builtin_bit_cast(Doubles, mag), zero{};
+  const Doubles a = __builtin_bit_cast(Doubles, mag);
   Int64s normal = ((mag + 0xFFFFFFFFFFFF + ((mag >> 49) & 1)) >> 49) - (1016 << 3);
   normal = normal > 0x7E ? 0x7E : normal;
   Doubles sub = a * 512.0;
-  sub = (sub + (zero + 0x1.8p52)) - (zero + 0x1.8p52);
+  round_to_even(sub);
   code = a < 0x1p-6 ? __builtin_convertvector(sub, Int64s) : normal;
   code = (a < 448.0 ? code : 0x7E) | sign;
 }
