@@ -38,12 +38,12 @@ extern const KvQuantKernels kv_quant_kernels_neon;
 
 // The products on bf16 dot products (format.hpp's scores_dot_emulated and
 // values_dot_emulated, bit for bit): q as bf16 pairs, dot_pairs(d) per row
-// from q + r * ldq; values() widens V's scales and rounds p' into pbuf,
-// dot_pbuf_words of it. A call of more than convert_rows rows converts its
+// from q + r * ldq. A call of more than convert_rows rows converts its
 // codes to bf16 pairs once, into `work` (scores, dot_score_work_words) or
-// pbuf (values), rather than once per register tile of rows (then of at
-// most convert_rows rows, P·V's p' rounded per tile): the same pairs in the
-// same order, so the same bits.
+// pbuf (values, dot_pbuf_words, beside V's widened scales and p'), rather
+// than once per register tile of rows; a call of fewer converts them per
+// tile and uses neither. The same pairs in the same order, so the same
+// bits.
 struct KvQuantDotKernels {
   const char* name;  // the instructions, for kernel names and tests
   std::size_t convert_rows;
@@ -67,12 +67,12 @@ inline std::size_t dot_score_work_words(const KvQuantDotKernels& k, std::size_t 
   return rows <= k.convert_rows ? 0 : kDotConvertStrips * kvq::groups(d) * kDotStripGroupWords + 16;
 }
 // Never less for more rows: a task's pbuf, sized for its most rows, also
-// serves its calls of fewer (at most convert_rows rows' p' either way).
+// serves its calls of fewer (none up to convert_rows rows).
 inline std::size_t dot_pbuf_words(const KvQuantDotKernels& k, std::size_t rows, std::size_t n,
                                   std::size_t d) {
+  if (rows <= k.convert_rows) return 0;
   const std::size_t np = kvq::dot_p_stride(n), G = kvq::groups(d);
   const std::size_t scales = 2 * G * np + 32;  // fp32, from a cache line
-  if (rows <= k.convert_rows) return scales + rows * G * np;
   const std::size_t ng = std::min(G, kDotConvertGroups);
   return scales + k.convert_rows * G * np + np * ng * kvq::kGroup + 32;
 }

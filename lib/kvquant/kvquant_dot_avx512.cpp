@@ -10,10 +10,11 @@
 // Scores: keys in lanes, a quad of channels per 64 code bytes of a strip,
 // each group's chain scaled into the total by the group's 16 key scales.
 // P·V: channels in lanes, a pair of keys per 64 code bytes (a group of
-// each row), against p' = bf16(p · the key's group scale), rounded into
-// pbuf first. A decode's few rows convert the codes per register tile; a
-// call of more rows converts them once into scratch, where its row tiles
-// load them (a 512-token chunk onto an int8 cache: 227 -> 190 ms, Zen 4).
+// each row), against p' = bf16(p · the key's group scale). A decode's few
+// rows convert the codes per register tile and round p' a strip at a time
+// there; a call of more rows converts them once into scratch, where its row
+// tiles load them (a 512-token chunk onto an int8 cache: 227 -> 190 ms, Zen
+// 4), p' rounded per row tile.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -121,7 +122,10 @@ constexpr std::size_t kCodeRegs = 18, kPairRegs = 28;
 // groups, 28 accumulators, as the bf16 GEMM's 14 x 2 tile), which divides
 // the core's 56-row query blocks.
 constexpr std::size_t kMr = 8, kMrPairs = 7;
-constexpr std::size_t kAhead = 2;
+// Strips prefetched ahead: decode's pace needs 6-12 (8.7 KB of d-64 int8
+// at 8) to cover memory's latency (the decode above: 11.1 ms at 2, 9.8-10.0
+// at 6-12).
+constexpr std::size_t kAhead = 8;
 // dot_pbuf_words: p' of a converted call's row tile, and its groups.
 static_assert(kMrPairs <= kMr && tiles_for(kMrPairs, kPairRegs) <= kDotConvertGroups);
 
@@ -269,26 +273,34 @@ void scores(std::size_t rows, std::size_t d, const std::uint32_t* q, std::size_t
   }
 }
 
+// The V rows of the strip kAhead on from key j, up to the keys' end.
+void prefetch_rows(const kvq::KeyRuns& keys, std::size_t j, std::size_t n, std::size_t d) {
+  if (j + kAhead * kStrip < n + keys.ahead)
+    prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * kvq::value_row_bytes(d));
+}
+// The byte offsets of a strip's 16 V rows, and the fp32 scales at p of
+// those of them in `valid` (the rest zero).
+__m512i row_offsets(std::size_t rb) {
+  return _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                            _mm512_set1_epi32(static_cast<int>(rb)));
+}
+__m512 row_scales(const std::uint8_t* p, __m512i at, __mmask16 valid) {
+  const __m512i raw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, at, p, 1);
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, raw, 16));
+}
+
 // sc[g * np + j] = key j's scale of group g as fp32 (np = n rounded up to
 // whole strips, keys from n on zero), gathered from each strip's rows, the
 // rows kAhead strips on prefetched.
 void value_scales(std::size_t d, const kvq::KeyRuns& keys, std::size_t n, float* sc) {
   const std::size_t G = kvq::groups(d), np = kvq::dot_p_stride(n);
-  const std::size_t rb = kvq::value_row_bytes(d);
-  const __m512i at =
-      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(static_cast<int>(rb)));
+  const __m512i at = row_offsets(kvq::value_row_bytes(d));
   for (std::size_t j = 0; j < n; j += kStrip) {
     const __mmask16 valid = lanes_mask(n - j);
     const std::uint8_t* rows_at = keys.row(j, d);
-    if (j + kAhead * kStrip < n + keys.ahead)
-      prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * rb);
-    for (std::size_t g = 0; g < G; ++g) {
-      const __m512i raw =
-          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, at, rows_at + 2 * g, 1);
-      _mm512_store_ps(sc + g * np + j,
-                      _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, raw, 16)));
-    }
+    prefetch_rows(keys, j, n, d);
+    for (std::size_t g = 0; g < G; ++g)
+      _mm512_store_ps(sc + g * np + j, row_scales(rows_at + 2 * g, at, valid));
   }
 }
 
@@ -355,25 +367,70 @@ struct PairRows {
   }
 };
 
-// P·V of MR rows over NG groups of channels from group g0, p'(r, j) of
-// group g0 + g at pb word ((r * pg + g) * np + j).
-template <std::size_t MR, std::size_t NG, class S>
-void value_tile(S src, std::size_t d, std::size_t g0, const std::uint16_t* pb, std::size_t pg,
-                std::size_t n, float beta, float* o, std::size_t ldo) {
-  const std::size_t np = kvq::dot_p_stride(n);
+// Where P·V's p' comes from: rounded by round_p beforehand, p'(r, j) of
+// group g at pb word ((r * pg + g) * np + j) (RoundedP); or a strip at a
+// time as the tile reaches it, from p and the strip's V rows' scales
+// (StripP), so that the rows' first touch overlaps the products rather
+// than a pass of its own (Llama-1B decode, b16 kv4096, int8, Zen 4, 1
+// thread: 9.9 -> 9.1 ms). Both round p · scale once, so the same p'.
+struct RoundedP {
+  const std::uint16_t* pb;
+  std::size_t pg, np;
+
+  void at(std::size_t) const {}
+  __m512bh pair(std::size_t r, std::size_t g, std::size_t j) const {
+    return broadcast_pair(pb + (r * pg + g) * np + j);
+  }
+};
+template <std::size_t MR, std::size_t NG>
+struct StripP {
+  const float* p;
+  std::size_t ldp;
+  const kvq::KeyRuns& keys;
+  std::size_t d, g0, n;
+  bool prefetch;  // the V rows kAhead strips on (by one group tile of a call)
+  alignas(64) std::uint16_t pb[MR][NG][kStrip] = {};
+
+  // The products reach keys [j, j + kStrip).
+  void at(std::size_t j) {
+    if (prefetch) prefetch_rows(keys, j, n, d);
+    const __mmask16 valid = lanes_mask(n - j);
+    const __m512i at = row_offsets(kvq::value_row_bytes(d));
+    const std::uint8_t* rows_at = keys.row(j, d) + 2 * g0;
+    for (std::size_t g = 0; g < NG; ++g) {
+      const __m512 sc = row_scales(rows_at + 2 * g, at, valid);
+      for (std::size_t r = 0; r < MR; ++r) {
+        const __m512 x = _mm512_maskz_loadu_ps(valid, p + r * ldp + j);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pb[r][g]),
+                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(x, sc))));
+      }
+    }
+  }
+  __m512bh pair(std::size_t r, std::size_t g, std::size_t j) const {
+    return broadcast_pair(&pb[r][g][j % kStrip]);
+  }
+};
+
+// P·V of MR rows over NG groups of channels from group g0, p' from `ps`.
+template <std::size_t MR, std::size_t NG, class S, class P>
+void value_tile(S src, P ps, std::size_t d, std::size_t g0, std::size_t n, float beta, float* o,
+                std::size_t ldo) {
   __m512 acc[MR][NG][2];
   for (auto& row : acc) {
     for (auto& grp : row) grp[0] = grp[1] = _mm512_setzero_ps();
   }
-  for (std::size_t j = 0; j < n; j += 2) {
-    src.at(j);
-    for (std::size_t g = 0; g < NG; ++g) {
-      __m512bh w0, w1;
-      src.pairs(g, w0, w1);
-      for (std::size_t r = 0; r < MR; ++r) {
-        const __m512bh pp = broadcast_pair(pb + (r * pg + g) * np + j);
-        acc[r][g][0] = _mm512_dpbf16_ps(acc[r][g][0], pp, w0);
-        acc[r][g][1] = _mm512_dpbf16_ps(acc[r][g][1], pp, w1);
+  for (std::size_t j0 = 0; j0 < n; j0 += kStrip) {
+    ps.at(j0);
+    for (std::size_t j = j0; j < std::min(n, j0 + kStrip); j += 2) {
+      src.at(j);
+      for (std::size_t g = 0; g < NG; ++g) {
+        __m512bh w0, w1;
+        src.pairs(g, w0, w1);
+        for (std::size_t r = 0; r < MR; ++r) {
+          const __m512bh pp = ps.pair(r, g, j);
+          acc[r][g][0] = _mm512_dpbf16_ps(acc[r][g][0], pp, w0);
+          acc[r][g][1] = _mm512_dpbf16_ps(acc[r][g][1], pp, w1);
+        }
       }
     }
   }
@@ -409,28 +466,30 @@ void convert_rows(const Convert<C>& cv, std::size_t d, const kvq::KeyRuns& keys,
   }
 }
 
-// pbuf: the fp32 scales (value_scales), p' (round_p), then, converted,
-// V's pairs; p' of a row tile just before its products, where converted.
+// A decode's few rows round p' a strip at a time in the tile (StripP); more
+// rows keep in pbuf the fp32 scales (value_scales), a row tile's p'
+// (round_p, just before its products) and the converted V pairs.
 template <Code C>
 void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
             const kvq::KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo,
             std::uint16_t* pbuf) {
   const std::size_t G = kvq::groups(d), np = kvq::dot_p_stride(n);
-  float* sc = cache_line(reinterpret_cast<float*>(pbuf));
-  std::uint16_t* pb = reinterpret_cast<std::uint16_t*>(sc + G * np);
-  value_scales(d, keys, n, sc);
   const Convert<C> cv;
   if (rows <= kMr) {
-    round_p(rows, G, p, ldp, sc, n, pb);
     kvq_row_blocks<kMr>(rows, [&](std::size_t r0, auto mr) {
       constexpr std::size_t MR = decltype(mr)::value;
       kvq_tiles<tiles_for(MR, kCodeRegs)>(0, G, [&](std::size_t g, auto ng) {
-        value_tile<MR, decltype(ng)::value>(CodeRows<C>{cv, keys, d, g, n}, d, g,
-                                            pb + (r0 * G + g) * np, G, n, beta, o + r0 * ldo, ldo);
+        constexpr std::size_t NG = decltype(ng)::value;
+        value_tile<MR, NG>(CodeRows<C>{cv, keys, d, g, n},
+                           StripP<MR, NG>{p + r0 * ldp, ldp, keys, d, g, n, g == 0}, d, g, n, beta,
+                           o + r0 * ldo, ldo);
       });
     });
     return;
   }
+  float* sc = cache_line(reinterpret_cast<float*>(pbuf));
+  std::uint16_t* pb = reinterpret_cast<std::uint16_t*>(sc + G * np);
+  value_scales(d, keys, n, sc);
   std::uint16_t* pairs = cache_line(pb + kMrPairs * std::min(G, kDotConvertGroups) * np);
   kvq_tiles<tiles_for(kMrPairs, kPairRegs)>(0, G, [&](std::size_t g, auto ng) {
     constexpr std::size_t NG = decltype(ng)::value;
@@ -438,7 +497,8 @@ void values(std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
     kvq_row_blocks<kMrPairs>(rows, [&](std::size_t r0, auto mr) {
       constexpr std::size_t MR = decltype(mr)::value;
       round_p(MR, NG, p + r0 * ldp, ldp, sc + g * np, n, pb);
-      value_tile<MR, NG>(PairRows<NG>{pairs}, d, g, pb, NG, n, beta, o + r0 * ldo, ldo);
+      value_tile<MR, NG>(PairRows<NG>{pairs}, RoundedP{pb, NG, np}, d, g, n, beta, o + r0 * ldo,
+                         ldo);
     });
   });
 }
