@@ -122,9 +122,10 @@ constexpr std::size_t kCodeRegs = 18, kPairRegs = 28;
 // groups, 28 accumulators, as the bf16 GEMM's 14 x 2 tile), which divides
 // the core's 56-row query blocks.
 constexpr std::size_t kMr = 8, kMrPairs = 7;
-// Strips prefetched ahead: decode's pace needs 6-12 (8.7 KB of d-64 int8
-// at 8) to cover memory's latency (the decode above: 11.1 ms at 2, 9.8-10.0
-// at 6-12).
+// Strips prefetched ahead: decode's pace needs more than 2 to cover
+// memory's latency (8 is 8.7 KB of d-64 int8 K). Llama-1B decode, b16
+// kv4096, int8, 1 thread, Zen 4, before StripP: 11.1 ms at 2, 9.83 at 6,
+// 9.65-10.0 at 12, 10.1 at 20.
 constexpr std::size_t kAhead = 8;
 // dot_pbuf_words: p' of a converted call's row tile, and its groups.
 static_assert(kMrPairs <= kMr && tiles_for(kMrPairs, kPairRegs) <= kDotConvertGroups);
@@ -278,6 +279,11 @@ void prefetch_rows(const kvq::KeyRuns& keys, std::size_t j, std::size_t n, std::
   if (j + kAhead * kStrip < n + keys.ahead)
     prefetch_bytes(keys.row(j + kAhead * kStrip, d), kStrip * kvq::value_row_bytes(d));
 }
+// p' of 16 keys: their p times their scales, rounded to bf16 (round_p's
+// and StripP's one rounding).
+__m256i p_prime(__m512 p, __m512 scale) {
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(p, scale)));
+}
 // The byte offsets of a strip's 16 V rows, and the fp32 scales at p of
 // those of them in `valid` (the rest zero).
 __m512i row_offsets(std::size_t rb) {
@@ -314,8 +320,7 @@ void round_p(std::size_t rows, std::size_t ng, const float* p, std::size_t ldp, 
       const __m512 x = _mm512_maskz_loadu_ps(lanes_mask(n - j), p + r * ldp + j);
       for (std::size_t g = 0; g < ng; ++g) {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(pb + (r * ng + g) * np + j),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
-                                _mm512_mul_ps(x, _mm512_load_ps(sc + g * np + j)))));
+                            p_prime(x, _mm512_load_ps(sc + g * np + j)));
       }
     }
   }
@@ -389,20 +394,19 @@ struct StripP {
   const kvq::KeyRuns& keys;
   std::size_t d, g0, n;
   bool prefetch;  // the V rows kAhead strips on (by one group tile of a call)
+  __m512i offsets = row_offsets(kvq::value_row_bytes(d));
   alignas(64) std::uint16_t pb[MR][NG][kStrip] = {};
 
   // The products reach keys [j, j + kStrip).
   void at(std::size_t j) {
     if (prefetch) prefetch_rows(keys, j, n, d);
     const __mmask16 valid = lanes_mask(n - j);
-    const __m512i at = row_offsets(kvq::value_row_bytes(d));
     const std::uint8_t* rows_at = keys.row(j, d) + 2 * g0;
     for (std::size_t g = 0; g < NG; ++g) {
-      const __m512 sc = row_scales(rows_at + 2 * g, at, valid);
+      const __m512 sc = row_scales(rows_at + 2 * g, offsets, valid);
       for (std::size_t r = 0; r < MR; ++r) {
-        const __m512 x = _mm512_maskz_loadu_ps(valid, p + r * ldp + j);
         _mm256_store_si256(reinterpret_cast<__m256i*>(pb[r][g]),
-                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_mul_ps(x, sc))));
+                           p_prime(_mm512_maskz_loadu_ps(valid, p + r * ldp + j), sc));
       }
     }
   }
