@@ -49,7 +49,7 @@ KvView KvCache::view(std::size_t row, std::size_t len) const {
   v.k = storage_->data.get();
   v.v = reinterpret_cast<char*>(storage_->data.get()) + storage_->k_region;
   v.len = len;
-  v.kv_heads = shape_.num_kv_heads;
+  v.block_step = shape_.num_kv_heads;
   v.layout = storage_->layout;
   v.row = row;
   return v;

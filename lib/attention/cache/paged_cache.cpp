@@ -51,7 +51,8 @@ KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
   v.k = pool_.get();
   v.v = reinterpret_cast<char*>(pool_.get()) + k_region_;
   v.len = len;
-  v.kv_heads = shape_.num_kv_heads;
+  v.block_step = 1;
+  v.head_step = num_blocks_;
   v.layout = layout_;
   v.blocks = tables_[slot].data();
   v.block_tokens = block_tokens_;
@@ -86,13 +87,14 @@ std::size_t PagedKvCache::take() noexcept {
 }
 
 void PagedKvCache::copy_block(std::size_t from, std::size_t to) noexcept {
-  const std::size_t heads = shape_.num_kv_heads;
+  // Head-blocks [kv head][block] (KvView::head_step).
   char* k = reinterpret_cast<char*>(pool_.get());
   char* v = k + k_region_;
-  std::copy_n(k + from * heads * layout_.k_bytes, heads * layout_.k_bytes,
-              k + to * heads * layout_.k_bytes);
-  std::copy_n(v + from * heads * layout_.v_bytes, heads * layout_.v_bytes,
-              v + to * heads * layout_.v_bytes);
+  for (std::size_t g = 0; g < shape_.num_kv_heads; ++g) {
+    const std::size_t a = g * num_blocks_ + from, b = g * num_blocks_ + to;
+    std::copy_n(k + a * layout_.k_bytes, layout_.k_bytes, k + b * layout_.k_bytes);
+    std::copy_n(v + a * layout_.v_bytes, layout_.v_bytes, v + b * layout_.v_bytes);
+  }
 }
 
 void PagedKvCache::release(std::size_t slot, std::size_t len) noexcept {

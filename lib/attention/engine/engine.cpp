@@ -54,7 +54,7 @@ class PerCallKv final : public KvStore {
       view.k = at;
       view.v = at + kvh * view.layout.k_bytes;
       view.len = seqs.kv_len(i);
-      view.kv_heads = kvh;
+      view.block_step = kvh;
       at += seq_bytes(view.layout);
     }
     // K and V read once and written once packed (4 bytes each per element).

@@ -263,7 +263,7 @@ class KvBf16 final : public KvType {
                         float alpha, float* s, std::size_t lds) const {
     const std::size_t nr = g16_.nr, kg = g16_.k_group, lanes = t.layout->key_lanes(nr);
     const std::size_t kp = ceil_div(d, 2), strip = packed_b_rows(g16_, d) * lanes;
-    t.for_each_strip_run(nr, lanes, [&](std::size_t i, std::size_t at, std::size_t n) {
+    t.for_each_strip_run(nr, lanes, false, [&](std::size_t i, std::size_t at, std::size_t n) {
       const auto* k = reinterpret_cast<const std::uint16_t*>(t.k_block(i));
       const Bf16Run run{k + at / lanes * strip + at % lanes * kg, kp};
       bf16_rows_runs(g16_, rows, q, kp, Bf16Runs{&run, 1, kg * lanes}, s + i, lds, n, alpha, 0.0f);

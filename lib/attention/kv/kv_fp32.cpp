@@ -142,7 +142,7 @@ class KvFp32 final : public KvType {
   void scores_in_blocks(std::size_t rows, std::size_t d, const float* q, const KvTile& t,
                         float alpha, float* s, std::size_t lds) const {
     const std::size_t nr = g_.nr, lanes = t.layout->key_lanes(nr);
-    t.for_each_strip_run(nr, lanes, [&](std::size_t i, std::size_t at, std::size_t n) {
+    t.for_each_strip_run(nr, lanes, true, [&](std::size_t i, std::size_t at, std::size_t n) {
       const float* k =
           reinterpret_cast<const float*>(t.k_block(i)) + at / lanes * lanes * d + at % lanes;
       gemm_serial_prepacked_a_strip(g_, rows, q, d, k, lanes, n, alpha, s + i, lds);
