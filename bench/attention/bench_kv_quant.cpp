@@ -2,8 +2,10 @@
 // (E 2048, 32 query heads over 8 K/V heads of 64): a decode step at b16 kv4096
 // and b1 kv16384, and a chunked prefill of 512 tokens onto 3584 cached ones
 // (b1); the b16 decode again in a paged cache of 16-token blocks (vLLM's
-// default: the fp32 and bf16 caches gather key tiles across blocks, the
-// quantized ones read them in place); a decode at b64 kv8192 of a smaller
+// default), filled by 512-token chunks (a slot's blocks run on in the pool
+// 32 at a time) or by 16-token ones (the slots' blocks interleaved one by
+// one, as decode growth in continuous batching leaves them, every block a
+// jump in memory); a decode at b64 kv8192 of a smaller
 // layer (E 512, 8 heads of 64, no GQA) whose bf16 cache is 1 GiB; and a
 // tiny decode for smoke runs; per object and cache type:
 //   fp32        fp32 object, its fp32 cache
@@ -34,6 +36,7 @@ struct Config {
   const char* name;
   std::size_t E, heads, kv_heads, batch, cached, n_new;
   std::size_t block_tokens = 0;  // a paged cache's blocks (a slot per batch row), or 0
+  std::size_t fill_chunk = 512;  // positions per batch row of each step that fills the cache
   std::size_t kv() const { return kv_heads * (E / heads); }
 };
 // The smallest first: CI's bench smoke runs each suite's first config.
@@ -41,6 +44,7 @@ constexpr Config kConfigs[] = {
     {"tiny_e256_decode_b2_kv300", 256, 8, 2, 2, 299, 1},
     {"llama1b_decode_b16_kv4096", 2048, 32, 8, 16, 4095, 1},
     {"llama1b_decode_b16_kv4096_paged16", 2048, 32, 8, 16, 4095, 1, 16},
+    {"llama1b_decode_b16_kv4096_paged16_interleaved", 2048, 32, 8, 16, 4095, 1, 16, 16},
     {"llama1b_decode_b1_kv16384", 2048, 32, 8, 1, 16383, 1},
     {"llama1b_chunk512_kv3584", 2048, 32, 8, 1, 3584, 512},
     // A bf16 cache of 1 GiB, past any of these machines' last-level caches,
@@ -105,7 +109,7 @@ struct Fixture {
     q_start.resize(c.batch + 1);
     mha_set_num_threads(0);
     for (std::size_t done = 0; done < c.cached;) {
-      const std::size_t n = std::min<std::size_t>(512, c.cached - done);
+      const std::size_t n = std::min(c.fill_chunk, c.cached - done);
       const std::vector<float> h =
           random_floats(c.batch * n * c.E, static_cast<std::uint32_t>(4 + done));
       std::vector<float> ho(h.size());

@@ -691,7 +691,10 @@ MHA_API size_t mha_kv_cache_bytes(const mha_kv_cache* cache);
  * that spans blocks is first copied into the task's scratch (whole strips
  * at once where block_tokens is a multiple of the strip, 16 or 32 keys,
  * else by runs of keys: such a block holds its keys in one strip of its
- * own width).
+ * own width). Decode reads a slot's blocks fastest where they follow one
+ * another in the pool: a fresh pool hands its blocks out in order, and a
+ * freed slot's blocks are handed out again in its order, so a step that
+ * appends many positions to one slot (a prefill chunk) gets a run of them.
  * Same ownership and threading rules as mha_kv_cache. */
 typedef struct mha_paged_kv_cache mha_paged_kv_cache;
 
