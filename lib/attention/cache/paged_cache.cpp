@@ -46,14 +46,19 @@ bool PagedKvCache::mark(std::size_t slot, std::size_t step) const {
   return true;
 }
 
-KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
+KvView PagedKvCache::pool() const {
   KvView v;
   v.k = pool_.get();
   v.v = reinterpret_cast<char*>(pool_.get()) + k_region_;
-  v.len = len;
   v.block_step = 1;
   v.head_step = num_blocks_;
   v.layout = layout_;
+  return v;
+}
+
+KvView PagedKvCache::view(std::size_t slot, std::size_t len) const {
+  KvView v = pool();
+  v.len = len;
   v.blocks = tables_[slot].data();
   v.block_tokens = block_tokens_;
   v.block0 = first_block_[slot];
@@ -87,11 +92,11 @@ std::size_t PagedKvCache::take() noexcept {
 }
 
 void PagedKvCache::copy_block(std::size_t from, std::size_t to) noexcept {
-  // Head-blocks [kv head][block] (KvView::head_step).
-  char* k = reinterpret_cast<char*>(pool_.get());
-  char* v = k + k_region_;
+  const KvView p = pool();
+  char* k = static_cast<char*>(p.k);
+  char* v = static_cast<char*>(p.v);
   for (std::size_t g = 0; g < shape_.num_kv_heads; ++g) {
-    const std::size_t a = g * num_blocks_ + from, b = g * num_blocks_ + to;
+    const std::size_t a = p.head_block(from, g), b = p.head_block(to, g);
     std::copy_n(k + a * layout_.k_bytes, layout_.k_bytes, k + b * layout_.k_bytes);
     std::copy_n(v + a * layout_.v_bytes, layout_.v_bytes, v + b * layout_.v_bytes);
   }

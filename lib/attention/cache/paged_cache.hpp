@@ -127,6 +127,8 @@ class PagedKvCache {
   void set_shared_chunks(std::size_t n) { shared_chunks_ = n; }
 
  private:
+  // The pool's head-blocks as a view of no slot's keys.
+  KvView pool() const;
   // The slot's view of len keys (in blocks it holds).
   KvView view(std::size_t slot, std::size_t len) const;
   // Zeroes positions [from, to) of the slot (inside blocks it holds).

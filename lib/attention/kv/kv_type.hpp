@@ -144,11 +144,15 @@ struct KvView {
     return blocks == nullptr ? row : blocks[j / block_tokens - block0];
   }
   std::size_t local(std::size_t j) const { return blocks == nullptr ? j : j % block_tokens; }
+  // The index of pool block b's head-block of kv head g.
+  std::size_t head_block(std::size_t b, std::size_t g) const {
+    return b * block_step + g * head_step;
+  }
   void* k_block(std::size_t g, std::size_t j) const {
-    return static_cast<char*>(k) + (block(j) * block_step + g * head_step) * layout.k_bytes;
+    return static_cast<char*>(k) + head_block(block(j), g) * layout.k_bytes;
   }
   void* v_block(std::size_t g, std::size_t j) const {
-    return static_cast<char*>(v) + (block(j) * block_step + g * head_step) * layout.v_bytes;
+    return static_cast<char*>(v) + head_block(block(j), g) * layout.v_bytes;
   }
   // Whether the products can read keys [k0, k1) in place: any tile off a
   // tree's path where the entry spans_blocks(block_tokens) (`spans`), else
