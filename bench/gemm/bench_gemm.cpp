@@ -4,7 +4,8 @@
 //
 // Names: gemm/<shape>/<impl>/threads:<t>. Shapes:
 //   sq<N>                    N x N x N, NN
-//   proj_m<M>_n<N>_k768_nt   projections, B = weights [out, in] (transposed)
+//   proj_m<M>_n<N>_k768_nt   projections, B = weights [out, in] (transposed);
+//                            M 16 is a decode step of 16 sequences
 //   qk_s<S>                  Q·K^T per head: M = N = S, K = 64, NT
 //   pv_s<S>                  P·V per head: M = S, N = 64, K = S, NN
 //   gemv_n<N>                decode step: M = 1, K = 768, B = weights [N, 768] (NT)
@@ -49,7 +50,7 @@ std::vector<Shape> shapes() {
   for (std::size_t s : {8, 16, 32, 64, 96, 128, 256, 512, 1024, 2048}) {
     r.push_back({"sq" + std::to_string(s), s, s, s, false});
   }
-  for (std::size_t m : {128, 512, 4096}) {
+  for (std::size_t m : {16, 128, 512, 4096}) {
     for (std::size_t n : {768, 2304}) {
       r.push_back(
           {"proj_m" + std::to_string(m) + "_n" + std::to_string(n) + "_k768_nt", m, n, 768, true});

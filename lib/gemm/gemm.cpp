@@ -119,18 +119,28 @@ void run_blocks(std::size_t mr, std::size_t nr, std::size_t m, std::size_t n, st
   });
 }
 
-// The MR strips of a packed A block (m rows; strip s at a + s*a_strip, the
-// k-range of bk) against the NR strips of bk, each A strip reused across
-// the panel. bias (the panel's columns), if given, is added by the
-// micro-kernel: pass it on the last K block only.
-void run_strips(const GemmKernels& g, std::size_t m, const float* a, std::size_t a_strip,
-                const PackedBView& bk, float alpha, float beta, float* c, std::size_t ldc,
-                const float* bias = nullptr) {
-  const std::size_t mr = g.mr, nr = g.nr, nb = bk.n;
-  for (std::size_t is = 0; is * mr < m; ++is) {
+// Packs op(A)'s m x k block at a in strips of h <= g.mr rows (strip s at
+// dst + s * k * g.mr), for run_strips with the same h.
+void pack_a_strips(const GemmKernels& g, Trans ta, std::size_t m, std::size_t h, std::size_t k,
+                   const float* a, std::size_t lda, float* dst) {
+  for (std::size_t r = 0; r < m; r += h) {
+    g.pack_a(ta == Trans::T, std::min(h, m - r), k, a_at(ta, a, lda, r, 0), lda,
+             dst + r / h * k * g.mr);
+  }
+}
+
+// The strips of h rows of a packed A block (m rows; strip s at a +
+// s*a_strip, the k-range of bk) against the NR strips of bk, each A strip
+// reused across the panel. bias (the panel's columns), if given, is added by
+// the micro-kernel: pass it on the last K block only.
+void run_strips(const GemmKernels& g, std::size_t m, std::size_t h, const float* a,
+                std::size_t a_strip, const PackedBView& bk, float alpha, float beta, float* c,
+                std::size_t ldc, const float* bias = nullptr) {
+  const std::size_t nr = g.nr, nb = bk.n;
+  for (std::size_t is = 0; is * h < m; ++is) {
     const float* as = a + is * a_strip;
-    const std::size_t mm = std::min(mr, m - is * mr);
-    float* ci = c + is * mr * ldc;
+    const std::size_t mm = std::min(h, m - is * h);
+    float* ci = c + is * h * ldc;
     std::size_t js = 0;
     if (mm == 1 && g.row_strips > 1) {
       // One row (a decode step through prepacked weights): row_strips B
@@ -192,11 +202,11 @@ struct BFill {
   }
 };
 
-// The panels of a packed B against a packed A (gemm_serial_prepacked_ab),
-// filling each from `fill` first if given.
-void run_panels(const GemmKernels& g, std::size_t m, const float* a, const PackedBView& b,
-                float alpha, float beta, float* c, std::size_t ldc, const float* bias,
-                const BFill* fill) {
+// The panels of a packed B against an A packed in strips of h rows
+// (gemm_serial_prepacked_ab), filling each from `fill` first if given.
+void run_panels(const GemmKernels& g, std::size_t m, std::size_t h, const float* a,
+                const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
+                const float* bias, const BFill* fill) {
   // Strip s of the packed A is [k][mr] at a + s*k*mr, so the K block from p0
   // is the same strips read from a + p0*mr on.
   for_each_panel(
@@ -207,13 +217,15 @@ void run_panels(const GemmKernels& g, std::size_t m, const float* a, const Packe
                    b_at(fill->tb, fill->b, fill->ldb, p0, j0), fill->ldb,
                    fill->dst + j0 / g.nr * b.strip_stride + p0 * g.nr, b.strip_stride);
         }
-        run_strips(g, m, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc,
+        run_strips(g, m, h, a + p0 * g.mr, b.k * g.mr, panel, alpha, beta_p, c + j0, ldc,
                    last && bias != nullptr ? bias + j0 : nullptr);
       });
 }
 
 // The MC x KC blocks of A against a packed B, with B filled from `fill`
-// (if given) by the first A block.
+// (if given) by the first A block. Each block is packed in strips of
+// balanced_strip_rows: prepacked m16 n2304 k768 NT, 1 thread, Zen 4, 606 ->
+// 527 us (bf16's driver alike: 287 -> 261).
 void run_a_blocks(const GemmKernels& g, Trans ta, std::size_t m, const float* a, std::size_t lda,
                   const PackedBView& b, float alpha, float beta, float* c, std::size_t ldc,
                   const float* bias, const BFill* fill) {
@@ -228,10 +240,11 @@ void run_a_blocks(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
     const std::size_t mb = std::min(mc, m - i0);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t p1 = std::min(k, p0 + kc);
-      g.pack_a(ta == Trans::T, mb, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
+      const std::size_t h = balanced_strip_rows(g.mr, mb);
+      pack_a_strips(g, ta, mb, h, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
       const bool filling = fill != nullptr && i0 == 0;
       const BFill fill_k = filling ? fill->from_row(p0, g.nr) : BFill{};
-      run_panels(g, mb, apack, b.rows(p0, p1), alpha, p0 == 0 ? beta : 1.f, c + i0 * ldc, ldc,
+      run_panels(g, mb, h, apack, b.rows(p0, p1), alpha, p0 == 0 ? beta : 1.f, c + i0 * ldc, ldc,
                  p1 == k ? bias : nullptr, filling ? &fill_k : nullptr);
     }
   }
@@ -311,7 +324,8 @@ void path_a_b_blocks(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, st
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
       const PackedBView bk = pack_b(g, tb, kb, nb, b_at(tb, b, ldb, p0, j0), ldb, bpack);
-      run_strips(g, m, apack + p0 * g.mr, k * g.mr, bk, alpha, p0 == 0 ? beta : 1.f, c + j0, ldc);
+      run_strips(g, m, g.mr, apack + p0 * g.mr, k * g.mr, bk, alpha, p0 == 0 ? beta : 1.f, c + j0,
+                 ldc);
     }
   }
 }
@@ -550,7 +564,7 @@ void gemm_serial_prepacked_ab(const GemmKernels& g, std::size_t m, const float* 
     scale_c(m, b.n, beta, c, ldc, bias);
     return;
   }
-  run_panels(g, m, a, b, alpha, beta, c, ldc, bias, nullptr);
+  run_panels(g, m, g.mr, a, b, alpha, beta, c, ldc, bias, nullptr);
 }
 
 // Path none: per block of columns (sized to stay in L2) and KC block, the

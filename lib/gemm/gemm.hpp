@@ -15,6 +15,16 @@ namespace mha::detail {
 
 enum class Trans : char { N = 'N', T = 'T' };
 
+// Rows per strip where a driver packs an m-row block of A itself: m spread
+// evenly over the ceil(m / mr) strips it needs, so that no strip is a short
+// remainder (a decode's 16 rows as 8 + 8 rather than 14 + 2, whose tile
+// runs too few accumulator chains to keep the FMA pipes busy). A row's
+// arithmetic does not depend on its strip, so neither do the bits.
+inline std::size_t balanced_strip_rows(std::size_t mr, std::size_t m) {
+  const std::size_t strips = (m + mr - 1) / mr;
+  return strips == 0 ? mr : (m + strips - 1) / strips;
+}
+
 // op(B) [k x n] packed for a given GemmKernels: strips of nr columns, strip s
 // at data + s*strip_stride, each laid out [k][nr] (columns past n are zero).
 // Because every strip is k-contiguous, a row range (k0..k1) and an nr-aligned

@@ -45,18 +45,32 @@ const std::uint16_t* at(Trans t, const std::uint16_t* x, std::size_t ld, std::si
   return t == Trans::N ? x + row * ld + col : x + col * ld + row;
 }
 
-// One K block (kp pairs) of a packed A block of mb rows against n columns
-// of packed B (strips b_strip elements apart): every A strip against every
-// B strip, or bf16_row for a single row.
+// Packs op(A)'s mb x kb block at a into apack: in strips of
+// balanced_strip_rows rows, strip s at word s * packed_a_strip_words, for
+// run_strips; whole, for a set with its own panel kernel (AMX).
+void pack_a_block(const GemmBf16Kernels& g, Trans ta, std::size_t mb, std::size_t kb,
+                  const std::uint16_t* a, std::size_t lda, std::uint32_t* apack) {
+  if (g.panel != nullptr) return g.pack_a(ta == Trans::T, mb, kb, a, lda, apack);
+  const std::size_t h = balanced_strip_rows(g.mr, mb);
+  const std::size_t words = packed_a_strip_words(g, (kb + 1) / 2);
+  for (std::size_t r = 0; r < mb; r += h) {
+    g.pack_a(ta == Trans::T, std::min(h, mb - r), kb, at(ta, a, lda, r, 0), lda,
+             apack + r / h * words);
+  }
+}
+
+// One K block (kp pairs) of an A block of mb rows packed by pack_a_block
+// against n columns of packed B (strips b_strip elements apart): every A
+// strip against every B strip, or bf16_row for a single row.
 void run_strips(const GemmBf16Kernels& g, std::size_t mb, std::size_t kp,
                 const std::uint32_t* apack, const std::uint16_t* bk, std::size_t b_strip, float* c,
                 std::size_t ldc, std::size_t n, float alpha, float beta) {
   if (mb == 1) return bf16_row(g, true, kp, apack, bk, b_strip, c, n, alpha, beta);
   if (g.panel != nullptr) return g.panel(kp, apack, bk, b_strip, c, ldc, mb, n, alpha, beta);
-  const std::size_t a_strip = packed_a_strip_words(g, kp);
-  for (std::size_t is = 0; is * g.mr < mb; ++is) {
-    const std::size_t mm = std::min(g.mr, mb - is * g.mr);
-    float* ci = c + is * g.mr * ldc;
+  const std::size_t a_strip = packed_a_strip_words(g, kp), h = balanced_strip_rows(g.mr, mb);
+  for (std::size_t is = 0; is * h < mb; ++is) {
+    const std::size_t mm = std::min(h, mb - is * h);
+    float* ci = c + is * h * ldc;
     for (std::size_t js = 0; js * g.nr < n; ++js) {
       g.ukernel(kp, apack + is * a_strip, bk + js * b_strip, ci + js * g.nr, ldc, mm,
                 std::min(g.nr, n - js * g.nr), alpha, beta);
@@ -80,7 +94,7 @@ void run_packed_b(const GemmBf16Kernels& g, Trans ta, std::size_t m, std::size_t
     const std::uint16_t* bk = b + p0 * g.nr;  // p0 rows of nr elements
     for (std::size_t i0 = 0; i0 < m; i0 += mc) {
       const std::size_t mb = std::min(mc, m - i0);
-      g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
+      pack_a_block(g, ta, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
       run_strips(g, mb, kp, apack, bk, b_strip, c + i0 * ldc, ldc, n, alpha, beta_p);
     }
   }
@@ -148,7 +162,7 @@ void gemm_bf16_block(const GemmBf16Kernels& g, Trans ta, Trans tb, std::size_t m
         for (std::size_t p0 = d0; p0 < d0 + kd; p0 += kc) {
           const std::size_t kb = std::min(kc, d0 + kd - p0), kp = (kb + 1) / 2;
           const float beta_p = p0 == 0 ? beta : 1.f;
-          g.pack_a(ta == Trans::T, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
+          pack_a_block(g, ta, mb, kb, at(ta, a, lda, i0, p0), lda, apack);
           for (std::size_t j0 = 0; j0 < ns; j0 += nc) {
             const std::size_t nb = std::min(nc, ns - j0);
             std::uint16_t* bk = bpack + j0 / g.nr * strip + (p0 - d0) * g.nr;

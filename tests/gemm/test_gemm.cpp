@@ -311,6 +311,32 @@ TEST_CASE("prepacked B gives the same bits as sgemm, and the bias is added", "[g
   }
 }
 
+// The drivers split a block's rows evenly over its strips (16 rows as 8 + 8
+// on AVX-512's 14-row tile), so a row's strip and its place in the tile
+// change with m: its bits must not, for fp32 and bf16 prepacked weights.
+TEST_CASE("prepacked B: a row's bits do not depend on the rows beside it", "[gemm]") {
+  constexpr std::size_t kRows = 45, n = 70, k = 300;
+  const std::vector<float> a = random_vector(kRows * k, 31), b = random_vector(n * k, 32);
+  std::vector<std::uint16_t> a16(a.size()), b16(b.size());
+  mha::fp32_to_bf16(a.size(), a.data(), a16.data());
+  mha::fp32_to_bf16(b.size(), b.data(), b16.data());
+  const mha::PackedB packed('T', k, n, b.data(), k);
+  const mha::PackedBf16B packed16('T', k, n, b16.data(), k);
+  std::vector<float> all(kRows * n), all16(kRows * n);
+  mha::sgemm('N', kRows, 1.f, a.data(), k, packed, 0.f, all.data(), n);
+  mha::gemm_bf16('N', kRows, 1.f, a16.data(), k, packed16, 0.f, all16.data(), n);
+  for (std::size_t m = 2; m < kRows; ++m) {
+    INFO("rows " << m);
+    // The last m rows, so that each row falls at another place in its tile.
+    const std::size_t r0 = kRows - m;
+    std::vector<float> c(m * n), c16(m * n);
+    mha::sgemm('N', m, 1.f, a.data() + r0 * k, k, packed, 0.f, c.data(), n);
+    mha::gemm_bf16('N', m, 1.f, a16.data() + r0 * k, k, packed16, 0.f, c16.data(), n);
+    CHECK(std::memcmp(c.data(), all.data() + r0 * n, c.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(c16.data(), all16.data() + r0 * n, c16.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("m == 1 (GEMV) through the packed API matches the reference", "[gemm]") {
   std::mt19937_64 rng(78);
   for (std::size_t i = 0; i < scaled(200, 20); ++i) {
