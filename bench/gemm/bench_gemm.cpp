@@ -216,7 +216,8 @@ void bench_onednn_bf16(benchmark::State& state, const Shape& s, int threads) {
 #endif
 
 // One row per (shape, implementation, threads): the fp32 set, then the same
-// shapes in bf16 (named bf16_<shape>). Prepacked rows only on projections.
+// shapes in bf16 (named bf16_<shape>). Prepacked rows only on projections
+// (gemv_ included: a decode step's).
 void register_all() {
   struct Impl {
     const char* name;
@@ -225,7 +226,7 @@ void register_all() {
   };
   const auto register_set = [](const std::string& prefix, std::initializer_list<Impl> impls) {
     for (Shape s : shapes()) {
-      const bool projection = s.name.rfind("proj_", 0) == 0;
+      const bool projection = s.name.rfind("proj_", 0) == 0 || s.name.rfind("gemv_", 0) == 0;
       s.name = prefix + s.name;
       for (int t : mha::bench::bench_threads()) {
         for (const Impl& impl : impls) {
