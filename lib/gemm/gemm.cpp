@@ -237,10 +237,9 @@ void run_a_blocks(const GemmKernels& g, Trans ta, std::size_t m, const float* a,
   const std::size_t k = b.k, mc = std::min(round_up(m, g.mr), g.mc), kc = std::min(k, g.kc);
   float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
-    const std::size_t mb = std::min(mc, m - i0);
+    const std::size_t mb = std::min(mc, m - i0), h = balanced_strip_rows(g.mr, mb);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t p1 = std::min(k, p0 + kc);
-      const std::size_t h = balanced_strip_rows(g.mr, mb);
       pack_a_strips(g, ta, mb, h, p1 - p0, a_at(ta, a, lda, i0, p0), lda, apack);
       const bool filling = fill != nullptr && i0 == 0;
       const BFill fill_k = filling ? fill->from_row(p0, g.nr) : BFill{};
