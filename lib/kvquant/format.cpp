@@ -258,30 +258,60 @@ void strips_from_rows(std::size_t d, const KeyRuns& keys, std::size_t n, std::ui
   }
 }
 
+// Each key (V row) is decoded a group at a time, once for all rows rather
+// than once per product, and a score's running sum waits in s between
+// groups (a float store is exact): the sums are the ones format.hpp gives.
 void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, std::size_t ldq,
                      const KeyRuns& keys, std::size_t n, float alpha, float* s, std::size_t lds) {
+  const std::size_t G = groups(d);
+  float key[kGroup];
   for (std::size_t j = 0; j < n; ++j) {
     const std::uint8_t* strip = keys.strip(j, d);
-    for (std::size_t r = 0; r < rows; ++r) {
-      float acc = 0.0f;
-      for (std::size_t i = 0; i < d; ++i) {
-        acc = std::fma(q[r * ldq + i], key_element(c, d, strip, j % kStrip, i), acc);
+    const std::size_t lane = j % kStrip;
+    for (std::size_t r = 0; r < rows; ++r) s[r * lds + j] = 0.0f;
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::size_t c0 = g * kGroup, w = std::min(kGroup, d - c0);
+      const float scale = bf16_value(scale_at(strip + (g * kStrip + lane) * 2));
+      const std::uint8_t* codes = strip + 2 * kStrip * G + c0 * kStrip + lane;
+      for (std::size_t i = 0; i < w; ++i) key[i] = code_value(c, codes[i * kStrip]) * scale;
+      for (std::size_t r = 0; r < rows; ++r) {
+        float acc = s[r * lds + j];
+        for (std::size_t i = 0; i < w; ++i) acc = std::fma(q[r * ldq + c0 + i], key[i], acc);
+        s[r * lds + j] = acc;
       }
-      s[r * lds + j] = alpha * acc;
     }
+    for (std::size_t r = 0; r < rows; ++r) s[r * lds + j] *= alpha;
   }
 }
 
+// A tile of rows and a group of channels at a time, so each V row's group
+// is decoded once per tile; every output's sum still runs over the keys in
+// order.
 void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, std::size_t ldp,
                      const KeyRuns& keys, std::size_t n, float beta, float* o, std::size_t ldo) {
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t i = 0; i < d; ++i) {
-      float acc = 0.0f;
+  constexpr std::size_t kRows = 8;
+  const std::size_t G = groups(d);
+  float value[kGroup], acc[kRows][kGroup];
+  for (std::size_t r0 = 0; r0 < rows; r0 += kRows) {
+    const std::size_t h = std::min(kRows, rows - r0);
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::size_t c0 = g * kGroup, w = std::min(kGroup, d - c0);
+      for (std::size_t r = 0; r < h; ++r) std::fill_n(acc[r], w, 0.0f);
       for (std::size_t j = 0; j < n; ++j) {
-        acc = std::fma(p[r * ldp + j], value_element(c, d, keys.row(j, d), i), acc);
+        const std::uint8_t* row = keys.row(j, d);
+        const float scale = bf16_value(scale_at(row + 2 * g));
+        for (std::size_t i = 0; i < w; ++i) value[i] = code_value(c, row[2 * G + c0 + i]) * scale;
+        for (std::size_t r = 0; r < h; ++r) {
+          const float pj = p[(r0 + r) * ldp + j];
+          for (std::size_t i = 0; i < w; ++i) acc[r][i] = std::fma(pj, value[i], acc[r][i]);
+        }
       }
-      float& out = o[r * ldo + i];
-      out = beta == 0.0f ? acc : std::fma(beta, out, acc);
+      for (std::size_t r = 0; r < h; ++r) {
+        float* out = o + (r0 + r) * ldo + c0;
+        for (std::size_t i = 0; i < w; ++i) {
+          out[i] = beta == 0.0f ? acc[r][i] : std::fma(beta, out[i], acc[r][i]);
+        }
+      }
     }
   }
 }
