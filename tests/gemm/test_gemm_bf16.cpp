@@ -205,7 +205,13 @@ Shape random_shape(std::mt19937_64& rng, std::size_t m, std::size_t n, std::size
 // Every m, n and k in 1..40 (the other two random), random shapes up to 40,
 // and shapes crossing the blocks (MC 336, KC 1024 with an odd k in the last
 // block, NC 768, several tile rows and columns, and B in two slabs of
-// columns and of rows: kSlabMaxPairs in gemm_bf16.cpp).
+// columns and of rows: kSlabMaxPairs in gemm_bf16.cpp). Those are most of
+// the work, 95M products per transpose pair: below MHA_TEST_SCALE 1 each
+// takes one of the four pairs, in turn.
+constexpr std::size_t kBlockShapes = 6;
+std::size_t block_pairs() {
+  return mha::test::case_scale() >= 1.0 ? 4 : 1;
+}
 std::vector<Shape> reference_shapes() {
   std::mt19937_64 rng(20261125);
   std::vector<Shape> shapes;
@@ -219,19 +225,19 @@ std::vector<Shape> reference_shapes() {
     shapes.push_back(
         random_shape(rng, uniform(rng, 1, 40), uniform(rng, 1, 40), uniform(rng, 1, 40)));
   }
-  for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{{700, 90, 31},
-                                                                       {301, 50, 1101},
-                                                                       {37, 800, 257},
-                                                                       {2, 513, 2049},
-                                                                       {97, 129, 600},
-                                                                       {3, 2400, 8201}}) {
-    for (char ta : {'N', 'T'}) {
-      for (char tb : {'N', 'T'}) {
-        Shape s = random_shape(rng, m, n, k);
-        s.ta = ta;
-        s.tb = tb;
-        shapes.push_back(s);
-      }
+  constexpr std::array<std::array<std::size_t, 3>, kBlockShapes> kBlocks = {{{700, 90, 31},
+                                                                             {301, 50, 1101},
+                                                                             {37, 800, 257},
+                                                                             {2, 513, 2049},
+                                                                             {97, 129, 600},
+                                                                             {3, 2400, 8201}}};
+  for (std::size_t b = 0; b < kBlockShapes; ++b) {
+    for (std::size_t t = 0; t < block_pairs(); ++t) {
+      const std::size_t pair = block_pairs() == 4 ? t : b % 4;
+      Shape s = random_shape(rng, kBlocks[b][0], kBlocks[b][1], kBlocks[b][2]);
+      s.ta = pair / 2 != 0 ? 'T' : 'N';
+      s.tb = pair % 2 != 0 ? 'T' : 'N';
+      shapes.push_back(s);
     }
   }
   return shapes;
@@ -290,8 +296,9 @@ TEST_CASE("every bf16 kernel set this CPU runs matches the reference", "[gemm][b
   // computed once for every set; the emulated tiles (scalar) skip the
   // largest.
   std::vector<Shape> shapes = reference_shapes();
-  const std::size_t keep = scaled(240, 30);
-  shapes.erase(shapes.begin() + static_cast<std::ptrdiff_t>(keep), shapes.end() - 24);
+  const std::size_t keep = scaled(240, 30), blocks = kBlockShapes * block_pairs();
+  shapes.erase(shapes.begin() + static_cast<std::ptrdiff_t>(keep),
+               shapes.end() - static_cast<std::ptrdiff_t>(blocks));
   const std::vector<const mha::detail::GemmBf16Kernels*> sets =
       mha::detail::gemm_bf16_kernel_sets();
   std::size_t failures = 0;
@@ -299,7 +306,8 @@ TEST_CASE("every bf16 kernel set this CPU runs matches the reference", "[gemm][b
     const Problem p(shapes[i], 3000 + i);
     for (const mha::detail::GemmBf16Kernels* g : sets) {
       if (std::string(g->name) == "amx_emulated" && (i >= scaled(60, 30) && i < keep)) continue;
-      if (std::string(g->name) == "amx_emulated" && i + 20 >= shapes.size()) continue;
+      if (std::string(g->name) == "amx_emulated" && i + blocks - block_pairs() >= shapes.size())
+        continue;
       const ForcedKernels forced(g);
       if (!p.check(run(p))) {
         ++failures;
@@ -1155,7 +1163,7 @@ TEST_CASE("gemm_bf16 is bit-identical at 1, 2 and 3 threads", "[gemm][bf16][thre
 
 TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32", "[gemm][bf16]") {
   std::vector<Shape> shapes = reference_shapes();
-  shapes.resize(scaled(400, 150));
+  shapes.resize(std::min(shapes.size(), scaled(400, 150)));
   std::mt19937_64 rng(17);
   shapes.push_back(random_shape(rng, 301, 50, 1101));
   shapes.push_back(random_shape(rng, 37, 800, 2049));
@@ -1190,7 +1198,10 @@ TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32",
     WARN("thread counts skipped: this run must not start threads (qemu-user)");
     return;
   }
-  const Problem p(random_shape(rng, 700, 900, 1100), 99);
+  // (Below MHA_TEST_SCALE 1 a fifth of the products, still blocks for 3.)
+  const Problem p(mha::test::case_scale() >= 1.0 ? random_shape(rng, 700, 900, 1100)
+                                                 : random_shape(rng, 300, 400, 500),
+                  99);
   const mha::PackedBf16B packed(p.s.tb, p.s.k, p.s.n, p.B(), p.ldb);
   std::vector<std::vector<float>> c;
   for (std::size_t t : {1, 2, 3}) {
