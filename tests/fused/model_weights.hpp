@@ -119,11 +119,12 @@ struct StepMods {
 // tokens, case): fp32 and bf16 objects, every KV type, every StepCase on
 // blocks of 16, and blocks of 7 (tiles gathered key by key) without mods;
 // at reduced scale (sanitizers, qemu), blocks of 16, no fp8, and the cases
-// in `reduced` alone.
+// in `reduced` alone; bf16 objects alone where a bf16 kernel set is forced.
 template <class F>
 void for_each_step_config(std::initializer_list<StepCase> reduced, const F& f) {
   const bool full = case_scale() >= 1.0;
   for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+    if (compute == MHA_FP32 && bf16_kernels_forced()) continue;
     for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {
       for (std::size_t bt : {std::size_t{16}, std::size_t{7}}) {
         for (StepCase c :

@@ -146,6 +146,7 @@ TEST_CASE("a sequence's bits do not depend on batch-mates, steps or the split",
   const std::vector<float> x = random_vector(len * E, 81);
   const std::vector<float> y = random_vector(len * E, 82);
   for (mha_dtype dtype : {MHA_FP32, MHA_BF16}) {
+    if (dtype == MHA_FP32 && mha::test::bf16_kernels_forced()) continue;
     const Object o(dtype);
     INFO("dtype " << (dtype == MHA_BF16 ? "bf16" : "fp32") << ", kernels " << mha_kernel_name(dtype)
                   << ", len " << len);

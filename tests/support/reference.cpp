@@ -32,6 +32,11 @@ bool threads_allowed() {
   return v == nullptr || std::strcmp(v, "1") != 0;
 }
 
+bool bf16_kernels_forced() {
+  const char* v = std::getenv("MHA_BF16_KERNEL");
+  return v != nullptr && *v != '\0';
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
 }

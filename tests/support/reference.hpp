@@ -23,6 +23,11 @@ std::size_t scaled(std::size_t n, std::size_t floor = 1);
 // (qemu-user on aarch64); concurrency tests then skip with a WARN.
 bool threads_allowed();
 
+// Whether MHA_BF16_KERNEL forces a bf16 kernel set (CTest's bf16/<set>/
+// runs): fp32 objects never reach those kernels, so the suites' bf16 runs
+// may leave their fp32 cases to the plain runs.
+bool bf16_kernels_forced();
+
 // Whether a and b hold the same floats bit for bit (NaN payloads included);
 // empty vectors compare equal.
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b);
