@@ -271,9 +271,7 @@ void scores_emulated(Code c, std::size_t rows, std::size_t d, const float* q, st
     for (std::size_t r = 0; r < rows; ++r) s[r * lds + j] = 0.0f;
     for (std::size_t g = 0; g < G; ++g) {
       const std::size_t c0 = g * kGroup, w = std::min(kGroup, d - c0);
-      const float scale = bf16_value(scale_at(strip + (g * kStrip + lane) * 2));
-      const std::uint8_t* codes = strip + 2 * kStrip * G + c0 * kStrip + lane;
-      for (std::size_t i = 0; i < w; ++i) key[i] = code_value(c, codes[i * kStrip]) * scale;
+      for (std::size_t i = 0; i < w; ++i) key[i] = key_element(c, d, strip, lane, c0 + i);
       for (std::size_t r = 0; r < rows; ++r) {
         float acc = s[r * lds + j];
         for (std::size_t i = 0; i < w; ++i) acc = std::fma(q[r * ldq + c0 + i], key[i], acc);
@@ -299,8 +297,7 @@ void values_emulated(Code c, std::size_t rows, std::size_t d, const float* p, st
       for (std::size_t r = 0; r < h; ++r) std::fill_n(acc[r], w, 0.0f);
       for (std::size_t j = 0; j < n; ++j) {
         const std::uint8_t* row = keys.row(j, d);
-        const float scale = bf16_value(scale_at(row + 2 * g));
-        for (std::size_t i = 0; i < w; ++i) value[i] = code_value(c, row[2 * G + c0 + i]) * scale;
+        for (std::size_t i = 0; i < w; ++i) value[i] = value_element(c, d, row, c0 + i);
         for (std::size_t r = 0; r < h; ++r) {
           const float pj = p[(r0 + r) * ldp + j];
           for (std::size_t i = 0; i < w; ++i) acc[r][i] = std::fma(pj, value[i], acc[r][i]);
