@@ -123,7 +123,7 @@ TEST_CASE("long sequences match the double oracle", "[attention][oracle]") {
   c.weights_out = WeightsOut::averaged;
   c.seed = 7;
   check_case(c);
-  if (case_scale() >= 1) {
+  if (full_scale()) {
     AttentionCase s;
     s.config = mha_config{64, 4, 0, 0, 2};
     s.q_len = s.kv_len = 1000;

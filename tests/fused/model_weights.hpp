@@ -122,7 +122,7 @@ struct StepMods {
 // in `reduced` alone; bf16 objects alone where a bf16 kernel set is forced.
 template <class F>
 void for_each_step_config(std::initializer_list<StepCase> reduced, const F& f) {
-  const bool full = case_scale() >= 1.0;
+  const bool full = full_scale();
   for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
     if (compute == MHA_FP32 && bf16_kernels_forced()) continue;
     for (mha_kv_dtype dt : {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}) {

@@ -172,7 +172,7 @@ TEST_CASE("paged cache: 32 samples of one prompt hold the prompt's blocks once",
   const mha::test::ModelWeights w(32, 4, 2, 0, 62);
   const Attn a = make_attn(w, MHA_FP32);
   constexpr std::size_t E = 32, kSamples = 32, kDecode = 64, bt = 16;
-  const std::size_t prompt = mha::test::case_scale() >= 1.0 ? 4096 : 1024;
+  const std::size_t prompt = mha::test::full_scale() ? 4096 : 1024;
   const std::size_t pool = kSamples * (prompt + kDecode + bt) / bt;  // unshared needs
   const Paged c = make_paged(a.get(), kSamples, bt, pool, MHA_KV_DEFAULT);
   const std::vector<float> x = random_vector(prompt * E, 5);
@@ -347,9 +347,8 @@ TEST_CASE("a sequence's bits do not depend on forked slots computing shared chun
         // (At reduced scale, cascade on against off alone: test_fork's random
         // operations hold forked slots to unshared copies.)
         const Paged on = build(true), off = build(true);
-        const Paged twin = mha::test::case_scale() >= 1.0
-                               ? build(false)
-                               : Paged(nullptr, mha_paged_kv_cache_destroy);
+        const Paged twin =
+            mha::test::full_scale() ? build(false) : Paged(nullptr, mha_paged_kv_cache_destroy);
         const bool cascade = mods.cascades();
         for (std::size_t joint = 0; joint < 2; ++joint) {
           CAPTURE(joint);

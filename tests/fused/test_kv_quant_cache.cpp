@@ -223,7 +223,7 @@ TEST_CASE(
   // at MHA_TEST_SCALE < 1 (qemu, sanitizers) one size each, 8 in a row
   // from 2 further on per KV type, which still meets all 11.
   constexpr std::size_t kBlocks[] = {16, 32, 64, 128, 256, 512, 100, 7, 2, 48, 6};
-  const bool full = mha::test::case_scale() >= 1.0;
+  const bool full = mha::test::full_scale();
   const mha_kv_dtype dtypes[] = {MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3};
   for (mha_dtype compute : {MHA_FP32, MHA_BF16}) {
     const Attn a = make_attn(w.cfg, w.view(), compute);

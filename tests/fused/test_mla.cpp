@@ -397,8 +397,8 @@ TEST_CASE("mla: a decode step over forked latent slots computes their shared chu
   const std::size_t E = c.hidden_size, prompt = 800, slots = 3;
   const auto x = random_vector(prompt * E, 34), next = random_vector(slots * E, 35);
   const std::vector<mha_kv_dtype> dtypes =
-      case_scale() >= 1.0 ? std::vector<mha_kv_dtype>{MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}
-                          : std::vector<mha_kv_dtype>{MHA_KV_DEFAULT};
+      full_scale() ? std::vector<mha_kv_dtype>{MHA_KV_DEFAULT, MHA_KV_INT8, MHA_KV_FP8_E4M3}
+                   : std::vector<mha_kv_dtype>{MHA_KV_DEFAULT};
   for (mha_kv_dtype dt : dtypes) {
     INFO("dtype " << dt);
     MlaPagedKvCache cache(mla, slots, 16, 80, dt);

@@ -200,7 +200,7 @@ TEST_CASE("paged cache: random schedules with modifiers equal one ragged forward
   // 110 s) each modifier runs one schedule, in turn, so each schedule still
   // meets half of them.
   const Schedule schedules[] = {{4, 16, 300, 10, 1200, 5}, {3, 256, 40, 8, 2100, 6}};
-  const bool every = mha::test::case_scale() >= 1.0;
+  const bool every = mha::test::full_scale();
   for (std::size_t c = 0; c < mods_cases.cases.size(); ++c) {
     const auto& [name, mods] = mods_cases.cases[c];
     for (std::size_t s = 0; s < std::size(schedules); ++s) {

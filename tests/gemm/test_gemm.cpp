@@ -725,7 +725,7 @@ TEST_CASE("every GEMM path, forced, matches the reference on the same shapes", "
   }
   // Below full scale (sanitizers, qemu), one transpose pair per large
   // shape, in turn: these 20 shapes were most of its 60-80 s there.
-  const bool every = mha::test::case_scale() >= 1.0;
+  const bool every = mha::test::full_scale();
   std::size_t large = 0;
   for (const auto& [m, n, k] : std::vector<std::array<std::size_t, 3>>{
            {331, 40, 1100}, {37, 300, 530}, {2, 513, 257}, {700, 90, 30}, {45, 1100, 1300}}) {

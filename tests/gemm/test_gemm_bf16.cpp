@@ -210,7 +210,7 @@ Shape random_shape(std::mt19937_64& rng, std::size_t m, std::size_t n, std::size
 // takes one of the four pairs, in turn.
 constexpr std::size_t kBlockShapes = 6;
 std::size_t block_pairs() {
-  return mha::test::case_scale() >= 1.0 ? 4 : 1;
+  return mha::test::full_scale() ? 4 : 1;
 }
 std::vector<Shape> reference_shapes() {
   std::mt19937_64 rng(20261125);
@@ -1199,8 +1199,8 @@ TEST_CASE("a packed bf16 B gives the bits of gemm_bf16, with A in bf16 or fp32",
     return;
   }
   // (Below MHA_TEST_SCALE 1 a fifth of the products, still blocks for 3.)
-  const Problem p(mha::test::case_scale() >= 1.0 ? random_shape(rng, 700, 900, 1100)
-                                                 : random_shape(rng, 300, 400, 500),
+  const Problem p(mha::test::full_scale() ? random_shape(rng, 700, 900, 1100)
+                                          : random_shape(rng, 300, 400, 500),
                   99);
   const mha::PackedBf16B packed(p.s.tb, p.s.k, p.s.n, p.B(), p.ldb);
   std::vector<std::vector<float>> c;

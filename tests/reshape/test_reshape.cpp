@@ -34,7 +34,7 @@ std::vector<Dims> shapes() {
                          // and rows so wide that a block is its minimum 8.
                          {2, 300, 12, 64},
                          {1, 20, 1, 9000}};
-  if (mha::test::case_scale() >= 1) {
+  if (mha::test::full_scale()) {
     v.push_back({2, 90, 12, 64});  // above the threading threshold (128K floats)
   }
   return v;

@@ -22,6 +22,10 @@ double case_scale() {
   return scale;
 }
 
+bool full_scale() {
+  return case_scale() >= 1.0;
+}
+
 std::size_t scaled(std::size_t n, std::size_t floor) {
   const auto s = static_cast<std::size_t>(static_cast<double>(n) * case_scale());
   return s < floor ? floor : s;

@@ -16,6 +16,9 @@ std::vector<float> random_vector(std::size_t n, std::uint64_t seed, float lo = -
 // CI lowers it where each case is slow (sanitizers, qemu-aarch64); a suite
 // always runs at least its fixed edge cases, so a small scale still tests.
 double case_scale();
+// Whether the suites run at full scale (case_scale() >= 1): the sweeps a
+// reduced scale thins (CI's sanitizer and qemu runs) run whole.
+bool full_scale();
 // n scaled by case_scale(), at least `floor`.
 std::size_t scaled(std::size_t n, std::size_t floor = 1);
 

@@ -58,7 +58,7 @@ const std::vector<Setting>& settings() {
   static const std::vector<Setting> all = {{kWidest, 2},  {kWidest, 3},  {kWidest, 5}, {kWidest, 8},
                                            {kWidest, 16}, {kWidest, 32}, {3, 0},       {7, 0}};
   static const std::vector<Setting> reduced = {{kWidest, 3}, {kWidest, 8}, {7, 0}};
-  return mha::test::case_scale() < 1 ? reduced : all;
+  return mha::test::full_scale() ? all : reduced;
 }
 
 std::vector<std::string> isas() {
