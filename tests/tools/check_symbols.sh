@@ -8,8 +8,9 @@
 #    and typeinfo), but nothing in mha::detail (internal by contract).
 # 2. Linker merging (xsimd#633, numpy#25274): a weak (COMDAT) function defined in a
 #    per-ISA object (file name *_avx2.*, *_avx512.*, *_neon.*, or one of the
-#    extensions of cmake/MhaIsa.cmake: *_avx2_widen.*, *_avx512_bf16.*,
-#    *_neon_bf16.*, *_neon_bfmmla.*) must not also be defined in an object built for another
+#    extensions of cmake/MhaIsa.cmake: *_avx2_widen.*, *_avx512_widen.*,
+#    *_avx512_bf16.*, *_avx512_vbmi_bf16.*, *_amx_bf16.*, *_neon_bf16.*,
+#    *_neon_bfmmla.*) must not also be defined in an object built for another
 #    ISA or extension, or for the baseline. The linker keeps one copy of such a function for the
 #    whole library, so an inline helper compiled with -mavx512f could end up
 #    being what baseline code calls before the CPU check. Per-ISA code must
@@ -60,7 +61,10 @@ fi
 isa_of() {
   case $(basename "$1") in
     *_avx512.*) echo avx512 ;;
+    *_avx512_widen.*) echo avx512_widen ;;
     *_avx512_bf16.*) echo avx512_bf16 ;;
+    *_avx512_vbmi_bf16.*) echo avx512_vbmi_bf16 ;;
+    *_amx_bf16.*) echo amx_bf16 ;;
     *_avx2.*) echo avx2 ;;
     *_avx2_widen.*) echo avx2_widen ;;
     *_neon.*) echo neon ;;
