@@ -681,6 +681,99 @@ void gemm_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float
   });
 }
 
+std::size_t packed_int8_b_scales(const GemmKernels& g, std::size_t n) {
+  return ceil_div(n, g.nr) * g.nr;
+}
+
+PackedInt8B pack_int8_b(const GemmKernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
+                        std::size_t ldw, const float* scales, std::int8_t* codes,
+                        float* scales_dst) {
+  const std::size_t nr = g.nr, strips = ceil_div(n, nr);
+  for (std::size_t s = 0; s < strips; ++s) {
+    std::int8_t* strip = codes + s * k * nr;
+    for (std::size_t j = 0; j < nr; ++j) {
+      const std::size_t col = s * nr + j;
+      scales_dst[col] = col < n ? scales[col] : 0.0f;
+      for (std::size_t p = 0; p < k; ++p) strip[p * nr + j] = col < n ? w[col * ldw + p] : 0;
+    }
+  }
+  return {codes, scales_dst, k, n, nr, k * nr};
+}
+
+namespace {
+
+// gemm_int8_b on the calling thread, for a block of its rows and columns.
+void gemm_serial_int8_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+                        const PackedInt8B& b, float* c, std::size_t ldc, const float* bias) {
+  const std::size_t k = b.k, n = b.n, nr = g.nr, kc = std::min(k, g.kc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale_c(m, n, 0.0f, c, ldc, bias);
+    return;
+  }
+  if (m == 1) {
+    // run_a_blocks's K blocks and strip groups (run_strips), B widened in
+    // registers.
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0);
+      const float beta = p0 == 0 ? 0.0f : 1.0f;
+      const float* bias_k = p0 + kb == k ? bias : nullptr;
+      for (std::size_t js = 0; js * nr < n;) {
+        const std::size_t strips = (js + g.row_strips) * nr <= n ? g.row_strips : 1;
+        g.ukernel_row_int8(kb, a + p0, b.codes + js * b.strip_stride + p0 * nr, b.strip_stride,
+                           b.scales + js * nr, strips, c + js * nr,
+                           std::min(strips * nr, n - js * nr), 1.0f, beta,
+                           bias_k != nullptr ? bias_k + js * nr : nullptr);
+        js += strips;
+      }
+    }
+    return;
+  }
+  const std::size_t mc = std::min(round_up(m, g.mr), g.mc);
+  float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
+  float* widened = thread_scratch(ScratchSlot::kGemmInt8B, kc * nr);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t mb = std::min(mc, m - i0), h = balanced_strip_rows(g.mr, mb);
+    for (std::size_t p0 = 0; p0 < k; p0 += kc) {
+      const std::size_t kb = std::min(kc, k - p0);
+      pack_a_strips(g, Trans::N, mb, h, kb, a + i0 * lda + p0, lda, apack);
+      for (std::size_t j0 = 0; j0 < n; j0 += nr) {
+        g.widen_int8(kb, b.codes + j0 / nr * b.strip_stride + p0 * nr, b.scales + j0, widened);
+        const PackedBView strip{widened, kb, std::min(nr, n - j0), nr, kb * nr};
+        run_strips(g, mb, h, apack, kb * g.mr, strip, 1.0f, p0 == 0 ? 0.0f : 1.0f,
+                   c + i0 * ldc + j0, ldc, p0 + kb == k && bias != nullptr ? bias + j0 : nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void reserve_gemm_int8_b(const GemmKernels& g, std::size_t m, const PackedInt8B& b) {
+  if (m > 1 && b.n != 0 && b.k != 0) {
+    const std::size_t kc = std::min(b.k, g.kc);
+    thread_scratch(ScratchSlot::kGemmA, std::min(round_up(m, g.mr), g.mc) * kc);
+    thread_scratch(ScratchSlot::kGemmInt8B, kc * g.nr);
+  }
+}
+
+void gemm_int8_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+                 const PackedInt8B& b, float* c, std::size_t ldc, const float* bias) {
+  const std::size_t n = b.n, k = b.k;
+  if (m == 0 || n == 0) return;
+  const std::size_t threads = call_threads(m, n, k);
+  if (threads <= 1) {
+    gemm_serial_int8_b(g, m, a, lda, b, c, ldc, bias);
+    return;
+  }
+  const Grid grid = split_m_first(g, m, n, threads);
+  parallel_for(grid.tasks(), threads, [&](std::size_t t) {
+    const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
+    gemm_serial_int8_b(g, grid.rows(t), a + i0 * lda, lda, b.cols(j0, j0 + grid.cols(t)),
+                       c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
+  });
+}
+
 void sgemm(const GemmKernels& g, Trans ta, Trans tb, std::size_t m, std::size_t n, std::size_t k,
            float alpha, const float* a, std::size_t lda, const float* b, std::size_t ldb,
            float beta, float* c, std::size_t ldc) {

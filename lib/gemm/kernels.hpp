@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <mha/isa.hpp>
 
 namespace mha::detail {
@@ -99,6 +100,19 @@ struct GemmKernels {
   // row-major for the in-place path).
   void (*transpose)(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
                     std::size_t ldd);
+  // int8 weights (PackedInt8B, gemm.hpp): op(B)(p, j) = code(p, j) *
+  // scale[j] rounded to fp32, the codes in packed B strips ([k][nr], zero
+  // past n) and nr scales per strip (zero past n). widen_int8 writes a
+  // strip's first k rows so, as a packed B strip (dst, [k][nr]);
+  // ukernel_row_int8 is ukernel_row (strips == row_strips) or ukernel with
+  // m == 1 (strips == 1, n <= nr) on strips of codes at b + s*strip_stride
+  // widened in registers, with A's row contiguous (a[p]): each B value
+  // formed as widen_int8 forms it, then the fp32 kernels' arithmetic, so
+  // their bits on the widened strips.
+  void (*widen_int8)(std::size_t k, const std::int8_t* codes, const float* scales, float* dst);
+  void (*ukernel_row_int8)(std::size_t k, const float* a, const std::int8_t* b,
+                           std::size_t strip_stride, const float* scales, std::size_t strips,
+                           float* c, std::size_t n, float alpha, float beta, const float* bias);
 };
 
 // The ISA tables, before fit_to_caches().

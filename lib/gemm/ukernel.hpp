@@ -67,13 +67,17 @@ using simd::scalar_arch;
 // checks, up front, every byte range it will read or write.
 #define MHA_GEMM_KERNEL_NO_ASAN __attribute__((no_sanitize_address))
 template <class Arch>
-void asan_check(const void* p, std::size_t floats) {
-  if (floats == 0) return;
-  if (void* bad = __asan_region_is_poisoned(const_cast<void*>(p), floats * sizeof(float))) {
+void asan_check_bytes(const void* p, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (void* bad = __asan_region_is_poisoned(const_cast<void*>(p), bytes)) {
     std::fprintf(stderr, "gemm micro-kernel would access poisoned memory at %p\n", bad);
     __asan_describe_address(bad);
     std::abort();
   }
+}
+template <class Arch>
+void asan_check(const void* p, std::size_t floats) {
+  asan_check_bytes<Arch>(p, floats * sizeof(float));
 }
 #else
 #define MHA_GEMM_KERNEL_NO_ASAN
@@ -684,6 +688,80 @@ void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, 
   }
 }
 
+// GemmKernels::widen_int8: a strip of int8 codes times its nr scales.
+template <class Arch, std::size_t NR>
+void widen_int8(std::size_t k, const std::int8_t* codes, const float* scales, float* dst) {
+  using S = simd::Lanes<Arch>;
+  using V = typename S::V;
+  constexpr std::size_t W = S::width, NV = NR / W;
+  V sv[NV];
+#pragma GCC unroll 8
+  for (std::size_t j = 0; j < NV; ++j) sv[j] = S::load(scales + j * W);
+  for (std::size_t p = 0; p < k; ++p, codes += NR, dst += NR) {
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NV; ++j) S::store(dst + j * W, S::widen_i8(codes + j * W) * sv[j]);
+  }
+}
+
+// One row of A against STRIPS strips of int8 codes, each B vector widened
+// and scaled as widen_int8 does, then ukernel_rows_of's fma chain and
+// update_c: its bits. A decode step's B streams from memory once, so it is
+// widened in registers rather than through a buffer.
+template <class Arch, std::size_t NV, std::size_t STRIPS>
+MHA_GEMM_KERNEL_NO_ASAN void row_int8_strips(std::size_t k, const float* a, const std::int8_t* b,
+                                             std::size_t strip_stride, const float* scales,
+                                             float* c, std::size_t n, float alpha, float beta,
+                                             const float* bias) {
+  using S = simd::Lanes<Arch>;
+  using V = typename S::V;
+  constexpr std::size_t W = S::width, NR = NV * W, NVT = STRIPS * NV;
+#if defined(MHA_ASAN)
+  asan_check<Arch>(a, k);
+  asan_check<Arch>(c, n);
+  if (bias != nullptr) asan_check<Arch>(bias, n);
+  asan_check<Arch>(scales, STRIPS * NR);
+  for (std::size_t s = 0; s < STRIPS; ++s) asan_check_bytes<Arch>(b + s * strip_stride, k * NR);
+#endif
+  V sv[NVT], acc[1][NVT];
+#pragma GCC unroll 8
+  for (std::size_t j = 0; j < NVT; ++j) {
+    sv[j] = S::load(scales + (j / NV) * NR + (j % NV) * W);
+    acc[0][j] = S::splat(0.f);
+  }
+  for (std::size_t p = 0; p < k; ++p, b += NR) {
+    const V av = S::splat(a[p]);
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NVT; ++j) {
+      const V bv = S::widen_i8(b + (j / NV) * strip_stride + (j % NV) * W) * sv[j];
+      acc[0][j] = S::madd(av, bv, acc[0][j]);
+    }
+  }
+  if (n == NVT * W) {
+    if (beta == 0.f) {
+      update_c<S, false>(acc, c, 0, NVT * W, alpha, beta, bias);
+    } else {
+      update_c<S, true>(acc, c, 0, NVT * W, alpha, beta, bias);
+    }
+  } else if (beta == 0.f) {
+    update_c<S, false>(acc, c, 0, n, alpha, beta, bias);
+  } else {
+    update_c<S, true>(acc, c, 0, n, alpha, beta, bias);
+  }
+}
+
+// GemmKernels::ukernel_row_int8.
+template <class Arch, std::size_t NV>
+void ukernel_row_int8(std::size_t k, const float* a, const std::int8_t* b, std::size_t strip_stride,
+                      const float* scales, std::size_t strips, float* c, std::size_t n, float alpha,
+                      float beta, const float* bias) {
+  if (strips == 1) {
+    row_int8_strips<Arch, NV, 1>(k, a, b, strip_stride, scales, c, n, alpha, beta, bias);
+  } else {
+    row_int8_strips<Arch, NV, kRowStrips<Arch, NV>>(k, a, b, strip_stride, scales, c, n, alpha,
+                                                    beta, bias);
+  }
+}
+
 // One ISA's table: an MR x (NV vectors) micro-kernel for packed operands,
 // an MRU x (NVU vectors) one for unpacked operands, the cache blocks for a
 // 1 MiB L2 and the KC for a large one (GemmKernels::l2_kc).
@@ -718,7 +796,9 @@ constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t n
                      &pack_b<Arch, NV * W>,
                      &gemv_n<Arch>,
                      &gemv_t<Arch>,
-                     &transpose<Arch>};
+                     &transpose<Arch>,
+                     &widen_int8<Arch, NV * W>,
+                     &ukernel_row_int8<Arch, NV>};
 }
 
 }  // namespace mha::detail::gemm_ukernel

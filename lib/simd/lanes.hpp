@@ -145,6 +145,8 @@ struct Lanes {
   static void widen_i8x16(const std::uint8_t* p, V* out) noexcept;
   static void widen_e4m3x16(const std::uint8_t* p, V* out) noexcept;
   static void widen_bf16x16(const std::uint16_t* p, V* out) noexcept;
+  // The width int8 values at p, exactly (int8 weights, gemm/ukernel.hpp).
+  static V widen_i8(const std::int8_t* p) noexcept;
 
   // Transposes the width x width block held in r[0..width) (r[i] = row i) in
   // place; what makes packing a transposed operand run at vector speed
@@ -212,6 +214,7 @@ struct Lanes<scalar_arch> {
 
   static V load_n(const float* p, std::size_t) noexcept { return *p; }
   static void store_n(float* p, V v, std::size_t) noexcept { *p = v; }
+  static V widen_i8(const std::int8_t* p) noexcept { return static_cast<float>(*p); }
   static void transpose(V*) noexcept {}
 
   static constexpr bool has_stream() noexcept { return false; }

@@ -54,6 +54,11 @@ inline void Lanes<Avx2>::widen_i8x16(const std::uint8_t* p, V* out) noexcept {
   out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8)));
 }
 template <>
+inline Lanes<Avx2>::V Lanes<Avx2>::widen_i8(const std::int8_t* p) noexcept {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+template <>
 inline void Lanes<Avx2>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   out[0] = avx2::e4m3_widen(_mm256_cvtepi8_epi32(b));

@@ -80,6 +80,11 @@ inline void Lanes<xsimd::avx512f>::widen_i8x16(const std::uint8_t* p, V* out) no
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   out[0] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
 }
+template <>
+inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::widen_i8(const std::int8_t* p) noexcept {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 // Sign-extended, shifted by 20, masked to the sign, exponent and mantissa.
 template <>
 inline void Lanes<xsimd::avx512f>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {

@@ -67,6 +67,13 @@ inline void Lanes<xsimd::neon64>::widen_i8x16(const std::uint8_t* p, V* out) noe
   for (int i = 0; i < 4; ++i) out[i] = vcvtq_f32_s32(x[i]);
 }
 template <>
+inline Lanes<xsimd::neon64>::V Lanes<xsimd::neon64>::widen_i8(const std::int8_t* p) noexcept {
+  std::int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  const int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+}
+template <>
 inline void Lanes<xsimd::neon64>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
   int32x4_t x[4];
   neon::sext_x16(p, x);

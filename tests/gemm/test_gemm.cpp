@@ -602,6 +602,87 @@ TEST_CASE("internal in-place products: B in runs or in a narrowed strip gives B 
   }
 }
 
+TEST_CASE("internal int8 B: gemm_int8_b gives gemm_prepacked_b's bits on the widened B",
+          "[gemm][int8]") {
+  // Every B value is code * scale rounded to fp32 (the emulation: widen,
+  // then the fp32 kernels, whose bound against the reference the tests
+  // above check). Rows 1 (the in-register widening, whole strip groups and
+  // single strips), 2, a strip and a half, and past an MC block; columns
+  // off the strip width; k = 1 and past a K block; A unaligned and its rows
+  // padded; codes at -128 and 127, a zero scale, a denormal one, one whose
+  // products overflow to inf, and NaN in A; with and without a bias.
+  namespace d = mha::detail;
+  const auto& g = d::gemm_kernels(mha::current_isa());
+  const std::size_t group = g.row_strips * g.nr;
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> code(-128, 127);
+  for (const std::size_t k : {std::size_t{1}, std::size_t{7}, g.kc + 37}) {
+    for (const std::size_t m : {std::size_t{1}, std::size_t{2}, g.mr + g.mr / 2, g.mc + 1}) {
+      if (m > g.mc && k > 7) continue;  // the MC edge needs no deep K
+      for (const std::size_t n : {std::size_t{3}, g.nr, group + g.nr + 5, 2 * group}) {
+        CAPTURE(k, m, n);
+        std::vector<std::int8_t> w(n * k);
+        for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
+        w[0] = -128;
+        w[n * k - 1] = 127;
+        std::vector<float> scales = random_vector(n, 18, 0.0f, 0.05f);
+        scales[n / 2] = 0.0f;
+        if (n > 2) scales[1] = 1e-42f;
+        if (n > 3) scales[n - 2] = 3e38f;
+        const std::size_t lda = k + 3;
+        std::vector<float> a = random_vector(m * lda + 1, 19);
+        if (m > 1) a[1 + lda + k / 2] = kNaN;
+        const float* ap = a.data() + 1;
+        std::vector<std::int8_t> codes(d::packed_b_floats(g, k, n), 99);
+        std::vector<float> packed_scales(d::packed_int8_b_scales(g, n), kNaN);
+        const d::PackedInt8B b8 =
+            d::pack_int8_b(g, k, n, w.data(), k, scales.data(), codes.data(), packed_scales.data());
+        // The widened B, op(B)(p, j) at [p*n + j], packed for the fp32 path.
+        std::vector<float> wide(k * n);
+        for (std::size_t j = 0; j < n; ++j) {
+          for (std::size_t p = 0; p < k; ++p) wide[p * n + j] = float(w[j * k + p]) * scales[j];
+        }
+        std::vector<float> packed(d::packed_b_floats(g, k, n));
+        const d::PackedBView b32 = d::pack_b(g, d::Trans::N, k, n, wide.data(), n, packed.data());
+        const std::vector<float> bias = random_vector(n, 20);
+        for (const bool with_bias : {false, true}) {
+          const float* bp = with_bias ? bias.data() : nullptr;
+          const std::size_t ldc = n + 2;
+          std::vector<float> c8(m * ldc, 7.0f), c32(m * ldc, 7.0f);
+          d::gemm_int8_b(g, m, ap, lda, b8, c8.data(), ldc, bp);
+          d::gemm_prepacked_b(g, d::Trans::N, m, ap, lda, b32, 1.0f, 0.0f, c32.data(), ldc, bp);
+          REQUIRE(std::memcmp(c8.data(), c32.data(), c8.size() * sizeof(float)) == 0);
+          // Nothing written past column n.
+          for (std::size_t i = 0; i < m; ++i) REQUIRE(c8[i * ldc + n] == 7.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("internal pack_int8_b: the packed B layout, zero codes and scales past n",
+          "[gemm][int8]") {
+  namespace d = mha::detail;
+  const auto& g = d::gemm_kernels(mha::current_isa());
+  const std::size_t k = 5, n = g.nr + 3;
+  std::vector<std::int8_t> w(n * k);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int8_t>(i % 251 - 125);
+  const std::vector<float> scales = random_vector(n, 21, 0.5f, 1.0f);
+  std::vector<std::int8_t> codes(d::packed_b_floats(g, k, n), 99);
+  std::vector<float> ps(d::packed_int8_b_scales(g, n), kNaN);
+  REQUIRE(ps.size() == 2 * g.nr);
+  const d::PackedInt8B b =
+      d::pack_int8_b(g, k, n, w.data(), k, scales.data(), codes.data(), ps.data());
+  REQUIRE(b.strip_stride == k * g.nr);
+  for (std::size_t j = 0; j < 2 * g.nr; ++j) {
+    CAPTURE(j);
+    REQUIRE(ps[j] == (j < n ? scales[j] : 0.0f));
+    for (std::size_t p = 0; p < k; ++p) {
+      REQUIRE(codes[j / g.nr * k * g.nr + p * g.nr + j % g.nr] == (j < n ? w[j * k + p] : 0));
+    }
+  }
+}
+
 TEST_CASE("internal packers: the documented layouts, nothing written past them", "[gemm]") {
   // Every k up to 3 vectors of AVX-512 + 2 (whole transposed blocks, the
   // block that overlaps packed columns at the end, the scalar rest) and
