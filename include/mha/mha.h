@@ -343,15 +343,47 @@ MHA_API mha_status mha_attention_create(const mha_config* config, const mha_weig
                                         mha_attention** out);
 MHA_API void mha_attention_destroy(mha_attention* attn);
 
-/* Options of mha_attention_create_ex; later versions append fields. */
+/* How an object stores its projection weights (mha_attention_options). */
+typedef enum {
+  MHA_WEIGHTS_COMPUTE = 0, /* in the compute type: fp32, or bf16 (below) */
+  MHA_WEIGHTS_INT8 = 1,    /* int8 codes, one fp32 scale per output row (below) */
+  /* Not formats: every int value is a valid mha_weight_format in C++ (see
+   * mha_dtype); an unknown one is MHA_INVALID_ARGUMENT. */
+  MHA_WEIGHT_FORMAT_MIN_ENUM = -0x7fffffff - 1,
+  MHA_WEIGHT_FORMAT_MAX_ENUM = 0x7fffffff
+} mha_weight_format;
+
+/* Options of mha_attention_create_ex; later versions append fields.
+ * struct_size: sizeof(mha_attention_options) as the caller compiled it. The
+ * first version's struct, { struct_size, compute } (16 bytes on 64-bit
+ * targets), is still accepted: its fields are read and the rest taken as
+ * zero. Any other size is MHA_INVALID_ARGUMENT. */
 typedef struct {
-  size_t struct_size; /* sizeof(mha_attention_options) */
-  mha_dtype compute;  /* MHA_FP32 (the default) or MHA_BF16 */
+  size_t struct_size;
+  mha_dtype compute;               /* MHA_FP32 (the default) or MHA_BF16 */
+  mha_weight_format weight_format; /* MHA_WEIGHTS_COMPUTE (the default) */
+  /* Input features per scale: 0 (one scale per output row) is the only
+   * value this version computes; others are MHA_UNSUPPORTED. Must be 0 for
+   * MHA_WEIGHTS_COMPUTE. */
+  size_t weight_group;
 } mha_attention_options;
 
 /* mha_attention_create with options (NULL: all defaults, which is
  * mha_attention_create). Every call on the object (forward, step, ragged,
  * paged, mods) works as on an fp32 one, with fp32 inputs and outputs.
+ * weight_format = MHA_WEIGHTS_INT8 (compute MHA_FP32 only in this version,
+ * MHA_UNSUPPORTED with MHA_BF16), weight-only quantization:
+ *  - each of the four matrices is quantized per output row (symmetric):
+ *    scale = max|w| / 127 (an fp32 division), code = w / scale rounded to
+ *    the nearest integer (ties to even) and clamped to [-127, 127]; a row
+ *    that is all zero (or whose scale underflows to 0) gets scale 0 and
+ *    zero codes. A NaN or infinite weight is MHA_INVALID_ARGUMENT;
+ *  - the object stores the codes and scales, 1 byte per weight plus 4 per
+ *    row (0.25x the fp32 weights' bytes, plus 1/in_features);
+ *  - each product widens a weight to fp32 as code * scale (one rounding)
+ *    and then multiplies as the fp32 object does: the results are
+ *    bit-identical to an fp32 object created with those widened weights,
+ *    on every path and at any thread count.
  * compute = MHA_BF16, numerics of this version:
  *  - the four weight matrices are stored in bf16, rounded to nearest even
  *    at create (mha_fp32_to_bf16); the biases stay fp32;
@@ -606,8 +638,8 @@ typedef enum {
 } mha_kv_dtype;
 
 /* Options of mha_kv_cache_create_ex and mha_kv_cache_create_paged_ex; later
- * versions append fields. struct_size follows mha_attention_options' rule
- * (exactly sizeof(mha_kv_cache_options), else MHA_INVALID_ARGUMENT). */
+ * versions append fields. struct_size: exactly sizeof(mha_kv_cache_options),
+ * else MHA_INVALID_ARGUMENT. */
 typedef struct {
   size_t struct_size; /* sizeof(mha_kv_cache_options) */
   mha_kv_dtype dtype; /* MHA_KV_DEFAULT */
@@ -891,6 +923,7 @@ typedef struct mha_mla mha_mla;
  * compute MHA_BF16: the weights stored in bf16 and every product a bf16
  * one (its input rounded to bf16, fp32 accumulation), Q, K and V rounded to
  * bf16 where they enter attention, RMSNorm and softmax in fp32.
+ * weight_format MHA_WEIGHTS_INT8 is MHA_UNSUPPORTED in this version.
  * MHA_INVALID_ARGUMENT for a wrong struct_size, a size of 0 (q_lora_rank
  * aside), an odd qk_rope_head_dim, a negative or non-finite float, YaRN
  * without yarn_original_max_position, rope_theta 1 (no frequencies), q_proj

@@ -17,7 +17,7 @@ using Cache = std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)>;
 using Paged = std::unique_ptr<mha_paged_kv_cache, decltype(&mha_paged_kv_cache_destroy)>;
 
 inline Attn make_attn(const mha_config& cfg, const mha_weights& w, mha_dtype compute) {
-  const mha_attention_options o{sizeof(mha_attention_options), compute};
+  const mha_attention_options o{sizeof(mha_attention_options), compute, MHA_WEIGHTS_COMPUTE, 0};
   mha_attention* a = nullptr;
   REQUIRE(mha_attention_create_ex(&cfg, &w, &o, &a) == MHA_OK);
   return Attn(a, mha_attention_destroy);

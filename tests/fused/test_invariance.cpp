@@ -34,7 +34,8 @@ struct Object {
     const mha_weights weights{
         w.data(),    w.data() + E * E, w.data() + 2 * E * E, w.data() + 3 * E * E,
         bias.data(), bias.data() + E,  bias.data() + E + kv, nullptr};
-    const mha_attention_options options{sizeof(mha_attention_options), dtype};
+    const mha_attention_options options{sizeof(mha_attention_options), dtype, MHA_WEIGHTS_COMPUTE,
+                                        0};
     REQUIRE(mha_attention_create_ex(&config, &weights, &options, &attn) == MHA_OK);
   }
   ~Object() { mha_attention_destroy(attn); }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <mha/mla.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -123,7 +124,7 @@ TEST_CASE("mla: forward and steps match the double reference", "[mla]") {
 TEST_CASE("mla: a bf16 object stays within bf16 rounding of the reference", "[mla][bf16]") {
   const mha_mla_config c = yarn(small_config(40, 3, 24, 512, 128, 64, 128), 40, 4096, 1, 1);
   const MlaLayer layer(c, 7);
-  const mha_attention_options opt{sizeof opt, MHA_BF16};
+  const mha_attention_options opt{sizeof opt, MHA_BF16, MHA_WEIGHTS_COMPUTE, 0};
   const Mla mla(layer.cfg, layer.view(), &opt);
   const std::size_t E = c.hidden_size, seq = 6;
   const auto x = random_vector(seq * E, 8);
@@ -166,7 +167,7 @@ TEST_CASE("mla: paged steps equal contiguous ones; truncate and re-step", "[mla]
   const mha_mla_config c = yarn(small_config(24, 2, 0, 512, 128, 64, 128), 32, 4096, 1, 1);
   const MlaLayer layer(c, 27);
   const Mla mla(layer.cfg, layer.view());
-  const mha_attention_options bf16{sizeof bf16, MHA_BF16};
+  const mha_attention_options bf16{sizeof bf16, MHA_BF16, MHA_WEIGHTS_COMPUTE, 0};
   const Mla mla16(layer.cfg, layer.view(), &bf16);
   const std::size_t E = c.hidden_size, seq = 10;
   const auto x = random_vector(seq * E, 28);
@@ -296,8 +297,14 @@ TEST_CASE("mla: create rejects bad configs and weights", "[mla]") {
   v = w;
   v.struct_size = 0;
   bad(good, v);
-  const mha_attention_options opt{sizeof opt, static_cast<mha_dtype>(7)};
+  mha_attention_options opt{sizeof opt, static_cast<mha_dtype>(7), MHA_WEIGHTS_COMPUTE, 0};
   CHECK(mha_mla_create(&good, &w, &opt, &m) == MHA_INVALID_ARGUMENT);
+  CHECK(m == untouched);
+  // int8 weights: not for MLA layers in this version.
+  opt.compute = MHA_FP32;
+  opt.weight_format = MHA_WEIGHTS_INT8;
+  CHECK(mha_mla_create(&good, &w, &opt, &m) == MHA_UNSUPPORTED);
+  CHECK(std::string(mha_last_error()).find("weight_format") != std::string::npos);
   CHECK(m == untouched);
 }
 

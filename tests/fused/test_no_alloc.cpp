@@ -230,6 +230,22 @@ void check_entry_points(std::size_t threads) {
             attn16.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
           }) <= allowed);
 
+    // int8 weights: many rows widen B into the thread's scratch, a decode
+    // step's one row in registers.
+    mha_attention_options int8{};
+    int8.struct_size = sizeof(mha_attention_options);
+    int8.weight_format = MHA_WEIGHTS_INT8;
+    const mha::MultiheadAttention attn8(cfg, weights, int8);
+    CHECK(steady_allocations([&] {
+            attn8.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
+          }) <= allowed);
+    mha::KvCache cache8(attn8, 1, 64);
+    cache8.step_self(10, prompt.data(), prompt_out.data());
+    CHECK(steady_allocations([&] {
+            cache8.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
+            cache8.truncate(10);
+          }) <= allowed);
+
     // Ragged batches, plain and with every modifier (lse by packed row).
     const std::size_t q_start[] = {0, 7, 7, 33}, kv_start[] = {0, 20, 25, 40};
     const mha_ragged self{sizeof(mha_ragged), 3, q_start, nullptr};

@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "attention/attention_case.hpp"
+#include "attention/projection/projection.hpp"
 #include "gemm/gemm_bf16.hpp"
 #include "support/attention_reference.hpp"
 #include "support/mla_reference.hpp"
@@ -1350,6 +1351,16 @@ void fuzz_paged(Decoder& d, const Model& m) {
   FUZZ_CHECK(mha_kv_cache_shared_chunks(nullptr) == 0, "mha_kv_cache_shared_chunks(NULL) != 0");
 }
 
+// x [rows x cols] replaced by its int8 codes widened: what an int8 object
+// multiplies by.
+void widen_int8(std::vector<float>& x, std::size_t rows) {
+  const std::size_t cols = x.size() / rows;
+  std::vector<std::int8_t> codes(x.size());
+  std::vector<float> scales(rows);
+  mha::detail::quantize_int8_rows(rows, cols, x.data(), codes.data(), scales.data(), "w");
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(codes[i]) * scales[i / cols];
+}
+
 void fuzz_attention(Decoder& d) {
   mha_config c{};
   c.num_heads = d.dim(4);
@@ -1383,11 +1394,17 @@ void fuzz_attention(Decoder& d) {
   if (null_weight == 3) w.out_weight = nullptr;
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
   mha_attention* attn = sentinel;
-  // mha_attention_create, or create_ex with bf16 or (rarely) bad options.
+  // mha_attention_create, or create_ex with int8 weights, bf16 or (rarely)
+  // bad options.
   const int how = d.p.ConsumeIntegralInRange<int>(0, 15);
   mha_attention_options opt{};
   opt.struct_size = how == 15 ? 0 : sizeof(mha_attention_options);
   opt.compute = how == 14 ? static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2) : MHA_BF16;
+  const bool int8 = how == 8 || how == 9;
+  if (int8) {
+    opt.compute = MHA_FP32;
+    opt.weight_format = MHA_WEIGHTS_INT8;
+  }
   const bool bf16 = how >= 10;
   // Sometimes on the vdpbf16ps emulation, so that the dot path and the bf16
   // attention core (bf16 K/V) run on any CPU; an object keeps the kernels
@@ -1396,8 +1413,8 @@ void fuzz_attention(Decoder& d) {
   if (emulated)
     mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
   prime_error();
-  const mha_status st =
-      bf16 ? mha_attention_create_ex(&c, &w, &opt, &attn) : mha_attention_create(&c, &w, &attn);
+  const mha_status st = bf16 || int8 ? mha_attention_create_ex(&c, &w, &opt, &attn)
+                                     : mha_attention_create(&c, &w, &attn);
   if (emulated) mha::detail::set_gemm_bf16_kernels_override(nullptr);
   check_expectation(st, valid && how < 14 ? Expect::ok : Expect::fail, "mha_attention_create");
   if (st != MHA_OK) {
@@ -1409,6 +1426,14 @@ void fuzz_attention(Decoder& d) {
     // The reference runs on the weights the object stores: rounded to bf16.
     m.w.round_to_bf16();
     m.tol = kBf16AttentionTol;
+  }
+  if (int8) {
+    // Or widened from their int8 codes, which the fp32 tolerance then holds.
+    const std::size_t E = c.embed_dim, kv = m.w.k.size() / (c.kdim == 0 ? E : c.kdim);
+    widen_int8(m.w.q, E);
+    widen_int8(m.w.k, kv);
+    widen_int8(m.w.v, kv);
+    widen_int8(m.w.o, E);
   }
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
     switch (d.p.ConsumeIntegralInRange<int>(0, 5)) {
@@ -1864,7 +1889,8 @@ void fuzz_mla(Decoder& d) {
   // Options: NULL, fp32, bf16, or (cases 11 and 12) an unknown compute type
   // or a wrong struct_size.
   const int how = d.p.ConsumeIntegralInRange<int>(0, 15);
-  mha_attention_options opt{sizeof(mha_attention_options), how >= 13 ? MHA_BF16 : MHA_FP32};
+  mha_attention_options opt{sizeof(mha_attention_options), how >= 13 ? MHA_BF16 : MHA_FP32,
+                            MHA_WEIGHTS_COMPUTE, 0};
   if (broken == 11) opt.compute = static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2);
   if (broken == 12) opt.struct_size = d.coin() ? 0 : sizeof(mha_attention_options) + 4;
   const bool use_opt = how >= 12 || broken == 11 || broken == 12;

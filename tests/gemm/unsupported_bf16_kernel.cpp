@@ -37,7 +37,7 @@ int main() {
   const std::vector<float> w(16, 0.f);
   const mha_weights weights{w.data(), w.data(), w.data(), w.data(),
                             nullptr,  nullptr,  nullptr,  nullptr};
-  const mha_attention_options bf16{sizeof(mha_attention_options), MHA_BF16};
+  const mha_attention_options bf16{sizeof(mha_attention_options), MHA_BF16, MHA_WEIGHTS_COMPUTE, 0};
   mha_attention* attn = nullptr;
   status = mha_attention_create_ex(&config, &weights, &bf16, &attn);
   std::printf("bf16 create: status %d, message: %s\n", static_cast<int>(status), mha_last_error());

@@ -255,7 +255,8 @@ struct Scenario {
   std::vector<float> x = random_vector(B * L * E, 6), kv = random_vector(B * Lkv * E, 7);
   std::vector<float> out = sentinel(B * L * E), w = sentinel(B * H * L * Lkv);
 
-  explicit Scenario(mha_dtype compute) : options{sizeof(mha_attention_options), compute} {
+  explicit Scenario(mha_dtype compute, mha_weight_format format = MHA_WEIGHTS_COMPUTE)
+      : options{sizeof(mha_attention_options), compute, format, 0} {
     REQUIRE(mha_attention_create_ex(&cfg, &weights, &options, &attn) == MHA_OK);
   }
   ~Scenario() { mha_attention_destroy(attn); }
@@ -608,9 +609,11 @@ void run_mla(bool four_threads, mha_kv_dtype dtype) {
   mha_mla_destroy(mla);
 }
 
-// The attention object's operations, computing in `compute`.
-void run_attention(bool four_threads, mha_dtype compute) {
-  Scenario s(compute);
+// The attention object's operations, computing in `compute` on weights in
+// `format`.
+void run_attention(bool four_threads, mha_dtype compute,
+                   mha_weight_format format = MHA_WEIGHTS_COMPUTE) {
+  Scenario s(compute, format);
   constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L, Lkv = Scenario::Lkv;
   const auto reset_out = [&] {
     s.out = sentinel(s.out.size());
@@ -786,6 +789,19 @@ TEST_CASE("allocation failures in a task_arena(4): out of memory, nothing change
     return;
   }
   run_all(true);
+}
+
+TEST_CASE("allocation failures, int8 weights: out of memory, nothing changed, retry exact",
+          "[hardening][oom][int8]") {
+  for (bool four_threads : {false, true}) {
+    if (four_threads && !mha::test::threads_allowed()) {
+      WARN("skipped in a task_arena(4): no second thread may be started here");
+      break;
+    }
+    mha_set_num_threads(four_threads ? 0 : 1);
+    run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8);
+  }
+  mha_set_num_threads(0);
 }
 
 TEST_CASE("allocation failures, quantized KV caches: out of memory, nothing changed, retry exact",

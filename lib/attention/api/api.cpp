@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <initializer_list>
 #include <memory>
 #include <mha/attention.hpp>
@@ -120,10 +121,11 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
                                            const mha_attention_options* options = nullptr) {
   const detail::AttentionShape shape = resolve_shape(config);
   check_weights(weights);
-  const bool bf16 = detail::bf16_compute(options, "");
+  const detail::ObjectOptions o = detail::object_options(options, "");
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
-  handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights, bf16);
+  handle->engine =
+      std::make_unique<detail::AttentionEngine>(isa, shape, weights, o.bf16, o.weights);
   return handle;
 }
 
@@ -150,15 +152,43 @@ void forward_mods(const detail::AttentionEngine& e, std::size_t batch, std::size
 
 namespace detail {
 
-bool bf16_compute(const mha_attention_options* options, const char* prefix) {
-  if (options == nullptr) return false;
-  check_arg(options->struct_size == sizeof(mha_attention_options), prefix,
+ObjectOptions object_options(const mha_attention_options* options, const char* prefix) {
+  if (options == nullptr) return {};
+  // The first version's struct: { struct_size, compute }, padded.
+  constexpr std::size_t kAlign = alignof(mha_attention_options);
+  constexpr std::size_t kFirstSize =
+      (offsetof(mha_attention_options, weight_format) + kAlign - 1) / kAlign * kAlign;
+  const bool first = options->struct_size == kFirstSize;
+  check_arg(first || options->struct_size == sizeof(mha_attention_options), prefix,
             "options->struct_size: expected sizeof(mha_attention_options) (",
-            sizeof(mha_attention_options), "), got ", options->struct_size);
+            sizeof(mha_attention_options), ") or the first version's ", kFirstSize, ", got ",
+            options->struct_size);
   check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16, prefix,
             "options->compute: expected MHA_FP32 or MHA_BF16, got ",
             static_cast<long>(options->compute));
-  return options->compute == MHA_BF16;
+  ObjectOptions o;
+  o.bf16 = options->compute == MHA_BF16;
+  if (first) return o;
+  check_arg(
+      options->weight_format == MHA_WEIGHTS_COMPUTE || options->weight_format == MHA_WEIGHTS_INT8,
+      prefix, "options->weight_format: expected MHA_WEIGHTS_COMPUTE or MHA_WEIGHTS_INT8, got ",
+      static_cast<long>(options->weight_format));
+  if (options->weight_format == MHA_WEIGHTS_COMPUTE) {
+    check_arg(options->weight_group == 0, prefix,
+              "options->weight_group: expected 0 with MHA_WEIGHTS_COMPUTE, got ",
+              options->weight_group);
+    return o;
+  }
+  if (options->weight_group != 0) {
+    fail(MHA_UNSUPPORTED, prefix, "options->weight_group ", options->weight_group,
+         ": this version quantizes int8 weights per output row only (0)");
+  }
+  if (o.bf16) {
+    fail(MHA_UNSUPPORTED, prefix,
+         "MHA_WEIGHTS_INT8 with compute MHA_BF16: this version computes int8 weights in fp32 only");
+  }
+  o.weights = WeightFormat::int8;
+  return o;
 }
 
 AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size_t rows,

@@ -10,6 +10,7 @@
 #include <initializer_list>
 
 #include "attention/core/shape.hpp"
+#include "attention/projection/projection.hpp"
 #include "common/checked.hpp"
 
 namespace mha::detail {
@@ -23,10 +24,15 @@ class PagedKvCache;
 AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size_t rows,
                            std::initializer_list<Extent> arrays, const char* fn);
 
-// Whether options (NULL: fp32) ask for bf16 compute, validated:
-// struct_size exactly sizeof(mha_attention_options), a known compute type;
-// messages start with prefix. In api.cpp.
-bool bf16_compute(const mha_attention_options* options, const char* prefix);
+// What options (NULL: fp32, weights in it) ask for, validated: a
+// struct_size of this version or the first, a known compute type and
+// weight format, and a weight_group this version computes; messages start
+// with prefix. In api.cpp.
+struct ObjectOptions {
+  bool bf16 = false;
+  WeightFormat weights = WeightFormat::as_compute;
+};
+ObjectOptions object_options(const mha_attention_options* options, const char* prefix);
 
 // The dtype of cache options (NULL: MHA_KV_DEFAULT), validated: struct_size
 // exactly sizeof(mha_kv_cache_options), a known dtype; messages start with

@@ -88,11 +88,16 @@ std::unique_ptr<KvType> pick_kv_type(Isa isa, const GemmKernels& g, const GemmBf
 }  // namespace
 
 AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
-                                 bool bf16)
+                                 bool bf16, WeightFormat weights)
     : isa_(isa), shape_(shape) {
   const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
-  proj_ =
-      bf16 ? make_projections_bf16(gemm(), g16, shape, w) : make_projections_fp32(gemm(), shape, w);
+  if (weights == WeightFormat::int8) {
+    proj_ = make_projections_int8(gemm(), shape, w);
+  } else if (bf16) {
+    proj_ = make_projections_bf16(gemm(), g16, shape, w);
+  } else {
+    proj_ = make_projections_fp32(gemm(), shape, w);
+  }
   // A bf16 object's core runs on bf16 K and V where the CPU has bf16 dot
   // products; elsewhere on fp32 ones (its weights stay bf16).
   make_kv_types(g16, false);

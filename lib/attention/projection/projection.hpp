@@ -9,6 +9,7 @@
 #include <mha/mha.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "attention/core/shape.hpp"
@@ -74,6 +75,10 @@ Bf16Epilogue bf16_epilogue(const float* bias, std::size_t round_from);
 // x [rows x cols] (rows ld apart) rounded to bf16 values by that epilogue.
 void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t ld);
 
+// How an object stores its projection weights (mha_attention_options'
+// weight_format).
+enum class WeightFormat : unsigned char { as_compute, int8 };
+
 // Copies and packs the weights for g's kernels.
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
                                                    const mha_weights& w);
@@ -81,6 +86,15 @@ std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const A
 // for the bf16 GEMM's fp32 path on g).
 std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
                                                    const AttentionShape& s, const mha_weights& w);
+
+// The weights quantized per output row (mha.h's MHA_WEIGHTS_INT8 rule) and
+// packed for gemm_int8_b on g's kernels.
+std::unique_ptr<Projections> make_projections_int8(const GemmKernels& g, const AttentionShape& s,
+                                                   const mha_weights& w);
+// That rule: row j of w [n x k] to codes [n x k] and scales[j]; a NaN or
+// infinite weight throws MHA_INVALID_ARGUMENT naming `name`[j][p].
+void quantize_int8_rows(std::size_t n, std::size_t k, const float* w, std::int8_t* codes,
+                        float* scales, const char* name);
 
 // One weight as op(B) [k x n], packed for a precision's products: an MLA
 // layer's projections, which are many and of other shapes than the four

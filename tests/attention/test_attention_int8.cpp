@@ -1,0 +1,268 @@
+// Objects with int8 weights (mha_attention_options' MHA_WEIGHTS_INT8): the
+// quantization rule of mha.h on chosen rows; bit-identical to an fp32
+// object created with the widened weights (code * scale in fp32) on
+// forwards, KV-cache steps at one row and several, and at 1, 2 and 3
+// threads, on every ISA (CTest runs the binary once per MHA_ISA); the
+// error against the double oracle on the widened weights, and against the
+// fp32 layer; the option checks.
+#include <mha/mha.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mha/error.hpp>
+#include <string>
+#include <vector>
+
+#include "attention/attention_case.hpp"
+#include "attention/projection/projection.hpp"
+#include "support/attention_reference.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+using mha::test::AttentionCase;
+using mha::test::CaseData;
+using mha::test::RandomWeights;
+
+mha_attention_options int8_options() {
+  mha_attention_options o{};
+  o.struct_size = sizeof(mha_attention_options);
+  o.compute = MHA_FP32;
+  o.weight_format = MHA_WEIGHTS_INT8;
+  return o;
+}
+
+// w's four matrices replaced by their widened int8 codes, code * scale.
+void widen_in_place(std::vector<float>& w, std::size_t out, std::size_t in) {
+  std::vector<std::int8_t> codes(out * in);
+  std::vector<float> scales(out);
+  mha::detail::quantize_int8_rows(out, in, w.data(), codes.data(), scales.data(), "w");
+  for (std::size_t j = 0; j < out; ++j) {
+    for (std::size_t p = 0; p < in; ++p) w[j * in + p] = float(codes[j * in + p]) * scales[j];
+  }
+}
+
+RandomWeights widened(const AttentionCase& c, const RandomWeights& w) {
+  const std::size_t E = c.config.embed_dim, H = c.config.num_heads;
+  const std::size_t kvh = c.config.num_kv_heads == 0 ? H : c.config.num_kv_heads;
+  const std::size_t kv = kvh * (E / H);
+  const std::size_t kdim = c.config.kdim == 0 ? E : c.config.kdim;
+  const std::size_t vdim = c.config.vdim == 0 ? E : c.config.vdim;
+  RandomWeights x = w;
+  widen_in_place(x.q, E, E);
+  widen_in_place(x.k, kv, kdim);
+  widen_in_place(x.v, kv, vdim);
+  widen_in_place(x.o, E, E);
+  return x;
+}
+
+struct Handle {
+  mha_attention* a = nullptr;
+  Handle(const mha_config& cfg, const mha_weights& w, const mha_attention_options* o) {
+    REQUIRE(mha_attention_create_ex(&cfg, &w, o, &a) == MHA_OK);
+  }
+  ~Handle() { mha_attention_destroy(a); }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+};
+
+std::vector<float> forward(const mha_attention* a, const AttentionCase& c, const CaseData& d,
+                           std::vector<float>* weights = nullptr) {
+  std::vector<float> out(c.batch * c.q_len * c.config.embed_dim, NAN);
+  REQUIRE(mha_attention_forward(a, c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(),
+                                d.value.data(), d.mask_ptr(), out.data(),
+                                weights ? weights->data() : nullptr, 0) == MHA_OK);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+AttentionCase make_case(std::size_t E, std::size_t H, std::size_t kv_heads, std::size_t kdim,
+                        std::size_t batch, std::size_t q_len, std::size_t kv_len, bool biases,
+                        std::uint64_t seed) {
+  AttentionCase c;
+  c.config = {E, H, kdim, kdim, kv_heads};
+  c.biases = biases;
+  c.batch = batch;
+  c.q_len = q_len;
+  c.kv_len = kv_len;
+  c.self = kdim == 0 && q_len == kv_len;
+  c.causal = c.self;
+  c.seed = seed;
+  return c;
+}
+
+// Shapes whose projections cover a row (decode), several rows and strips,
+// column counts off the strip width, and an input width past the GEMM's K
+// block (1100 > 1024 on AVX-512, 256 elsewhere).
+std::vector<AttentionCase> cases() {
+  return {make_case(64, 4, 0, 0, 2, 9, 9, true, 11), make_case(48, 3, 1, 0, 1, 1, 5, false, 12),
+          make_case(40, 5, 0, 23, 3, 4, 6, true, 13), make_case(96, 8, 2, 0, 1, 17, 17, true, 14),
+          make_case(24, 2, 0, 1100, 2, 3, 2, true, 15)};
+}
+
+}  // namespace
+
+TEST_CASE("int8 weights: the quantization rule of mha.h", "[int8][attention]") {
+  // Row 0: max 127, scale 1: codes are the values rounded half to even.
+  // Row 1: all zero. Row 2: one value 1000x the others, which round to 0
+  // (0.1 / (1000/127) = 0.0127). Row 3: max 63.5, scale 0.5, exact ties
+  // (63.5, 64.5 and 1.5) to even.
+  const std::vector<float> w = {127.0f, 2.5f, -3.5f, 0.5f, 0.0f,   0.0f,   0.0f,   0.0f,
+                                1000.f, 0.1f, -0.1f, 0.0f, -63.5f, 31.75f, 32.25f, 0.75f};
+  std::vector<std::int8_t> codes(16, 99);
+  std::vector<float> scales(4, NAN);
+  mha::detail::quantize_int8_rows(4, 4, w.data(), codes.data(), scales.data(), "w");
+  CHECK(scales[0] == 1.0f);
+  CHECK(scales[1] == 0.0f);
+  CHECK(scales[2] == 1000.f / 127.0f);
+  CHECK(scales[3] == 0.5f);
+  const std::vector<std::int8_t> expected = {127, 2, -4, 0, 0,    0,  0,  0,
+                                             127, 0, 0,  0, -127, 64, 64, 2};
+  for (std::size_t i = 0; i < 16; ++i) {
+    INFO("code " << i);
+    CHECK(codes[i] == expected[i]);
+  }
+  // A NaN or infinite weight is refused, naming it.
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY, -INFINITY}) {
+    std::vector<float> x = w;
+    x[6] = bad;
+    try {
+      mha::detail::quantize_int8_rows(4, 4, x.data(), codes.data(), scales.data(), "w");
+      FAIL("no error for a non-finite weight");
+    } catch (const mha::Error& e) {
+      CHECK(e.status() == MHA_INVALID_ARGUMENT);
+      CHECK(std::string(e.what()).find("w[1][2]") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("int8 weights give the fp32 object's bits on the widened weights", "[int8][attention]") {
+  const mha_attention_options o = int8_options();
+  for (const AttentionCase& c : cases()) {
+    CAPTURE(c.config.embed_dim, c.config.num_heads, c.config.num_kv_heads, c.config.kdim, c.batch,
+            c.q_len, c.kv_len);
+    const CaseData d(c);
+    const mha_weights given = d.w.view();
+    const RandomWeights wide = widened(c, d.w);
+    const mha_weights wide_view = wide.view();
+    const Handle int8(c.config, given, &o), fp32(c.config, wide_view, nullptr);
+    const std::size_t H = c.config.num_heads;
+    std::vector<float> w8(c.batch * H * c.q_len * c.kv_len), w32(w8.size());
+    for (const std::size_t threads : {1, 2, 3}) {
+      CAPTURE(threads);
+      mha_set_num_threads(threads);
+      CHECK(same_bits(forward(int8.a, c, d, &w8), forward(fp32.a, c, d, &w32)));
+      CHECK(same_bits(w8, w32));
+    }
+    mha_set_num_threads(0);
+    // The double oracle on the widened weights bounds the int8 object as it
+    // bounds the fp32 one (1e-5 of the outputs' scale: test_attention_oracle's
+    // kTolerance); against the fp32 weights, the codes' rounding
+    // (half a step of max|w|/127 per weight) moves the output by about 1e-2.
+    const auto ref_wide = mha::test::reference_attention(
+        c.config, wide_view, c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(),
+        d.value.data(), d.mask_ptr(), false, false);
+    const auto ref_given =
+        mha::test::reference_attention(c.config, given, c.batch, c.q_len, c.kv_len, d.query.data(),
+                                       d.key.data(), d.value.data(), d.mask_ptr(), false, false);
+    const std::vector<float> out = forward(int8.a, c, d);
+    CHECK(mha::test::scaled_error(out, ref_wide.out) <= 1e-5);
+    const double quantized = mha::test::scaled_error(out, ref_given.out);
+    CHECK(quantized < 5e-2);
+    CHECK(quantized > 1e-5);  // the weights really were quantized
+  }
+}
+
+TEST_CASE("int8 weights: KV-cache steps give the fp32 object's bits, one row and several",
+          "[int8][attention]") {
+  const mha_attention_options o = int8_options();
+  for (const std::size_t batch : {1, 3}) {
+    const AttentionCase c = make_case(64, 4, 2, 0, batch, 1, 1, true, 21 + batch);
+    CAPTURE(batch);
+    const CaseData d(c);
+    const RandomWeights wide = widened(c, d.w);
+    const Handle int8(c.config, d.w.view(), &o), fp32(c.config, wide.view(), nullptr);
+    mha_kv_cache *c8 = nullptr, *c32 = nullptr;
+    REQUIRE(mha_kv_cache_create(int8.a, batch, 16, &c8) == MHA_OK);
+    REQUIRE(mha_kv_cache_create(fp32.a, batch, 16, &c32) == MHA_OK);
+    const std::size_t E = c.config.embed_dim;
+    for (const std::size_t tokens : {5, 1, 1, 3}) {
+      CAPTURE(tokens);
+      const std::vector<float> x = mha::test::random_vector(batch * tokens * E, 30 + tokens);
+      std::vector<float> y8(x.size(), NAN), y32(x.size(), NAN);
+      REQUIRE(mha_attention_step(int8.a, c8, tokens, x.data(), x.data(), x.data(), y8.data()) ==
+              MHA_OK);
+      REQUIRE(mha_attention_step(fp32.a, c32, tokens, x.data(), x.data(), x.data(), y32.data()) ==
+              MHA_OK);
+      CHECK(same_bits(y8, y32));
+    }
+    mha_kv_cache_destroy(c8);
+    mha_kv_cache_destroy(c32);
+  }
+}
+
+TEST_CASE("int8 weights: options are checked, and a failed create writes nothing",
+          "[int8][attention]") {
+  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 41);
+  const CaseData d(c);
+  const mha_weights w = d.w.view();
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  const auto fails = [&](const mha_attention_options& o, mha_status status, const char* word) {
+    REQUIRE(mha_attention_create_ex(&c.config, &w, &o, &attn) == status);
+    CHECK(std::string(mha_last_error()).find(word) != std::string::npos);
+    REQUIRE(attn == sentinel);
+  };
+  mha_attention_options o = int8_options();
+  o.weight_format = static_cast<mha_weight_format>(7);
+  fails(o, MHA_INVALID_ARGUMENT, "weight_format");
+  o = int8_options();
+  o.weight_group = 32;
+  fails(o, MHA_UNSUPPORTED, "weight_group");
+  o.weight_format = MHA_WEIGHTS_COMPUTE;
+  fails(o, MHA_INVALID_ARGUMENT, "weight_group");
+  o = int8_options();
+  o.compute = MHA_BF16;
+  fails(o, MHA_UNSUPPORTED, "MHA_BF16");
+  o = int8_options();
+  o.struct_size = sizeof(mha_attention_options) + 8;
+  fails(o, MHA_INVALID_ARGUMENT, "struct_size");
+  // A NaN weight: refused, naming the matrix and the element.
+  RandomWeights bad = d.w;
+  bad.v[5] = NAN;
+  const mha_weights bad_view = bad.view();
+  const mha_attention_options int8 = int8_options();
+  REQUIRE(mha_attention_create_ex(&c.config, &bad_view, &int8, &attn) == MHA_INVALID_ARGUMENT);
+  CHECK(std::string(mha_last_error()).find("v_weight[0][5]") != std::string::npos);
+  REQUIRE(attn == sentinel);
+}
+
+TEST_CASE("the first version's mha_attention_options still works, padding unread",
+          "[int8][attention]") {
+  // What a caller compiled against { struct_size, compute } passes: the
+  // bytes past compute are its padding, which may hold anything.
+  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 42);
+  const CaseData d(c);
+  const mha_weights w = d.w.view();
+  struct First {
+    std::size_t struct_size;
+    mha_dtype compute;
+  };
+  alignas(mha_attention_options) unsigned char bytes[sizeof(mha_attention_options)];
+  std::memset(bytes, 0xA5, sizeof bytes);
+  const First first{sizeof(First), MHA_FP32};
+  std::memcpy(bytes, &first, sizeof first);
+  std::memset(bytes + offsetof(First, compute) + sizeof(mha_dtype), 0x5A,
+              sizeof(First) - offsetof(First, compute) - sizeof(mha_dtype));
+  mha_attention_options o;
+  std::memcpy(&o, bytes, sizeof o);
+  const Handle old(c.config, w, &o), plain(c.config, w, nullptr);
+  CHECK(same_bits(forward(old.a, c, d), forward(plain.a, c, d)));
+}
