@@ -1,0 +1,132 @@
+// Projection weight formats (mha_attention_options' weight_format) on
+// Llama-3.2-1B-like layers (E 2048, 32 query heads over 8 K/V heads of 64,
+// no biases): a decode step (b1, 1023 cached positions) through 32 layer
+// objects in turn, whose weights (1.3 GB in fp32, 336 MB in int8) exceed
+// every last-level cache of these machines as a model's do, and through one
+// layer alone, whose weights stay in L3; per object:
+//   fp32   fp32 weights and products
+//   int8   int8 weights (per output row), fp32 products
+//   bf16   bf16 weights and products
+// each with its default KV cache (fp32 for fp32 and int8, bf16 for bf16).
+// Names: weights/<config>/<impl>/threads:<t>; the bytes counter is the
+// layers' weights, read once per step.
+#include <benchmark/benchmark.h>
+#include <mha/mha.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace mha::bench {
+namespace {
+
+struct Config {
+  const char* name;
+  std::size_t E, heads, kv_heads, layers, cached;
+  std::size_t kv() const { return kv_heads * (E / heads); }
+};
+// The smallest first: CI's bench smoke runs each suite's first config.
+constexpr Config kConfigs[] = {
+    {"tiny_e256_decode_b1_kv300_4layers", 256, 8, 2, 4, 299},
+    {"llama1b_decode_b1_kv1024_1layer", 2048, 32, 8, 1, 1023},
+    {"llama1b_decode_b1_kv1024_32layers", 2048, 32, 8, 32, 1023},
+};
+
+struct Impl {
+  const char* name;
+  mha_dtype compute;
+  mha_weight_format format;
+  double bytes_per_weight;
+};
+constexpr Impl kImpls[] = {{"fp32", MHA_FP32, MHA_WEIGHTS_COMPUTE, 4},
+                           {"int8", MHA_FP32, MHA_WEIGHTS_INT8, 1},
+                           {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 2}};
+
+void check(mha_status s) {
+  if (s != MHA_OK) throw std::runtime_error(mha_last_error());
+}
+
+// The layers and their caches holding `cached` positions, built once per
+// process.
+struct Fixture {
+  std::vector<float> x, out;
+  std::vector<std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>> attn;
+  std::vector<std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)>> cache;
+  double weight_bytes = 0;
+  Fixture(const Config& c, const Impl& impl) : x(random_floats(c.E, 3)), out(c.E) {
+    const std::size_t E = c.E, kv = c.kv(), weights = 2 * E * (E + kv);
+    const mha_config cfg{E, c.heads, 0, 0, c.kv_heads};
+    const mha_attention_options ao{sizeof(mha_attention_options), impl.compute, impl.format, 0};
+    mha_set_num_threads(0);
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      // Each layer's own weights, so that 32 layers read 32 times the bytes.
+      const std::vector<float> w =
+          random_floats(weights, static_cast<std::uint32_t>(10 + l), -0.05f, 0.05f);
+      const mha_weights mw{w.data(),
+                           w.data() + E * E,
+                           w.data() + E * E + kv * E,
+                           w.data() + E * E + 2 * kv * E,
+                           nullptr,
+                           nullptr,
+                           nullptr,
+                           nullptr};
+      mha_attention* a = nullptr;
+      check(mha_attention_create_ex(&cfg, &mw, &ao, &a));
+      attn.emplace_back(a, mha_attention_destroy);
+      mha_kv_cache* k = nullptr;
+      check(mha_kv_cache_create(a, 1, c.cached + 1, &k));
+      cache.emplace_back(k, mha_kv_cache_destroy);
+      const std::vector<float> h = random_floats(c.cached * E, static_cast<std::uint32_t>(4 + l));
+      std::vector<float> ho(h.size());
+      check(mha_attention_step(a, k, c.cached, h.data(), h.data(), h.data(), ho.data()));
+    }
+    weight_bytes = static_cast<double>(c.layers * weights) * impl.bytes_per_weight;
+  }
+};
+
+Fixture& fixture(const Config& c, const Impl& impl) {
+  static std::map<std::pair<std::string, std::string>, std::unique_ptr<Fixture>> all;
+  auto& slot = all[{c.name, impl.name}];
+  if (!slot) slot = std::make_unique<Fixture>(c, impl);
+  return *slot;
+}
+
+void bench(benchmark::State& state, const Config& c, const Impl& impl, int threads) {
+  Fixture& f = fixture(c, impl);
+  mha_set_num_threads(static_cast<std::size_t>(threads));
+  for (auto _ : state) {
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      check(mha_attention_step(f.attn[l].get(), f.cache[l].get(), 1, f.x.data(), f.x.data(),
+                               f.x.data(), f.out.data()));
+      check(mha_kv_cache_truncate(f.cache[l].get(), c.cached));
+    }
+    benchmark::DoNotOptimize(f.out.data());
+  }
+  mha_set_num_threads(0);
+  state.SetLabel("E" + std::to_string(c.E) + " H" + std::to_string(c.heads) + " KV" +
+                 std::to_string(c.kv_heads) + " layers " + std::to_string(c.layers) + " Skv" +
+                 std::to_string(c.cached + 1));
+  set_byte_counters(state, f.weight_bytes);
+}
+
+const bool registered = [] {
+  for (const Config& c : kConfigs) {
+    for (const Impl& impl : kImpls) {
+      for (int t : bench_threads()) {
+        register_benchmark(
+            "weights", c.name, impl.name, t,
+            [&c, &impl, t](benchmark::State& s) { bench(s, c, impl, t); }, benchmark::kMillisecond);
+      }
+    }
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace mha::bench
