@@ -414,6 +414,30 @@ MHA_API mha_status mha_attention_create_ex(const mha_config* config, const mha_w
                                            const mha_attention_options* options,
                                            mha_attention** out);
 
+/* int8 weights given as codes (a pre-quantized checkpoint: per-channel
+ * symmetric int8 as GPTQ, AWQ or OpenVINO store it, with fp16 or bf16
+ * scales widened to fp32, which is exact): each matrix's codes in
+ * mha_weights' layout and one scale per output row, weight = code * scale.
+ * The biases stay fp32. */
+typedef struct {
+  size_t struct_size;                                       /* sizeof(mha_int8_weights) */
+  const int8_t *q_codes, *k_codes, *v_codes, *out_codes;    /* as q_weight ... */
+  const float *q_scales, *k_scales, *v_scales, *out_scales; /* [E], [kv], [kv], [E] */
+  const float *q_bias, *k_bias, *v_bias, *out_bias;         /* each may be NULL */
+} mha_int8_weights;
+
+/* An object on int8 weights given as codes: the object that
+ * mha_attention_create_ex with weight_format MHA_WEIGHTS_INT8 makes from
+ * weights whose quantization gives these codes and scales, bit for bit.
+ * Every code is valid, -128 included; a scale that is NaN or infinite is
+ * MHA_INVALID_ARGUMENT, naming it. options: NULL, or compute MHA_FP32 with
+ * weight_format MHA_WEIGHTS_INT8 and weight_group 0 (others:
+ * MHA_INVALID_ARGUMENT, or MHA_UNSUPPORTED as mha_attention_create_ex says). */
+MHA_API mha_status mha_attention_create_int8(const mha_config* config,
+                                             const mha_int8_weights* weights,
+                                             const mha_attention_options* options,
+                                             mha_attention** out);
+
 /* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
  * batch_first=True), except that a query row whose keys are all masked gets
  * zero weights and a zero attention output for that head (PyTorch: NaN).

@@ -266,3 +266,133 @@ TEST_CASE("the first version's mha_attention_options still works, padding unread
   const Handle old(c.config, w, &o), plain(c.config, w, nullptr);
   CHECK(same_bits(forward(old.a, c, d), forward(plain.a, c, d)));
 }
+
+namespace {
+
+// A weight's codes and scales, as a checkpoint holds them.
+struct Codes {
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  Codes(const std::vector<float>& w, std::size_t out, std::size_t in)
+      : codes(out * in), scales(out) {
+    mha::detail::quantize_int8_rows(out, in, w.data(), codes.data(), scales.data(), "w");
+  }
+  std::vector<float> widened() const {
+    std::vector<float> w(codes.size());
+    const std::size_t in = codes.size() / scales.size();
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = float(codes[i]) * scales[i / in];
+    return w;
+  }
+};
+
+struct CodedWeights {
+  Codes q, k, v, o;
+  const RandomWeights& b;
+  CodedWeights(const AttentionCase& c, const RandomWeights& w)
+      : q(w.q, c.config.embed_dim, c.config.embed_dim),
+        k(w.k, w.k.size() / CaseData::kdim(c), CaseData::kdim(c)),
+        v(w.v, w.v.size() / CaseData::vdim(c), CaseData::vdim(c)),
+        o(w.o, c.config.embed_dim, c.config.embed_dim),
+        b(w) {}
+  mha_int8_weights view() const {
+    return {sizeof(mha_int8_weights),
+            q.codes.data(),
+            k.codes.data(),
+            v.codes.data(),
+            o.codes.data(),
+            q.scales.data(),
+            k.scales.data(),
+            v.scales.data(),
+            o.scales.data(),
+            b.qb.empty() ? nullptr : b.qb.data(),
+            b.kb.empty() ? nullptr : b.kb.data(),
+            b.vb.empty() ? nullptr : b.vb.data(),
+            b.ob.empty() ? nullptr : b.ob.data()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("int8 codes given (mha_attention_create_int8) give the bits of codes made at create",
+          "[int8][attention]") {
+  const mha_attention_options o = int8_options();
+  for (const AttentionCase& c : cases()) {
+    CAPTURE(c.config.embed_dim, c.config.num_heads, c.config.kdim);
+    const CaseData d(c);
+    const mha_weights given = d.w.view();
+    CodedWeights coded(c, d.w);
+    // Codes at the ends of int8's range, -128 included, which create
+    // never makes: against an fp32 object on code * scale.
+    coded.q.codes[0] = -128;
+    coded.k.codes[1] = 127;
+    coded.v.codes[2] = -128;
+    coded.o.codes.back() = -128;
+    const mha_int8_weights cw = coded.view();
+    mha_attention* a = nullptr;
+    for (const mha_attention_options* opt :
+         {static_cast<const mha_attention_options*>(nullptr), &o}) {
+      REQUIRE(mha_attention_create_int8(&c.config, &cw, opt, &a) == MHA_OK);
+      RandomWeights wide = d.w;
+      wide.q = coded.q.widened();
+      wide.k = coded.k.widened();
+      wide.v = coded.v.widened();
+      wide.o = coded.o.widened();
+      const Handle fp32(c.config, wide.view(), nullptr);
+      CHECK(same_bits(forward(a, c, d), forward(fp32.a, c, d)));
+      mha_attention_destroy(a);
+    }
+    // The codes create makes, given back: the same object.
+    const CodedWeights same(c, d.w);
+    const mha_int8_weights sw = same.view();
+    REQUIRE(mha_attention_create_int8(&c.config, &sw, &o, &a) == MHA_OK);
+    const Handle made(c.config, given, &o);
+    CHECK(same_bits(forward(a, c, d), forward(made.a, c, d)));
+    mha_attention_destroy(a);
+  }
+}
+
+TEST_CASE("mha_attention_create_int8 checks its arguments and writes nothing on failure",
+          "[int8][attention]") {
+  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 43);
+  const CaseData d(c);
+  const CodedWeights coded(c, d.w);
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  const auto fails = [&](const mha_int8_weights& w, const mha_attention_options* o,
+                         mha_status status, const char* word) {
+    REQUIRE(mha_attention_create_int8(&c.config, &w, o, &attn) == status);
+    CHECK(std::string(mha_last_error()).find(word) != std::string::npos);
+    REQUIRE(attn == sentinel);
+  };
+  mha_int8_weights w = coded.view();
+  w.struct_size = 8;
+  fails(w, nullptr, MHA_INVALID_ARGUMENT, "struct_size");
+  w = coded.view();
+  w.v_codes = nullptr;
+  fails(w, nullptr, MHA_INVALID_ARGUMENT, "v_codes");
+  w = coded.view();
+  w.out_scales = nullptr;
+  fails(w, nullptr, MHA_INVALID_ARGUMENT, "out_scales");
+  std::vector<float> bad = coded.k.scales;
+  for (const float x : {NAN, INFINITY}) {
+    bad[3] = x;
+    w = coded.view();
+    w.k_scales = bad.data();
+    fails(w, nullptr, MHA_INVALID_ARGUMENT, "k_scales[3]");
+  }
+  w = coded.view();
+  mha_attention_options o = int8_options();
+  o.weight_format = MHA_WEIGHTS_COMPUTE;
+  fails(w, &o, MHA_INVALID_ARGUMENT, "weight_format");
+  o = int8_options();
+  o.compute = MHA_BF16;
+  fails(w, &o, MHA_UNSUPPORTED, "MHA_BF16");
+  REQUIRE(mha_attention_create_int8(&c.config, nullptr, nullptr, &attn) == MHA_INVALID_ARGUMENT);
+  REQUIRE(attn == sentinel);
+  // A key width whose codes' bytes wrap size_t: refused before any code is
+  // read or anything allocated.
+  const mha_config huge{32, 4, std::size_t{1} << 62, 0, 0};
+  const mha_status hs = mha_attention_create_int8(&huge, &w, nullptr, &attn);
+  REQUIRE((hs == MHA_INVALID_ARGUMENT || hs == MHA_OUT_OF_MEMORY));
+  REQUIRE(attn == sentinel);
+}

@@ -1351,15 +1351,20 @@ void fuzz_paged(Decoder& d, const Model& m) {
   FUZZ_CHECK(mha_kv_cache_shared_chunks(nullptr) == 0, "mha_kv_cache_shared_chunks(NULL) != 0");
 }
 
-// x [rows x cols] replaced by its int8 codes widened: what an int8 object
-// multiplies by.
-void widen_int8(std::vector<float>& x, std::size_t rows) {
-  const std::size_t cols = x.size() / rows;
-  std::vector<std::int8_t> codes(x.size());
-  std::vector<float> scales(rows);
-  mha::detail::quantize_int8_rows(rows, cols, x.data(), codes.data(), scales.data(), "w");
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(codes[i]) * scales[i / cols];
-}
+// A weight's int8 codes and scales (create's quantization), and the values
+// an int8 object multiplies by: code * scale.
+struct Int8Codes {
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  Int8Codes(const std::vector<float>& x, std::size_t rows) : codes(x.size()), scales(rows) {
+    mha::detail::quantize_int8_rows(rows, x.size() / rows, x.data(), codes.data(), scales.data(),
+                                    "w");
+  }
+  void widen(std::vector<float>& x) const {
+    const std::size_t cols = x.size() / scales.size();
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(codes[i]) * scales[i / cols];
+  }
+};
 
 void fuzz_attention(Decoder& d) {
   mha_config c{};
@@ -1412,9 +1417,30 @@ void fuzz_attention(Decoder& d) {
   const bool emulated = bf16 && d.coin();
   if (emulated)
     mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
+  // int8 weights as create quantizes them, given as codes half the time.
+  const std::size_t kv_rows = m.w.k.size() / m.kdim;
+  const Int8Codes q8(m.w.q, m.E), k8(m.w.k, kv_rows), v8(m.w.v, kv_rows), o8(m.w.o, m.E);
+  const mha_int8_weights codes{sizeof(mha_int8_weights),
+                               w.q_weight ? q8.codes.data() : nullptr,
+                               w.k_weight ? k8.codes.data() : nullptr,
+                               w.v_weight ? v8.codes.data() : nullptr,
+                               w.out_weight ? o8.codes.data() : nullptr,
+                               q8.scales.data(),
+                               k8.scales.data(),
+                               v8.scales.data(),
+                               o8.scales.data(),
+                               w.q_bias,
+                               w.k_bias,
+                               w.v_bias,
+                               w.out_bias};
   prime_error();
-  const mha_status st = bf16 || int8 ? mha_attention_create_ex(&c, &w, &opt, &attn)
-                                     : mha_attention_create(&c, &w, &attn);
+  mha_status st;
+  if (int8 && how == 8) {
+    st = mha_attention_create_int8(&c, &codes, d.coin() ? nullptr : &opt, &attn);
+  } else {
+    st = bf16 || int8 ? mha_attention_create_ex(&c, &w, &opt, &attn)
+                      : mha_attention_create(&c, &w, &attn);
+  }
   if (emulated) mha::detail::set_gemm_bf16_kernels_override(nullptr);
   check_expectation(st, valid && how < 14 ? Expect::ok : Expect::fail, "mha_attention_create");
   if (st != MHA_OK) {
@@ -1429,11 +1455,10 @@ void fuzz_attention(Decoder& d) {
   }
   if (int8) {
     // Or widened from their int8 codes, which the fp32 tolerance then holds.
-    const std::size_t E = c.embed_dim, kv = m.w.k.size() / (c.kdim == 0 ? E : c.kdim);
-    widen_int8(m.w.q, E);
-    widen_int8(m.w.k, kv);
-    widen_int8(m.w.v, kv);
-    widen_int8(m.w.o, E);
+    q8.widen(m.w.q);
+    k8.widen(m.w.k);
+    v8.widen(m.w.v);
+    o8.widen(m.w.o);
   }
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
     switch (d.p.ConsumeIntegralInRange<int>(0, 5)) {

@@ -640,6 +640,37 @@ void run_attention(bool four_threads, mha_dtype compute,
        },
        [&] { return std::vector<float>{created == kNoHandle<mha_attention> ? 1.f : 0.f}; }},
       four_threads);
+  if (format == MHA_WEIGHTS_INT8) {
+    // The same weights given as codes (every code and a scale of 1/64).
+    std::vector<std::int8_t> codes(E * E);
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::int8_t>(i * 37);
+    const std::vector<float> scales(E, 1.0f / 64);
+    const mha_int8_weights w8{sizeof(mha_int8_weights),
+                              codes.data(),
+                              codes.data(),
+                              codes.data(),
+                              codes.data(),
+                              scales.data(),
+                              scales.data(),
+                              scales.data(),
+                              scales.data(),
+                              nullptr,
+                              nullptr,
+                              nullptr,
+                              nullptr};
+    run_injection(
+        {"attention create from int8 codes", [&] { created = kNoHandle<mha_attention>; },
+         [&] {
+           const mha_status st = mha_attention_create_int8(&s.cfg, &w8, &s.options, &created);
+           if (st == MHA_OK) {
+             mha_attention_destroy(created);
+             created = nullptr;
+           }
+           return st;
+         },
+         [&] { return std::vector<float>{created == kNoHandle<mha_attention> ? 1.f : 0.f}; }},
+        four_threads);
+  }
 
   const float* x = s.x.data();
   run_injection({"forward self", reset_out,

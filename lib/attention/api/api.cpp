@@ -129,6 +129,38 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
   return handle;
 }
 
+// mha_attention_create_int8: the checks, then the codes packed.
+std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const mha_int8_weights& w,
+                                                const mha_attention_options* options) {
+  const detail::AttentionShape shape = resolve_shape(config);
+  check_arg(w.struct_size == sizeof(mha_int8_weights),
+            "weights->struct_size: expected sizeof(mha_int8_weights) (", sizeof(mha_int8_weights),
+            "), got ", w.struct_size);
+  const detail::Int8Source src[] = {{nullptr, w.q_codes, w.q_scales, "weights->q"},
+                                    {nullptr, w.k_codes, w.k_scales, "weights->k"},
+                                    {nullptr, w.v_codes, w.v_scales, "weights->v"},
+                                    {nullptr, w.out_codes, w.out_scales, "weights->out"}};
+  for (const detail::Int8Source& x : src) {
+    check_arg(x.codes != nullptr, x.name, "_codes: expected an array, got NULL");
+    check_arg(x.scales != nullptr, x.name, "_scales: expected an array, got NULL");
+  }
+  const detail::ObjectOptions o = detail::object_options(options, "");
+  check_arg(options == nullptr || o.weights == detail::WeightFormat::int8,
+            "options->weight_format: expected MHA_WEIGHTS_INT8 for int8 codes, got ",
+            options != nullptr ? static_cast<long>(options->weight_format) : 0L);
+  const Isa isa = detail::active_isa();
+  mha_weights biases{};
+  biases.q_bias = w.q_bias;
+  biases.k_bias = w.k_bias;
+  biases.v_bias = w.v_bias;
+  biases.out_bias = w.out_bias;
+  auto handle = std::make_unique<mha_attention>();
+  handle->engine = std::make_unique<detail::AttentionEngine>(
+      isa, shape, detail::make_projections_int8(detail::gemm_kernels(isa), shape, src, biases),
+      false, false);
+  return handle;
+}
+
 const detail::AttentionEngine& engine_of(const mha_attention* handle) {
   check_arg(handle != nullptr && handle->engine != nullptr,
             "attn: expected a handle from mha_attention_create, got NULL");
@@ -332,6 +364,18 @@ MHA_API mha_status mha_attention_create_ex(const mha_config* config, const mha_w
     mha::detail::check_arg(weights != nullptr, "weights: expected an mha_weights, got NULL");
     mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
     *out = mha::make_handle(*config, *weights, options).release();
+  });
+}
+
+MHA_API mha_status mha_attention_create_int8(const mha_config* config,
+                                             const mha_int8_weights* weights,
+                                             const mha_attention_options* options,
+                                             mha_attention** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(config != nullptr, "config: expected an mha_config, got NULL");
+    mha::detail::check_arg(weights != nullptr, "weights: expected an mha_int8_weights, got NULL");
+    mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
+    *out = mha::make_int8_handle(*config, *weights, options).release();
   });
 }
 

@@ -92,7 +92,11 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
     : isa_(isa), shape_(shape) {
   const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
   if (weights == WeightFormat::int8) {
-    proj_ = make_projections_int8(gemm(), shape, w);
+    const Int8Source src[] = {{w.q_weight, nullptr, nullptr, "weights->q_weight"},
+                              {w.k_weight, nullptr, nullptr, "weights->k_weight"},
+                              {w.v_weight, nullptr, nullptr, "weights->v_weight"},
+                              {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
+    proj_ = make_projections_int8(gemm(), shape, src, w);
   } else if (bf16) {
     proj_ = make_projections_bf16(gemm(), g16, shape, w);
   } else {

@@ -87,10 +87,20 @@ std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const A
 std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
                                                    const AttentionShape& s, const mha_weights& w);
 
-// The weights quantized per output row (mha.h's MHA_WEIGHTS_INT8 rule) and
-// packed for gemm_int8_b on g's kernels.
+// One int8 weight [out, in]: fp32 values w to quantize per output row (mha.h's
+// MHA_WEIGHTS_INT8 rule), or codes and their scales given (mha_int8_weights);
+// name: the weight's, for messages.
+struct Int8Source {
+  const float* w = nullptr;
+  const std::int8_t* codes = nullptr;
+  const float* scales = nullptr;
+  const char* name = "";
+};
+// Wq, Wk, Wv and Wo so, packed for gemm_int8_b on g's kernels; the biases
+// from `biases` (its weight pointers unread). Given scales must be finite.
 std::unique_ptr<Projections> make_projections_int8(const GemmKernels& g, const AttentionShape& s,
-                                                   const mha_weights& w);
+                                                   const Int8Source (&src)[4],
+                                                   const mha_weights& biases);
 // That rule: row j of w [n x k] to codes [n x k] and scales[j]; a NaN or
 // infinite weight throws MHA_INVALID_ARGUMENT naming `name`[j][p].
 void quantize_int8_rows(std::size_t n, std::size_t k, const float* w, std::int8_t* codes,

@@ -1,5 +1,6 @@
-// The int8 projections (mha_attention_options' MHA_WEIGHTS_INT8): each
-// weight quantized per output row at create and packed as int8 codes in the
+// The int8 projections (mha_attention_options' MHA_WEIGHTS_INT8, and
+// mha_attention_create_int8's codes): each weight quantized per output row
+// at create, or its codes taken as given, and packed as int8 codes in the
 // fp32 GEMM's B layout, Wq|Wk|Wv side by side as in fp32, for gemm_int8_b,
 // which gives the fp32 products' bits on the widened weights.
 #include <algorithm>
@@ -36,44 +37,49 @@ namespace {
 
 class ProjectionsInt8 final : public Projections {
  public:
-  ProjectionsInt8(const GemmKernels& g, const AttentionShape& s, const mha_weights& w)
+  ProjectionsInt8(const GemmKernels& g, const AttentionShape& s, const Int8Source (&src)[4],
+                  const mha_weights& biases)
       : Projections(g, s) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
-    struct Weight {
-      const float* w;
-      std::size_t out, in;
-      PackedInt8B* dst;
-      const char* name;
-    };
-    const Weight weights[] = {{w.q_weight, E, E, &wq_, "weights->q_weight"},
-                              {w.k_weight, kv, s.kdim, &wk_, "weights->k_weight"},
-                              {w.v_weight, kv, s.vdim, &wv_, "weights->v_weight"},
-                              {w.out_weight, E, E, &wo_, "weights->out_weight"}};
+    const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
+    PackedInt8B* const dst[] = {&wq_, &wk_, &wv_, &wo_};
     // Codes (packed_b_floats(g, in, out) bytes each, back to back, so that
-    // Wq|Wk|Wv's strips are one B's), then the scales.
+    // Wq|Wk|Wv's strips are one B's), then the scales; sizes and given
+    // scales checked before anything is allocated.
     std::size_t codes = 0, scales = 0, largest = 0;
-    for (const Weight& x : weights) {
-      const std::size_t cols = checked_round_up(x.out, g.nr, "int8 weights");
-      codes = checked_add(codes, checked_mul(cols, x.in, "int8 weights"), "int8 weights");
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::size_t cols = checked_round_up(out[i], g.nr, "int8 weights");
+      codes = checked_add(codes, checked_mul(cols, in[i], "int8 weights"), "int8 weights");
       scales = checked_add(scales, cols, "int8 weights");
-      largest = std::max(largest, x.out * x.in);
+      if (src[i].w != nullptr) largest = std::max(largest, out[i] * in[i]);
+      for (std::size_t j = 0; src[i].w == nullptr && j < out[i]; ++j) {
+        check_arg(std::isfinite(src[i].scales[j]), src[i].name, "_scales[", j,
+                  "]: expected a finite scale, got ", src[i].scales[j]);
+      }
     }
     const std::size_t code_floats = round_up(ceil_div(codes, sizeof(float)), 16);
     float_bytes(checked_add(code_floats, scales, "int8 weights"), "int8 weights");
     storage_ = alloc_floats(code_floats + scales);
     std::vector<std::int8_t> quantized(largest);
-    std::vector<float> row_scales(std::max(E, kv));
+    std::vector<float> row_scales(largest == 0 ? 0 : std::max(E, kv));
     auto* cdst = reinterpret_cast<std::int8_t*>(storage_.get());
     float* sdst = storage_.get() + code_floats;
-    for (const Weight& x : weights) {
-      quantize_int8_rows(x.out, x.in, x.w, quantized.data(), row_scales.data(), x.name);
-      *x.dst = pack_int8_b(g, x.in, x.out, quantized.data(), x.in, row_scales.data(), cdst, sdst);
-      cdst += packed_b_floats(g, x.in, x.out);
-      sdst += packed_int8_b_scales(g, x.out);
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::int8_t* c = src[i].codes;
+      const float* sc = src[i].scales;
+      if (src[i].w != nullptr) {
+        quantize_int8_rows(out[i], in[i], src[i].w, quantized.data(), row_scales.data(),
+                           src[i].name);
+        c = quantized.data();
+        sc = row_scales.data();
+      }
+      *dst[i] = pack_int8_b(g, in[i], out[i], c, in[i], sc, cdst, sdst);
+      cdst += packed_b_floats(g, in[i], out[i]);
+      sdst += packed_int8_b_scales(g, out[i]);
     }
     fused_ = s.kdim == E && s.vdim == E;
     if (fused_) wqkv_ = {wq_.codes, wq_.scales, E, q_cols_ + k_cols_ + v_cols_, g.nr, E * g.nr};
-    copy_biases(w);
+    copy_biases(biases);
   }
 
   Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
@@ -108,8 +114,9 @@ class ProjectionsInt8 final : public Projections {
 }  // namespace
 
 std::unique_ptr<Projections> make_projections_int8(const GemmKernels& g, const AttentionShape& s,
-                                                   const mha_weights& w) {
-  return std::make_unique<ProjectionsInt8>(g, s, w);
+                                                   const Int8Source (&src)[4],
+                                                   const mha_weights& biases) {
+  return std::make_unique<ProjectionsInt8>(g, s, src, biases);
 }
 
 }  // namespace mha::detail
