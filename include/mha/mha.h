@@ -346,7 +346,9 @@ MHA_API void mha_attention_destroy(mha_attention* attn);
 /* How an object stores its projection weights (mha_attention_options). */
 typedef enum {
   MHA_WEIGHTS_COMPUTE = 0, /* in the compute type: fp32, or bf16 (below) */
-  MHA_WEIGHTS_INT8 = 1,    /* int8 codes, one fp32 scale per output row (below) */
+  MHA_WEIGHTS_INT8 = 1,    /* int8 codes, an fp32 scale per output row and group (below) */
+  MHA_WEIGHTS_INT4 = 2,    /* int4 codes (-8..7), an fp32 scale per row and group */
+  MHA_WEIGHTS_UINT4 = 3,   /* uint4 codes (0..15), an fp32 scale and zero point per row and group */
   /* Not formats: every int value is a valid mha_weight_format in C++ (see
    * mha_dtype); an unknown one is MHA_INVALID_ARGUMENT. */
   MHA_WEIGHT_FORMAT_MIN_ENUM = -0x7fffffff - 1,
@@ -362,28 +364,35 @@ typedef struct {
   size_t struct_size;
   mha_dtype compute;               /* MHA_FP32 (the default) or MHA_BF16 */
   mha_weight_format weight_format; /* MHA_WEIGHTS_COMPUTE (the default) */
-  /* Input features per scale: 0 (one scale per output row) is the only
-   * value this version computes; others are MHA_UNSUPPORTED. Must be 0 for
-   * MHA_WEIGHTS_COMPUTE. */
+  /* Input features per scale (and zero point) of a quantized format: 0 (one
+   * group, the whole row), 32, 64 or 128. Must be 0 for MHA_WEIGHTS_COMPUTE. */
   size_t weight_group;
 } mha_attention_options;
 
 /* mha_attention_create with options (NULL: all defaults, which is
  * mha_attention_create). Every call on the object (forward, step, ragged,
  * paged, mods) works as on an fp32 one, with fp32 inputs and outputs.
- * weight_format = MHA_WEIGHTS_INT8 (compute MHA_FP32 only in this version,
- * MHA_UNSUPPORTED with MHA_BF16), weight-only quantization:
- *  - each of the four matrices is quantized per output row (symmetric):
- *    scale = max|w| / 127 (an fp32 division), code = w / scale rounded to
- *    the nearest integer (ties to even) and clamped to [-127, 127]; a row
- *    that is all zero (or whose scale underflows to 0) gets scale 0 and
- *    zero codes. A NaN or infinite weight is MHA_INVALID_ARGUMENT;
- *  - the object stores the codes and scales, 1 byte per weight plus 4 per
- *    row (0.25x the fp32 weights' bytes, plus 1/in_features);
- *  - each product widens a weight to fp32 as code * scale (one rounding)
- *    and then multiplies as the fp32 object does: the results are
- *    bit-identical to an fp32 object created with those widened weights,
- *    on every path and at any thread count.
+ * Quantized weights, weight_format MHA_WEIGHTS_INT8, _INT4 or _UINT4 (compute
+ * MHA_FP32 only in this version, MHA_UNSUPPORTED with MHA_BF16):
+ *  - each of the four matrices is quantized per output row and group of
+ *    weight_group input features (the last group of a row may be shorter),
+ *    each group by itself: int8 and int4 symmetric, scale = max|w| / 127
+ *    (int8) or / 7 (int4), an fp32 division, code = w / scale rounded to
+ *    the nearest integer (ties to even) and clamped to [-127, 127] or
+ *    [-7, 7]; uint4 over [lo, hi] = [min(w, 0), max(w, 0)], scale =
+ *    (hi - lo) / 15, zero point = -lo / scale rounded (ties to even) and
+ *    clamped to [0, 15], code = w / scale rounded, plus the zero point,
+ *    clamped to [0, 15]. A group whose scale is 0 (all zero, or a scale
+ *    that underflows) gets zero codes and zero point 0. A NaN or infinite
+ *    weight is MHA_INVALID_ARGUMENT, naming it;
+ *  - the object stores the codes (a byte per weight, or half a byte) and
+ *    4 bytes of scale (and 4 of zero point) per row and group: for rows of
+ *    2048, 0.25x the fp32 weights' bytes in int8, 0.133x in int4 with
+ *    groups of 128, 0.141x in uint4;
+ *  - each product widens a weight to fp32 as (code - zero point) * scale
+ *    (the difference exact, one rounding) and then multiplies as the fp32
+ *    object does: the results are bit-identical to an fp32 object created
+ *    with those widened weights, on every path and at any thread count.
  * compute = MHA_BF16, numerics of this version:
  *  - the four weight matrices are stored in bf16, rounded to nearest even
  *    at create (mha_fp32_to_bf16); the biases stay fp32;

@@ -20,7 +20,7 @@ enum class ScratchSlot : unsigned {
   kGemmA,
   kGemmB,
   kGemmTransposedB,
-  kGemmInt8B,     // an int8 B strip widened to fp32 (gemm_int8_b)
+  kGemmQuantB,    // a quantized B strip widened to fp32 (gemm_quant_b)
   kBf16AsFp32A,   // a bf16 GEMM's operands converted to fp32 for sgemm, which
   kBf16AsFp32B,   // then packs into the kGemm slots
   kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B

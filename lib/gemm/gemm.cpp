@@ -21,6 +21,7 @@
 #include <atomic>
 
 #include "common/aligned.hpp"
+#include "common/checked.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 
@@ -681,31 +682,83 @@ void gemm_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float
   });
 }
 
-std::size_t packed_int8_b_scales(const GemmKernels& g, std::size_t n) {
-  return ceil_div(n, g.nr) * g.nr;
+PackedQuantB PackedQuantB::cols(std::size_t n0, std::size_t n1) const {
+  PackedQuantB v = *this;
+  v.codes += n0 / nr * strip_stride;
+  v.scales += n0;
+  if (zeros != nullptr) v.zeros += n0;
+  v.n = n1 - n0;
+  return v;
 }
 
-PackedInt8B pack_int8_b(const GemmKernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
-                        std::size_t ldw, const float* scales, std::int8_t* codes,
-                        float* scales_dst) {
-  const std::size_t nr = g.nr, strips = ceil_div(n, nr);
+QuantStrips PackedQuantB::block(std::size_t p0, std::size_t s) const {
+  const std::size_t rows = type == QuantCodes::int8 ? p0 : p0 / 2;
+  const std::size_t at = p0 / group * scale_stride + s * nr;
+  return {codes + s * strip_stride + rows * nr,
+          strip_stride,
+          scales + at,
+          zeros != nullptr ? zeros + at : nullptr,
+          scale_stride,
+          group,
+          group - p0 % group};
+}
+
+std::size_t packed_quant_b_bytes(const GemmKernels& g, QuantCodes type, std::size_t k,
+                                 std::size_t n, const char* what) {
+  const std::size_t rows = type == QuantCodes::int8 ? k : k / 2 + k % 2;
+  return checked_mul(checked_round_up(n, g.nr, what), rows, what);
+}
+
+std::size_t packed_quant_b_scales(const GemmKernels& g, std::size_t k, std::size_t n,
+                                  std::size_t group, const char* what) {
+  const std::size_t groups = group == 0 || group >= k ? 1 : ceil_div(k, group);
+  return checked_mul(checked_round_up(n, g.nr, what), groups, what);
+}
+
+PackedQuantB pack_quant_b(const GemmKernels& g, QuantCodes type, std::size_t k, std::size_t n,
+                          std::size_t group, const std::int8_t* w, std::size_t ldw,
+                          const float* scales, const float* zeros, std::int8_t* codes,
+                          float* scales_dst, float* zeros_dst) {
+  const std::size_t nr = g.nr, strips = ceil_div(n, nr), cols = strips * nr;
+  const std::size_t grp = group == 0 || group >= k ? std::max<std::size_t>(k, 1) : group;
+  const std::size_t groups = ceil_div(k, grp);
+  const bool pairs = type != QuantCodes::int8;
+  const std::size_t rows = pairs ? k / 2 + k % 2 : k;
   for (std::size_t s = 0; s < strips; ++s) {
-    std::int8_t* strip = codes + s * k * nr;
+    std::int8_t* strip = codes + s * rows * nr;
     for (std::size_t j = 0; j < nr; ++j) {
       const std::size_t col = s * nr + j;
-      scales_dst[col] = col < n ? scales[col] : 0.0f;
-      for (std::size_t p = 0; p < k; ++p) strip[p * nr + j] = col < n ? w[col * ldw + p] : 0;
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (col >= n) {
+          strip[r * nr + j] = 0;
+        } else if (!pairs) {
+          strip[r * nr + j] = w[col * ldw + r];
+        } else {
+          const unsigned lo = static_cast<unsigned char>(w[col * ldw + 2 * r]) & 15u;
+          const unsigned hi =
+              2 * r + 1 < k ? static_cast<unsigned char>(w[col * ldw + 2 * r + 1]) & 15u : 0u;
+          strip[r * nr + j] = static_cast<std::int8_t>(lo | hi << 4);
+        }
+      }
     }
   }
-  return {codes, scales_dst, k, n, nr, k * nr};
+  for (std::size_t q = 0; q < groups; ++q) {
+    for (std::size_t col = 0; col < cols; ++col) {
+      scales_dst[q * cols + col] = col < n ? scales[col * groups + q] : 0.0f;
+      if (zeros != nullptr) zeros_dst[q * cols + col] = col < n ? zeros[col * groups + q] : 0.0f;
+    }
+  }
+  return {type, codes,     scales_dst, zeros != nullptr ? zeros_dst : nullptr, k, n, nr,
+          grp,  rows * nr, cols};
 }
 
 namespace {
 
-// gemm_int8_b on the calling thread, for a block of its rows and columns.
-void gemm_serial_int8_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
-                        const PackedInt8B& b, float* c, std::size_t ldc, const float* bias) {
+// gemm_quant_b on the calling thread, for a block of its rows and columns.
+void gemm_serial_quant_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+                         const PackedQuantB& b, float* c, std::size_t ldc, const float* bias) {
   const std::size_t k = b.k, n = b.n, nr = g.nr, kc = std::min(k, g.kc);
+  const auto type = static_cast<std::size_t>(b.type);
   if (m == 0 || n == 0) return;
   if (k == 0) {
     scale_c(m, n, 0.0f, c, ldc, bias);
@@ -720,10 +773,9 @@ void gemm_serial_int8_b(const GemmKernels& g, std::size_t m, const float* a, std
       const float* bias_k = p0 + kb == k ? bias : nullptr;
       for (std::size_t js = 0; js * nr < n;) {
         const std::size_t strips = (js + g.row_strips) * nr <= n ? g.row_strips : 1;
-        g.ukernel_row_int8(kb, a + p0, b.codes + js * b.strip_stride + p0 * nr, b.strip_stride,
-                           b.scales + js * nr, strips, c + js * nr,
-                           std::min(strips * nr, n - js * nr), 1.0f, beta,
-                           bias_k != nullptr ? bias_k + js * nr : nullptr);
+        g.ukernel_row_quant[type](b.block(p0, js), kb, a + p0, strips, c + js * nr,
+                                  std::min(strips * nr, n - js * nr), 1.0f, beta,
+                                  bias_k != nullptr ? bias_k + js * nr : nullptr);
         js += strips;
       }
     }
@@ -731,14 +783,14 @@ void gemm_serial_int8_b(const GemmKernels& g, std::size_t m, const float* a, std
   }
   const std::size_t mc = std::min(round_up(m, g.mr), g.mc);
   float* apack = thread_scratch(ScratchSlot::kGemmA, mc * kc);
-  float* widened = thread_scratch(ScratchSlot::kGemmInt8B, kc * nr);
+  float* widened = thread_scratch(ScratchSlot::kGemmQuantB, kc * nr);
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t mb = std::min(mc, m - i0), h = balanced_strip_rows(g.mr, mb);
     for (std::size_t p0 = 0; p0 < k; p0 += kc) {
       const std::size_t kb = std::min(kc, k - p0);
       pack_a_strips(g, Trans::N, mb, h, kb, a + i0 * lda + p0, lda, apack);
       for (std::size_t j0 = 0; j0 < n; j0 += nr) {
-        g.widen_int8(kb, b.codes + j0 / nr * b.strip_stride + p0 * nr, b.scales + j0, widened);
+        g.widen_quant[type](b.block(p0, j0 / nr), kb, widened);
         const PackedBView strip{widened, kb, std::min(nr, n - j0), nr, kb * nr};
         run_strips(g, mb, h, apack, kb * g.mr, strip, 1.0f, p0 == 0 ? 0.0f : 1.0f,
                    c + i0 * ldc + j0, ldc, p0 + kb == k && bias != nullptr ? bias + j0 : nullptr);
@@ -749,28 +801,28 @@ void gemm_serial_int8_b(const GemmKernels& g, std::size_t m, const float* a, std
 
 }  // namespace
 
-void reserve_gemm_int8_b(const GemmKernels& g, std::size_t m, const PackedInt8B& b) {
+void reserve_gemm_quant_b(const GemmKernels& g, std::size_t m, const PackedQuantB& b) {
   if (m > 1 && b.n != 0 && b.k != 0) {
     const std::size_t kc = std::min(b.k, g.kc);
     thread_scratch(ScratchSlot::kGemmA, std::min(round_up(m, g.mr), g.mc) * kc);
-    thread_scratch(ScratchSlot::kGemmInt8B, kc * g.nr);
+    thread_scratch(ScratchSlot::kGemmQuantB, kc * g.nr);
   }
 }
 
-void gemm_int8_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
-                 const PackedInt8B& b, float* c, std::size_t ldc, const float* bias) {
+void gemm_quant_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+                  const PackedQuantB& b, float* c, std::size_t ldc, const float* bias) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0) return;
   const std::size_t threads = call_threads(m, n, k);
   if (threads <= 1) {
-    gemm_serial_int8_b(g, m, a, lda, b, c, ldc, bias);
+    gemm_serial_quant_b(g, m, a, lda, b, c, ldc, bias);
     return;
   }
   const Grid grid = split_m_first(g, m, n, threads);
   parallel_for(grid.tasks(), threads, [&](std::size_t t) {
     const std::size_t i0 = grid.row0(t), j0 = grid.col0(t);
-    gemm_serial_int8_b(g, grid.rows(t), a + i0 * lda, lda, b.cols(j0, j0 + grid.cols(t)),
-                       c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
+    gemm_serial_quant_b(g, grid.rows(t), a + i0 * lda, lda, b.cols(j0, j0 + grid.cols(t)),
+                        c + i0 * ldc + j0, ldc, bias != nullptr ? bias + j0 : nullptr);
   });
 }
 

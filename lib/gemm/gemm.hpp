@@ -99,46 +99,57 @@ void gemm_prepacked_b(const GemmKernels& g, Trans ta, std::size_t m, const float
 // writing other outputs can allocate it first; throws std::bad_alloc.
 void reserve_gemm_prepacked_b(const GemmKernels& g, std::size_t m, const PackedBView& b);
 
-// ---- int8 weights ---------------------------------------------------------
+// ---- Quantized weights ----------------------------------------------------
 
-// op(B) [k x n] as int8 codes with one fp32 scale per column: op(B)(p, j) =
-// code(p, j) * scales[j], rounded to fp32 (one multiply). The codes lie as a
-// packed B's floats do (PackedBView: strips of nr columns, strip s at
-// codes + s*strip_stride, [k][nr], columns past n zero); scales has nr per
-// strip, zero past n.
-struct PackedInt8B {
+// op(B) [k x n] as codes (QuantCodes) with a scale, and for uint4 a zero
+// point, per column and group of `group` rows (group >= k: one per
+// column): op(B)(p, j) = (code(p, j) - zero) * scale, rounded to fp32 (one
+// multiply). The codes lie as a packed B's floats do (PackedBView: strips of
+// nr columns, strip s at codes + s*strip_stride bytes), a strip row (int8)
+// or row pair (int4, uint4, rows 2i and 2i + 1 in the low and high nibbles)
+// nr bytes, columns past n zero; scales and zeros [groups][strips * nr],
+// zero past n.
+struct PackedQuantB {
+  QuantCodes type = QuantCodes::int8;
   const std::int8_t* codes = nullptr;
   const float* scales = nullptr;
-  std::size_t k = 0, n = 0, nr = 0;
-  std::size_t strip_stride = 0;  // codes between strips, >= k*nr
+  const float* zeros = nullptr;  // null: all zero
+  std::size_t k = 0, n = 0, nr = 0, group = 0;
+  std::size_t strip_stride = 0;  // bytes between strips
+  std::size_t scale_stride = 0;  // floats between groups
 
   // n0 must be a multiple of nr.
-  PackedInt8B cols(std::size_t n0, std::size_t n1) const {
-    return {codes + (n0 / nr) * strip_stride, scales + n0, k, n1 - n0, nr, strip_stride};
-  }
+  PackedQuantB cols(std::size_t n0, std::size_t n1) const;
+  // The K block from row p0 (even for int4, uint4) of strip s.
+  QuantStrips block(std::size_t p0, std::size_t s) const;
 };
 
-// Codes and scales that pack_int8_b writes for a k x n op(B):
-// packed_b_floats(g, k, n) codes and ceil(n/nr)*nr scales.
-std::size_t packed_int8_b_scales(const GemmKernels& g, std::size_t n);
-// Packs op(B) = wᵀ for w [n x k] (row j, ldw apart, holds column j's k
-// codes) and scales[n], into codes (packed_b_floats(g, k, n) bytes) and
-// scales_dst (packed_int8_b_scales(g, n) floats); single-threaded.
-PackedInt8B pack_int8_b(const GemmKernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
-                        std::size_t ldw, const float* scales, std::int8_t* codes,
-                        float* scales_dst);
+// Bytes of codes, and floats of scales (and of zeros), that
+// pack_quant_b writes for a k x n op(B) in groups of `group` rows (0: k),
+// checked against overflow (messages name `what`).
+std::size_t packed_quant_b_bytes(const GemmKernels& g, QuantCodes type, std::size_t k,
+                                 std::size_t n, const char* what);
+std::size_t packed_quant_b_scales(const GemmKernels& g, std::size_t k, std::size_t n,
+                                  std::size_t group, const char* what);
+// Packs op(B) = wᵀ for codes w [n x k] (one per byte, row j ldw apart, a
+// column's k codes), scales and zeros (null: none) [n x groups], into codes,
+// scales_dst and zeros_dst; single-threaded.
+PackedQuantB pack_quant_b(const GemmKernels& g, QuantCodes type, std::size_t k, std::size_t n,
+                          std::size_t group, const std::int8_t* w, std::size_t ldw,
+                          const float* scales, const float* zeros, std::int8_t* codes,
+                          float* scales_dst, float* zeros_dst);
 
 // C[m x n] = A·B (+ bias[j] on every row, if bias is non-null) for A
-// [m x k] row-major: gemm_prepacked_b's bits on the B that widen_int8 forms
+// [m x k] row-major: gemm_prepacked_b's bits on the B that widen_quant forms
 // (the same K blocks and arithmetic per element, at any thread count). One
-// row widens B in registers (ukernel_row_int8); more widen each strip's K
-// block once into this thread's ScratchSlot::kGemmInt8B for the fp32
+// row widens B in registers (ukernel_row_quant); more widen each strip's K
+// block once into this thread's ScratchSlot::kGemmQuantB for the fp32
 // kernels.
-void gemm_int8_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
-                 const PackedInt8B& b, float* c, std::size_t ldc, const float* bias = nullptr);
-// Grows the calling thread's scratch to what gemm_int8_b over m rows of b
+void gemm_quant_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+                  const PackedQuantB& b, float* c, std::size_t ldc, const float* bias = nullptr);
+// Grows the calling thread's scratch to what gemm_quant_b over m rows of b
 // takes on it (at most); throws std::bad_alloc.
-void reserve_gemm_int8_b(const GemmKernels& g, std::size_t m, const PackedInt8B& b);
+void reserve_gemm_quant_b(const GemmKernels& g, std::size_t m, const PackedQuantB& b);
 
 // ---- Kernels the attention core calls directly, not planned ------------
 // Single-threaded (the core's tasks are the threads), each for the form its

@@ -21,6 +21,28 @@ struct FloatRuns {
   std::size_t skip, ld, col;
 };
 
+// Quantized weights' codes: int8; int4 (two's complement, -8..7) or uint4
+// (0..15), two per byte, rows p and p + 1 of a column in the low and high
+// nibbles of one byte.
+enum class QuantCodes : unsigned char { int8, int4, uint4 };
+constexpr std::size_t kQuantCodes = 3;
+
+// A K block of quantized strips as the kernels read it: op(B)(p, j) =
+// (code(p, j) - zero) * scale, rounded to fp32 (one multiply; the
+// subtraction of two small integers is exact), scale and zero those of
+// (p's group, j). codes: the block's first row of the first strip, strips
+// strip_stride bytes apart, each row (int8) or row pair (int4) nr bytes;
+// scales, zeros (null: 0): the block's first group, nr per strip, groups
+// scale_stride floats apart; the first group has `first` rows left in the
+// block (even for int4), later ones `group`.
+struct QuantStrips {
+  const std::int8_t* codes;
+  std::size_t strip_stride;
+  const float* scales;
+  const float* zeros;
+  std::size_t scale_stride, group, first;
+};
+
 struct GemmKernels {
   std::size_t mr, nr;  // register tile of the micro-kernel (C block mr x nr)
   // Cache blocks: A block mc x kc, B panel kc x nc. An ISA's table gives the
@@ -100,19 +122,17 @@ struct GemmKernels {
   // row-major for the in-place path).
   void (*transpose)(std::size_t k, std::size_t n, const float* src, std::size_t lds, float* dst,
                     std::size_t ldd);
-  // int8 weights (PackedInt8B, gemm.hpp): op(B)(p, j) = code(p, j) *
-  // scale[j] rounded to fp32, the codes in packed B strips ([k][nr], zero
-  // past n) and nr scales per strip (zero past n). widen_int8 writes a
-  // strip's first k rows so, as a packed B strip (dst, [k][nr]);
-  // ukernel_row_int8 is ukernel_row (strips == row_strips) or ukernel with
-  // m == 1 (strips == 1, n <= nr) on strips of codes at b + s*strip_stride
-  // widened in registers, with A's row contiguous (a[p]): each B value
-  // formed as widen_int8 forms it, then the fp32 kernels' arithmetic, so
-  // their bits on the widened strips.
-  void (*widen_int8)(std::size_t k, const std::int8_t* codes, const float* scales, float* dst);
-  void (*ukernel_row_int8)(std::size_t k, const float* a, const std::int8_t* b,
-                           std::size_t strip_stride, const float* scales, std::size_t strips,
-                           float* c, std::size_t n, float alpha, float beta, const float* bias);
+  // Quantized weights (PackedQuantB, gemm.hpp), indexed by QuantCodes:
+  // widen_quant writes a strip's first k rows from b's K block on as fp32
+  // values, a packed B strip (dst, [k][nr]); ukernel_row_quant is
+  // ukernel_row (strips == row_strips) or ukernel with m == 1 (strips == 1,
+  // n <= nr) on strips of codes widened in registers, with A's row
+  // contiguous (a[p]): each B value formed as widen_quant forms it, then the
+  // fp32 kernels' arithmetic, so their bits on the widened strips.
+  void (*widen_quant[kQuantCodes])(const QuantStrips& b, std::size_t k, float* dst);
+  void (*ukernel_row_quant[kQuantCodes])(const QuantStrips& b, std::size_t k, const float* a,
+                                         std::size_t strips, float* c, std::size_t n, float alpha,
+                                         float beta, const float* bias);
 };
 
 // The ISA tables, before fit_to_caches().

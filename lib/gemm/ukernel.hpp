@@ -688,30 +688,106 @@ void transpose(std::size_t k, std::size_t n, const float* src, std::size_t lds, 
   }
 }
 
-// GemmKernels::widen_int8: a strip of int8 codes times its nr scales.
-template <class Arch, std::size_t NR>
-void widen_int8(std::size_t k, const std::int8_t* codes, const float* scales, float* dst) {
+// Quantized weights (QuantStrips): NVT vectors of one K block row (int8) or
+// row pair (int4, uint4), strip s's vectors at codes + s*strip_stride,
+// widened to (code - zero) * scale with the group's scale and zero vectors
+// sv, zv: lo for row p, hi for row p + 1.
+template <class Arch, QuantCodes C, std::size_t NV, std::size_t NVT>
+[[gnu::always_inline]] inline void widen_codes(const std::int8_t* codes, std::size_t strip_stride,
+                                               const typename simd::Lanes<Arch>::V (&sv)[NVT],
+                                               const typename simd::Lanes<Arch>::V (&zv)[NVT],
+                                               bool zeros, typename simd::Lanes<Arch>::V (&lo)[NVT],
+                                               typename simd::Lanes<Arch>::V (&hi)[NVT]) {
   using S = simd::Lanes<Arch>;
-  using V = typename S::V;
-  constexpr std::size_t W = S::width, NV = NR / W;
-  V sv[NV];
+  constexpr std::size_t W = S::width;
 #pragma GCC unroll 8
-  for (std::size_t j = 0; j < NV; ++j) sv[j] = S::load(scales + j * W);
-  for (std::size_t p = 0; p < k; ++p, codes += NR, dst += NR) {
-#pragma GCC unroll 8
-    for (std::size_t j = 0; j < NV; ++j) S::store(dst + j * W, S::widen_i8(codes + j * W) * sv[j]);
+  for (std::size_t j = 0; j < NVT; ++j) {
+    const std::int8_t* p = codes + (j / NV) * strip_stride + (j % NV) * W;
+    if constexpr (C == QuantCodes::int8) {
+      lo[j] = S::widen_i8(p);
+    } else if constexpr (C == QuantCodes::int4) {
+      S::widen_s4(p, lo[j], hi[j]);
+    } else {
+      S::widen_u4(p, lo[j], hi[j]);
+    }
+    if (zeros) {
+      lo[j] = lo[j] - zv[j];
+      if constexpr (C != QuantCodes::int8) hi[j] = hi[j] - zv[j];
+    }
+    lo[j] = lo[j] * sv[j];
+    if constexpr (C != QuantCodes::int8) hi[j] = hi[j] * sv[j];
   }
 }
 
-// One row of A against STRIPS strips of int8 codes, each B vector widened
-// and scaled as widen_int8 does, then ukernel_rows_of's fma chain and
-// update_c: its bits. A decode step's B streams from memory once, so it is
-// widened in registers rather than through a buffer.
-template <class Arch, std::size_t NV, std::size_t STRIPS>
-MHA_GEMM_KERNEL_NO_ASAN void row_int8_strips(std::size_t k, const float* a, const std::int8_t* b,
-                                             std::size_t strip_stride, const float* scales,
-                                             float* c, std::size_t n, float alpha, float beta,
-                                             const float* bias) {
+// A K block's groups in order: the scale and zero vectors of NVT vectors
+// (strip s's at s*NR), reloaded where a group begins.
+template <class Arch, std::size_t NV, std::size_t NVT>
+struct QuantGroups {
+  using S = simd::Lanes<Arch>;
+  using V = typename S::V;
+  static constexpr std::size_t NR = NV * S::width;
+  const float* scales;
+  const float* zeros;
+  std::size_t stride, group, left;
+  V sv[NVT], zv[NVT];
+  explicit QuantGroups(const QuantStrips& b)
+      : scales(b.scales), zeros(b.zeros), stride(b.scale_stride), group(b.group), left(b.first) {
+    load();
+  }
+  void load() {
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NVT; ++j) {
+      const std::size_t at = (j / NV) * NR + (j % NV) * S::width;
+      sv[j] = S::load(scales + at);
+      zv[j] = zeros != nullptr ? S::load(zeros + at) : S::splat(0.f);
+    }
+  }
+  // Before rows [p, p + rows) (rows 1 or 2, within one group).
+  void advance(std::size_t rows) {
+    if (left == 0) {
+      scales += stride;
+      if (zeros != nullptr) zeros += stride;
+      left = group;
+      load();
+    }
+    left -= rows < left ? rows : left;
+  }
+};
+
+// Rows per step of a code type: one int8 row, or an int4 row pair.
+template <QuantCodes C>
+constexpr std::size_t kCodeRows = C == QuantCodes::int8 ? 1 : 2;
+
+// GemmKernels::widen_quant: a strip's K block rows, as fp32.
+template <class Arch, std::size_t NR, QuantCodes C>
+void widen_quant(const QuantStrips& b, std::size_t k, float* dst) {
+  using S = simd::Lanes<Arch>;
+  using V = typename S::V;
+  constexpr std::size_t W = S::width, NV = NR / W;
+  QuantGroups<Arch, NV, NV> groups(b);
+  const std::int8_t* codes = b.codes;
+  for (std::size_t p = 0; p < k; p += kCodeRows<C>, codes += NR) {
+    groups.advance(kCodeRows<C>);
+    V lo[NV], hi[NV];
+    widen_codes<Arch, C, NV>(codes, b.strip_stride, groups.sv, groups.zv, b.zeros != nullptr, lo,
+                             hi);
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NV; ++j) S::store(dst + p * NR + j * W, lo[j]);
+    if (kCodeRows<C> == 2 && p + 1 < k) {
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < NV; ++j) S::store(dst + (p + 1) * NR + j * W, hi[j]);
+    }
+  }
+}
+
+// One row of A against STRIPS quantized strips, each B vector widened as
+// widen_quant widens it, then ukernel_rows_of's fma chain and update_c: its
+// bits. A decode step's B streams from memory once, so it is widened in
+// registers rather than through a buffer.
+template <class Arch, std::size_t NV, std::size_t STRIPS, QuantCodes C>
+MHA_GEMM_KERNEL_NO_ASAN void row_quant_strips(const QuantStrips& b, std::size_t k, const float* a,
+                                              float* c, std::size_t n, float alpha, float beta,
+                                              const float* bias) {
   using S = simd::Lanes<Arch>;
   using V = typename S::V;
   constexpr std::size_t W = S::width, NR = NV * W, NVT = STRIPS * NV;
@@ -719,21 +795,32 @@ MHA_GEMM_KERNEL_NO_ASAN void row_int8_strips(std::size_t k, const float* a, cons
   asan_check<Arch>(a, k);
   asan_check<Arch>(c, n);
   if (bias != nullptr) asan_check<Arch>(bias, n);
-  asan_check<Arch>(scales, STRIPS * NR);
-  for (std::size_t s = 0; s < STRIPS; ++s) asan_check_bytes<Arch>(b + s * strip_stride, k * NR);
-#endif
-  V sv[NVT], acc[1][NVT];
-#pragma GCC unroll 8
-  for (std::size_t j = 0; j < NVT; ++j) {
-    sv[j] = S::load(scales + (j / NV) * NR + (j % NV) * W);
-    acc[0][j] = S::splat(0.f);
+  const std::size_t spanned = 1 + (k > b.first ? (k - b.first + b.group - 1) / b.group : 0);
+  for (std::size_t g = 0; g < spanned; ++g) {
+    asan_check<Arch>(b.scales + g * b.scale_stride, STRIPS * NR);
+    if (b.zeros != nullptr) asan_check<Arch>(b.zeros + g * b.scale_stride, STRIPS * NR);
   }
-  for (std::size_t p = 0; p < k; ++p, b += NR) {
-    const V av = S::splat(a[p]);
+  const std::size_t rows = (k + kCodeRows<C> - 1) / kCodeRows<C>;
+  for (std::size_t s = 0; s < STRIPS; ++s)
+    asan_check_bytes<Arch>(b.codes + s * b.strip_stride, rows * NR);
+#endif
+  QuantGroups<Arch, NV, NVT> groups(b);
+  const bool zeros = b.zeros != nullptr;
+  V acc[1][NVT];
 #pragma GCC unroll 8
-    for (std::size_t j = 0; j < NVT; ++j) {
-      const V bv = S::widen_i8(b + (j / NV) * strip_stride + (j % NV) * W) * sv[j];
-      acc[0][j] = S::madd(av, bv, acc[0][j]);
+  for (std::size_t j = 0; j < NVT; ++j) acc[0][j] = S::splat(0.f);
+  const std::int8_t* codes = b.codes;
+  for (std::size_t p = 0; p < k; p += kCodeRows<C>, codes += NR) {
+    groups.advance(kCodeRows<C>);
+    V lo[NVT], hi[NVT];
+    widen_codes<Arch, C, NV>(codes, b.strip_stride, groups.sv, groups.zv, zeros, lo, hi);
+    const V a0 = S::splat(a[p]);
+#pragma GCC unroll 8
+    for (std::size_t j = 0; j < NVT; ++j) acc[0][j] = S::madd(a0, lo[j], acc[0][j]);
+    if (kCodeRows<C> == 2 && p + 1 < k) {
+      const V a1 = S::splat(a[p + 1]);
+#pragma GCC unroll 8
+      for (std::size_t j = 0; j < NVT; ++j) acc[0][j] = S::madd(a1, hi[j], acc[0][j]);
     }
   }
   if (n == NVT * W) {
@@ -749,16 +836,14 @@ MHA_GEMM_KERNEL_NO_ASAN void row_int8_strips(std::size_t k, const float* a, cons
   }
 }
 
-// GemmKernels::ukernel_row_int8.
-template <class Arch, std::size_t NV>
-void ukernel_row_int8(std::size_t k, const float* a, const std::int8_t* b, std::size_t strip_stride,
-                      const float* scales, std::size_t strips, float* c, std::size_t n, float alpha,
-                      float beta, const float* bias) {
+// GemmKernels::ukernel_row_quant.
+template <class Arch, std::size_t NV, QuantCodes C>
+void ukernel_row_quant(const QuantStrips& b, std::size_t k, const float* a, std::size_t strips,
+                       float* c, std::size_t n, float alpha, float beta, const float* bias) {
   if (strips == 1) {
-    row_int8_strips<Arch, NV, 1>(k, a, b, strip_stride, scales, c, n, alpha, beta, bias);
+    row_quant_strips<Arch, NV, 1, C>(b, k, a, c, n, alpha, beta, bias);
   } else {
-    row_int8_strips<Arch, NV, kRowStrips<Arch, NV>>(k, a, b, strip_stride, scales, c, n, alpha,
-                                                    beta, bias);
+    row_quant_strips<Arch, NV, kRowStrips<Arch, NV>, C>(b, k, a, c, n, alpha, beta, bias);
   }
 }
 
@@ -769,36 +854,40 @@ template <class Arch, std::size_t MR, std::size_t NV, std::size_t MRU, std::size
 constexpr GemmKernels make_kernels(std::size_t mc, std::size_t kc, std::size_t nc,
                                    std::size_t l2_kc = 0) {
   constexpr std::size_t W = simd::Lanes<Arch>::width;
-  return GemmKernels{MR,
-                     NV * W,
-                     mc,
-                     kc,
-                     nc,
-                     l2_kc,
-                     0,
-                     0,
-                     0,
-                     0,
-                     0,
-                     0,
-                     0,
-                     0,
-                     0,
-                     &ukernel<Arch, MR, NV>,
-                     kRowStrips<Arch, NV>,
-                     &ukernel_row<Arch, MR, NV>,
-                     &ukernel_strided_a<Arch, MR, NV>,
-                     MRU,
-                     NVU * W,
-                     &ukernel_unpacked<Arch, MRU, NVU>,
-                     &ukernel_unpacked_runs<Arch, MRU, NVU>,
-                     &pack_a<Arch, MR>,
-                     &pack_b<Arch, NV * W>,
-                     &gemv_n<Arch>,
-                     &gemv_t<Arch>,
-                     &transpose<Arch>,
-                     &widen_int8<Arch, NV * W>,
-                     &ukernel_row_int8<Arch, NV>};
+  return GemmKernels{
+      MR,
+      NV * W,
+      mc,
+      kc,
+      nc,
+      l2_kc,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      &ukernel<Arch, MR, NV>,
+      kRowStrips<Arch, NV>,
+      &ukernel_row<Arch, MR, NV>,
+      &ukernel_strided_a<Arch, MR, NV>,
+      MRU,
+      NVU * W,
+      &ukernel_unpacked<Arch, MRU, NVU>,
+      &ukernel_unpacked_runs<Arch, MRU, NVU>,
+      &pack_a<Arch, MR>,
+      &pack_b<Arch, NV * W>,
+      &gemv_n<Arch>,
+      &gemv_t<Arch>,
+      &transpose<Arch>,
+      {&widen_quant<Arch, NV * W, QuantCodes::int8>, &widen_quant<Arch, NV * W, QuantCodes::int4>,
+       &widen_quant<Arch, NV * W, QuantCodes::uint4>},
+      {&ukernel_row_quant<Arch, NV, QuantCodes::int8>,
+       &ukernel_row_quant<Arch, NV, QuantCodes::int4>,
+       &ukernel_row_quant<Arch, NV, QuantCodes::uint4>}};
 }
 
 }  // namespace mha::detail::gemm_ukernel

@@ -147,6 +147,10 @@ struct Lanes {
   static void widen_bf16x16(const std::uint16_t* p, V* out) noexcept;
   // The width int8 values at p, exactly (int8 weights, gemm/ukernel.hpp).
   static V widen_i8(const std::int8_t* p) noexcept;
+  // The width bytes at p as two nibbles each, exactly: lo the low nibbles,
+  // hi the high ones; int4 (two's complement, -8..7) or uint4 (0..15).
+  static void widen_s4(const std::int8_t* p, V& lo, V& hi) noexcept;
+  static void widen_u4(const std::int8_t* p, V& lo, V& hi) noexcept;
 
   // Transposes the width x width block held in r[0..width) (r[i] = row i) in
   // place; what makes packing a transposed operand run at vector speed
@@ -215,6 +219,16 @@ struct Lanes<scalar_arch> {
   static V load_n(const float* p, std::size_t) noexcept { return *p; }
   static void store_n(float* p, V v, std::size_t) noexcept { *p = v; }
   static V widen_i8(const std::int8_t* p) noexcept { return static_cast<float>(*p); }
+  static void widen_s4(const std::int8_t* p, V& lo, V& hi) noexcept {
+    const int v = static_cast<unsigned char>(*p);
+    lo = static_cast<float>(((v & 15) ^ 8) - 8);
+    hi = static_cast<float>(((v >> 4) ^ 8) - 8);
+  }
+  static void widen_u4(const std::int8_t* p, V& lo, V& hi) noexcept {
+    const int v = static_cast<unsigned char>(*p);
+    lo = static_cast<float>(v & 15);
+    hi = static_cast<float>(v >> 4);
+  }
   static void transpose(V*) noexcept {}
 
   static constexpr bool has_stream() noexcept { return false; }

@@ -59,6 +59,18 @@ inline Lanes<Avx2>::V Lanes<Avx2>::widen_i8(const std::int8_t* p) noexcept {
       _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 template <>
+inline void Lanes<Avx2>::widen_s4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  lo = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 28), 28));
+  hi = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 28));
+}
+template <>
+inline void Lanes<Avx2>::widen_u4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const __m256i d = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  lo = _mm256_cvtepi32_ps(_mm256_and_si256(d, _mm256_set1_epi32(15)));
+  hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(d, 4));
+}
+template <>
 inline void Lanes<Avx2>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   out[0] = avx2::e4m3_widen(_mm256_cvtepi8_epi32(b));

@@ -85,6 +85,18 @@ inline Lanes<xsimd::avx512f>::V Lanes<xsimd::avx512f>::widen_i8(const std::int8_
   return _mm512_cvtepi32_ps(
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
+template <>
+inline void Lanes<xsimd::avx512f>::widen_s4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  lo = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(d, 28), 28));
+  hi = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(d, 24), 28));
+}
+template <>
+inline void Lanes<xsimd::avx512f>::widen_u4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  lo = _mm512_cvtepi32_ps(_mm512_and_si512(d, _mm512_set1_epi32(15)));
+  hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(d, 4));
+}
 // Sign-extended, shifted by 20, masked to the sign, exponent and mantissa.
 template <>
 inline void Lanes<xsimd::avx512f>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {

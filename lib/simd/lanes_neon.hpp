@@ -73,6 +73,27 @@ inline Lanes<xsimd::neon64>::V Lanes<xsimd::neon64>::widen_i8(const std::int8_t*
   const int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four)));
   return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
 }
+namespace neon {
+// The four bytes at p, zero-extended.
+inline uint32x4_t bytes_x4(const std::int8_t* p) noexcept {
+  std::uint32_t four;
+  std::memcpy(&four, p, sizeof four);
+  const uint16x8_t h = vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(four)));
+  return vmovl_u16(vget_low_u16(h));
+}
+}  // namespace neon
+template <>
+inline void Lanes<xsimd::neon64>::widen_s4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const int32x4_t d = vreinterpretq_s32_u32(neon::bytes_x4(p));
+  lo = vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(d, 28), 28));
+  hi = vcvtq_f32_s32(vshrq_n_s32(vshlq_n_s32(d, 24), 28));
+}
+template <>
+inline void Lanes<xsimd::neon64>::widen_u4(const std::int8_t* p, V& lo, V& hi) noexcept {
+  const uint32x4_t d = neon::bytes_x4(p);
+  lo = vcvtq_f32_u32(vandq_u32(d, vdupq_n_u32(15)));
+  hi = vcvtq_f32_u32(vshrq_n_u32(d, 4));
+}
 template <>
 inline void Lanes<xsimd::neon64>::widen_e4m3x16(const std::uint8_t* p, V* out) noexcept {
   int32x4_t x[4];

@@ -1351,18 +1351,29 @@ void fuzz_paged(Decoder& d, const Model& m) {
   FUZZ_CHECK(mha_kv_cache_shared_chunks(nullptr) == 0, "mha_kv_cache_shared_chunks(NULL) != 0");
 }
 
-// A weight's int8 codes and scales (create's quantization), and the values
-// an int8 object multiplies by: code * scale.
-struct Int8Codes {
+// A weight's codes, scales and zeros (create's quantization in `type` and
+// groups of `group`), and the values a quantized object multiplies by:
+// (code - zero) * scale.
+struct QuantWeight {
   std::vector<std::int8_t> codes;
-  std::vector<float> scales;
-  Int8Codes(const std::vector<float>& x, std::size_t rows) : codes(x.size()), scales(rows) {
-    mha::detail::quantize_int8_rows(rows, x.size() / rows, x.data(), codes.data(), scales.data(),
-                                    "w");
+  std::vector<float> scales, zeros;
+  std::size_t groups, len;
+  QuantWeight(mha::detail::QuantCodes type, std::size_t group, const std::vector<float>& x,
+              std::size_t rows)
+      : codes(x.size()),
+        scales(rows * mha::detail::quant_groups(x.size() / rows, group)),
+        zeros(type == mha::detail::QuantCodes::uint4 ? scales.size() : 0),
+        groups(scales.size() / rows),
+        len(groups == 1 ? x.size() / rows : group) {
+    mha::detail::quantize_rows(type, group, rows, x.size() / rows, x.data(), codes.data(),
+                               scales.data(), zeros.empty() ? nullptr : zeros.data(), "w");
   }
   void widen(std::vector<float>& x) const {
-    const std::size_t cols = x.size() / scales.size();
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(codes[i]) * scales[i / cols];
+    const std::size_t rows = scales.size() / groups, cols = x.size() / rows;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::size_t q = i / cols * groups + i % cols / len;
+      x[i] = (float(codes[i]) - (zeros.empty() ? 0.0f : zeros[q])) * scales[q];
+    }
   }
 };
 
@@ -1399,17 +1410,27 @@ void fuzz_attention(Decoder& d) {
   if (null_weight == 3) w.out_weight = nullptr;
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
   mha_attention* attn = sentinel;
-  // mha_attention_create, or create_ex with int8 weights, bf16 or (rarely)
+  // mha_attention_create, or create_ex with quantized weights, bf16 or (rarely)
   // bad options.
   const int how = d.p.ConsumeIntegralInRange<int>(0, 15);
   mha_attention_options opt{};
   opt.struct_size = how == 15 ? 0 : sizeof(mha_attention_options);
   opt.compute = how == 14 ? static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2) : MHA_BF16;
-  const bool int8 = how == 8 || how == 9;
-  if (int8) {
+  // Quantized weights: int8 (half of them given as codes, how 8), int4 or
+  // uint4, per row or in groups.
+  const bool quant = how == 8 || how == 9;
+  const int fmt = quant && how == 9 ? d.p.ConsumeIntegralInRange<int>(0, 2) : 0;
+  if (quant) {
     opt.compute = MHA_FP32;
-    opt.weight_format = MHA_WEIGHTS_INT8;
+    opt.weight_format = fmt == 0   ? MHA_WEIGHTS_INT8
+                        : fmt == 1 ? MHA_WEIGHTS_INT4
+                                   : MHA_WEIGHTS_UINT4;
+    opt.weight_group = how == 8 ? 0 : std::size_t{32} << d.p.ConsumeIntegralInRange<int>(0, 2);
+    if (how == 9 && d.coin()) opt.weight_group = 0;
   }
+  const auto type = fmt == 0   ? mha::detail::QuantCodes::int8
+                    : fmt == 1 ? mha::detail::QuantCodes::int4
+                               : mha::detail::QuantCodes::uint4;
   const bool bf16 = how >= 10;
   // Sometimes on the vdpbf16ps emulation, so that the dot path and the bf16
   // attention core (bf16 K/V) run on any CPU; an object keeps the kernels
@@ -1417,9 +1438,10 @@ void fuzz_attention(Decoder& d) {
   const bool emulated = bf16 && d.coin();
   if (emulated)
     mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
-  // int8 weights as create quantizes them, given as codes half the time.
-  const std::size_t kv_rows = m.w.k.size() / m.kdim;
-  const Int8Codes q8(m.w.q, m.E), k8(m.w.k, kv_rows), v8(m.w.v, kv_rows), o8(m.w.o, m.E);
+  // Quantized weights as create quantizes them, int8 given as codes (how 8).
+  const std::size_t kv_rows = m.w.k.size() / m.kdim, group = opt.weight_group;
+  const QuantWeight q8(type, group, m.w.q, m.E), k8(type, group, m.w.k, kv_rows),
+      v8(type, group, m.w.v, kv_rows), o8(type, group, m.w.o, m.E);
   const mha_int8_weights codes{sizeof(mha_int8_weights),
                                w.q_weight ? q8.codes.data() : nullptr,
                                w.k_weight ? k8.codes.data() : nullptr,
@@ -1435,11 +1457,11 @@ void fuzz_attention(Decoder& d) {
                                w.out_bias};
   prime_error();
   mha_status st;
-  if (int8 && how == 8) {
+  if (quant && how == 8) {
     st = mha_attention_create_int8(&c, &codes, d.coin() ? nullptr : &opt, &attn);
   } else {
-    st = bf16 || int8 ? mha_attention_create_ex(&c, &w, &opt, &attn)
-                      : mha_attention_create(&c, &w, &attn);
+    st = bf16 || quant ? mha_attention_create_ex(&c, &w, &opt, &attn)
+                       : mha_attention_create(&c, &w, &attn);
   }
   if (emulated) mha::detail::set_gemm_bf16_kernels_override(nullptr);
   check_expectation(st, valid && how < 14 ? Expect::ok : Expect::fail, "mha_attention_create");
@@ -1453,8 +1475,8 @@ void fuzz_attention(Decoder& d) {
     m.w.round_to_bf16();
     m.tol = kBf16AttentionTol;
   }
-  if (int8) {
-    // Or widened from their int8 codes, which the fp32 tolerance then holds.
+  if (quant) {
+    // Or widened from their codes, which the fp32 tolerance then holds.
     q8.widen(m.w.q);
     k8.widen(m.w.k);
     v8.widen(m.w.v);

@@ -602,83 +602,139 @@ TEST_CASE("internal in-place products: B in runs or in a narrowed strip gives B 
   }
 }
 
-TEST_CASE("internal int8 B: gemm_int8_b gives gemm_prepacked_b's bits on the widened B",
-          "[gemm][int8]") {
-  // Every B value is code * scale rounded to fp32 (the emulation: widen,
-  // then the fp32 kernels, whose bound against the reference the tests
-  // above check). Rows 1 (the in-register widening, whole strip groups and
-  // single strips), 2, a strip and a half, and past an MC block; columns
-  // off the strip width; k = 1 and past a K block; A unaligned and its rows
-  // padded; codes at -128 and 127, a zero scale, a denormal one, one whose
-  // products overflow to inf, and NaN in A; with and without a bias.
+namespace {
+
+// A quantized op(B) [k x n] and its widened values: codes (one per byte, [n
+// x k]) of `type` drawn over their whole range, scales and (uint4) zeros
+// [n x groups], with a zero scale, a denormal one and one whose products
+// overflow to inf among them.
+struct QuantB {
+  std::vector<std::int8_t> w;
+  std::vector<float> scales, zeros, wide;  // wide: op(B) [k x n], (code - zero) * scale
+  QuantB(mha::detail::QuantCodes type, std::size_t k, std::size_t n, std::size_t group,
+         std::mt19937& rng)
+      : w(n * k) {
+    using mha::detail::QuantCodes;
+    const std::size_t groups = group == 0 || group >= k ? 1 : (k + group - 1) / group;
+    const std::size_t len = groups == 1 ? k : group;
+    const int lo = type == QuantCodes::int8 ? -128 : type == QuantCodes::int4 ? -8 : 0;
+    const int hi = type == QuantCodes::int8 ? 127 : type == QuantCodes::int4 ? 7 : 15;
+    std::uniform_int_distribution<int> code(lo, hi);
+    for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
+    w[0] = static_cast<std::int8_t>(lo);
+    w[n * k - 1] = static_cast<std::int8_t>(hi);
+    scales = random_vector(n * groups, rng(), 0.0f, 0.05f);
+    scales[(n / 2) * groups] = 0.0f;
+    if (n > 2) scales[1 * groups] = 1e-42f;
+    if (n > 3) scales[(n - 2) * groups] = 3e38f;
+    if (type == QuantCodes::uint4) {
+      zeros.resize(n * groups);
+      for (auto& z : zeros) z = static_cast<float>(code(rng));
+    }
+    wide.resize(k * n);
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t p = 0; p < k; ++p) {
+        const std::size_t q = j * groups + p / len;
+        const float z = zeros.empty() ? 0.0f : zeros[q];
+        wide[p * n + j] = (float(w[j * k + p]) - z) * scales[q];
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("internal quantized B: gemm_quant_b gives gemm_prepacked_b's bits on the widened B",
+          "[gemm][quant]") {
+  // Every B value is (code - zero) * scale rounded to fp32 (the emulation:
+  // widen, then the fp32 kernels, whose bound against the reference the
+  // tests above check). int8, int4 and uint4 codes over their whole range,
+  // one group per column or groups of 32 and 64 (a short last one among
+  // them); rows 1 (the in-register widening, whole strip groups and single
+  // strips), 2, a strip and a half, and past an MC block; columns off the
+  // strip width; k = 1, odd, and past a K block; A unaligned and its rows
+  // padded; extreme scales and NaN in A; with and without a bias.
   namespace d = mha::detail;
   const auto& g = d::gemm_kernels(mha::current_isa());
-  const std::size_t group = g.row_strips * g.nr;
+  const std::size_t group_of_strips = g.row_strips * g.nr;
   std::mt19937 rng(17);
-  std::uniform_int_distribution<int> code(-128, 127);
-  for (const std::size_t k : {std::size_t{1}, std::size_t{7}, g.kc + 37}) {
-    for (const std::size_t m : {std::size_t{1}, std::size_t{2}, g.mr + g.mr / 2, g.mc + 1}) {
-      if (m > g.mc && k > 7) continue;  // the MC edge needs no deep K
-      for (const std::size_t n : {std::size_t{3}, g.nr, group + g.nr + 5, 2 * group}) {
-        CAPTURE(k, m, n);
-        std::vector<std::int8_t> w(n * k);
-        for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
-        w[0] = -128;
-        w[n * k - 1] = 127;
-        std::vector<float> scales = random_vector(n, 18, 0.0f, 0.05f);
-        scales[n / 2] = 0.0f;
-        if (n > 2) scales[1] = 1e-42f;
-        if (n > 3) scales[n - 2] = 3e38f;
-        const std::size_t lda = k + 3;
-        std::vector<float> a = random_vector(m * lda + 1, 19);
-        if (m > 1) a[1 + lda + k / 2] = kNaN;
-        const float* ap = a.data() + 1;
-        std::vector<std::int8_t> codes(d::packed_b_floats(g, k, n), 99);
-        std::vector<float> packed_scales(d::packed_int8_b_scales(g, n), kNaN);
-        const d::PackedInt8B b8 =
-            d::pack_int8_b(g, k, n, w.data(), k, scales.data(), codes.data(), packed_scales.data());
-        // The widened B, op(B)(p, j) at [p*n + j], packed for the fp32 path.
-        std::vector<float> wide(k * n);
-        for (std::size_t j = 0; j < n; ++j) {
-          for (std::size_t p = 0; p < k; ++p) wide[p * n + j] = float(w[j * k + p]) * scales[j];
-        }
-        std::vector<float> packed(d::packed_b_floats(g, k, n));
-        const d::PackedBView b32 = d::pack_b(g, d::Trans::N, k, n, wide.data(), n, packed.data());
-        const std::vector<float> bias = random_vector(n, 20);
-        for (const bool with_bias : {false, true}) {
-          const float* bp = with_bias ? bias.data() : nullptr;
-          const std::size_t ldc = n + 2;
-          std::vector<float> c8(m * ldc, 7.0f), c32(m * ldc, 7.0f);
-          d::gemm_int8_b(g, m, ap, lda, b8, c8.data(), ldc, bp);
-          d::gemm_prepacked_b(g, d::Trans::N, m, ap, lda, b32, 1.0f, 0.0f, c32.data(), ldc, bp);
-          REQUIRE(std::memcmp(c8.data(), c32.data(), c8.size() * sizeof(float)) == 0);
-          // Nothing written past column n.
-          for (std::size_t i = 0; i < m; ++i) REQUIRE(c8[i * ldc + n] == 7.0f);
+  for (const auto type : {d::QuantCodes::int8, d::QuantCodes::int4, d::QuantCodes::uint4}) {
+    for (const std::size_t group : {std::size_t{0}, std::size_t{32}, std::size_t{64}}) {
+      for (const std::size_t k : {std::size_t{1}, std::size_t{7}, std::size_t{70}, g.kc + 37}) {
+        for (const std::size_t m : {std::size_t{1}, std::size_t{2}, g.mr + g.mr / 2, g.mc + 1}) {
+          if (m > g.mc && k > 7) continue;  // the MC edge needs no deep K
+          for (const std::size_t n :
+               {std::size_t{3}, g.nr, group_of_strips + g.nr + 5, 2 * group_of_strips}) {
+            CAPTURE(static_cast<int>(type), group, k, m, n);
+            const QuantB q(type, k, n, group, rng);
+            const std::size_t lda = k + 3;
+            std::vector<float> a = random_vector(m * lda + 1, rng());
+            if (m > 1) a[1 + lda + k / 2] = kNaN;
+            const float* ap = a.data() + 1;
+            std::vector<std::int8_t> codes(d::packed_quant_b_bytes(g, type, k, n, "B"), 99);
+            const std::size_t ns = d::packed_quant_b_scales(g, k, n, group, "B");
+            std::vector<float> ps(ns, kNaN), pz(ns, kNaN);
+            const d::PackedQuantB bq = d::pack_quant_b(
+                g, type, k, n, group, q.w.data(), k, q.scales.data(),
+                q.zeros.empty() ? nullptr : q.zeros.data(), codes.data(), ps.data(), pz.data());
+            std::vector<float> packed(d::packed_b_floats(g, k, n));
+            const d::PackedBView b32 =
+                d::pack_b(g, d::Trans::N, k, n, q.wide.data(), n, packed.data());
+            const std::vector<float> bias = random_vector(n, 20);
+            for (const bool with_bias : {false, true}) {
+              const float* bp = with_bias ? bias.data() : nullptr;
+              const std::size_t ldc = n + 2;
+              std::vector<float> cq(m * ldc, 7.0f), c32(m * ldc, 7.0f);
+              d::gemm_quant_b(g, m, ap, lda, bq, cq.data(), ldc, bp);
+              d::gemm_prepacked_b(g, d::Trans::N, m, ap, lda, b32, 1.0f, 0.0f, c32.data(), ldc, bp);
+              REQUIRE(std::memcmp(cq.data(), c32.data(), cq.size() * sizeof(float)) == 0);
+              // Nothing written past column n.
+              for (std::size_t i = 0; i < m; ++i) REQUIRE(cq[i * ldc + n] == 7.0f);
+            }
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("internal pack_int8_b: the packed B layout, zero codes and scales past n",
-          "[gemm][int8]") {
+TEST_CASE("internal pack_quant_b: the documented layout, zero codes and scales past n",
+          "[gemm][quant]") {
   namespace d = mha::detail;
   const auto& g = d::gemm_kernels(mha::current_isa());
-  const std::size_t k = 5, n = g.nr + 3;
+  const std::size_t k = 5, n = g.nr + 3, group = 2, groups = 3;
   std::vector<std::int8_t> w(n * k);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int8_t>(i % 251 - 125);
-  const std::vector<float> scales = random_vector(n, 21, 0.5f, 1.0f);
-  std::vector<std::int8_t> codes(d::packed_b_floats(g, k, n), 99);
-  std::vector<float> ps(d::packed_int8_b_scales(g, n), kNaN);
-  REQUIRE(ps.size() == 2 * g.nr);
-  const d::PackedInt8B b =
-      d::pack_int8_b(g, k, n, w.data(), k, scales.data(), codes.data(), ps.data());
-  REQUIRE(b.strip_stride == k * g.nr);
-  for (std::size_t j = 0; j < 2 * g.nr; ++j) {
-    CAPTURE(j);
-    REQUIRE(ps[j] == (j < n ? scales[j] : 0.0f));
-    for (std::size_t p = 0; p < k; ++p) {
-      REQUIRE(codes[j / g.nr * k * g.nr + p * g.nr + j % g.nr] == (j < n ? w[j * k + p] : 0));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int8_t>(i % 16 - 8);
+  const std::vector<float> scales = random_vector(n * groups, 21, 0.5f, 1.0f);
+  const std::vector<float> zeros = random_vector(n * groups, 22, 0.0f, 15.0f);
+  for (const auto type : {d::QuantCodes::int8, d::QuantCodes::int4}) {
+    CAPTURE(static_cast<int>(type));
+    const bool pairs = type != d::QuantCodes::int8;
+    std::vector<std::int8_t> codes(d::packed_quant_b_bytes(g, type, k, n, "B"), 99);
+    REQUIRE(codes.size() == 2 * g.nr * (pairs ? 3 : 5));
+    std::vector<float> ps(d::packed_quant_b_scales(g, k, n, group, "B"), kNaN), pz(ps);
+    REQUIRE(ps.size() == groups * 2 * g.nr);
+    const d::PackedQuantB b = d::pack_quant_b(g, type, k, n, group, w.data(), k, scales.data(),
+                                              zeros.data(), codes.data(), ps.data(), pz.data());
+    REQUIRE(b.strip_stride == (pairs ? 3 : 5) * g.nr);
+    REQUIRE(b.scale_stride == 2 * g.nr);
+    for (std::size_t j = 0; j < 2 * g.nr; ++j) {
+      CAPTURE(j);
+      for (std::size_t q = 0; q < groups; ++q) {
+        REQUIRE(ps[q * 2 * g.nr + j] == (j < n ? scales[j * groups + q] : 0.0f));
+        REQUIRE(pz[q * 2 * g.nr + j] == (j < n ? zeros[j * groups + q] : 0.0f));
+      }
+      const std::int8_t* strip = codes.data() + j / g.nr * b.strip_stride + j % g.nr;
+      for (std::size_t p = 0; p < k; ++p) {
+        const int want = j < n ? w[j * k + p] : 0;
+        if (!pairs) {
+          REQUIRE(strip[p * g.nr] == want);
+        } else {
+          const int byte = static_cast<unsigned char>(strip[p / 2 * g.nr]);
+          REQUIRE((p % 2 == 0 ? byte & 15 : byte >> 4) == (want & 15));
+        }
+      }
+      if (pairs) REQUIRE((static_cast<unsigned char>(strip[2 * g.nr]) >> 4) == 0);
     }
   }
 }

@@ -255,8 +255,9 @@ struct Scenario {
   std::vector<float> x = random_vector(B * L * E, 6), kv = random_vector(B * Lkv * E, 7);
   std::vector<float> out = sentinel(B * L * E), w = sentinel(B * H * L * Lkv);
 
-  explicit Scenario(mha_dtype compute, mha_weight_format format = MHA_WEIGHTS_COMPUTE)
-      : options{sizeof(mha_attention_options), compute, format, 0} {
+  explicit Scenario(mha_dtype compute, mha_weight_format format = MHA_WEIGHTS_COMPUTE,
+                    std::size_t group = 0)
+      : options{sizeof(mha_attention_options), compute, format, group} {
     REQUIRE(mha_attention_create_ex(&cfg, &weights, &options, &attn) == MHA_OK);
   }
   ~Scenario() { mha_attention_destroy(attn); }
@@ -610,10 +611,10 @@ void run_mla(bool four_threads, mha_kv_dtype dtype) {
 }
 
 // The attention object's operations, computing in `compute` on weights in
-// `format`.
+// `format` (groups of `group`).
 void run_attention(bool four_threads, mha_dtype compute,
-                   mha_weight_format format = MHA_WEIGHTS_COMPUTE) {
-  Scenario s(compute, format);
+                   mha_weight_format format = MHA_WEIGHTS_COMPUTE, std::size_t group = 0) {
+  Scenario s(compute, format, group);
   constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L, Lkv = Scenario::Lkv;
   const auto reset_out = [&] {
     s.out = sentinel(s.out.size());
@@ -822,8 +823,8 @@ TEST_CASE("allocation failures in a task_arena(4): out of memory, nothing change
   run_all(true);
 }
 
-TEST_CASE("allocation failures, int8 weights: out of memory, nothing changed, retry exact",
-          "[hardening][oom][int8]") {
+TEST_CASE("allocation failures, quantized weights: out of memory, nothing changed, retry exact",
+          "[hardening][oom][quant]") {
   for (bool four_threads : {false, true}) {
     if (four_threads && !mha::test::threads_allowed()) {
       WARN("skipped in a task_arena(4): no second thread may be started here");
@@ -831,6 +832,7 @@ TEST_CASE("allocation failures, int8 weights: out of memory, nothing changed, re
     }
     mha_set_num_threads(four_threads ? 0 : 1);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8);
+    run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_UINT4, 32);
   }
   mha_set_num_threads(0);
 }

@@ -125,7 +125,7 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
   handle->engine =
-      std::make_unique<detail::AttentionEngine>(isa, shape, weights, o.bf16, o.weights);
+      std::make_unique<detail::AttentionEngine>(isa, shape, weights, o.bf16, o.weights, o.group);
   return handle;
 }
 
@@ -136,18 +136,20 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
   check_arg(w.struct_size == sizeof(mha_int8_weights),
             "weights->struct_size: expected sizeof(mha_int8_weights) (", sizeof(mha_int8_weights),
             "), got ", w.struct_size);
-  const detail::Int8Source src[] = {{nullptr, w.q_codes, w.q_scales, "weights->q"},
-                                    {nullptr, w.k_codes, w.k_scales, "weights->k"},
-                                    {nullptr, w.v_codes, w.v_scales, "weights->v"},
-                                    {nullptr, w.out_codes, w.out_scales, "weights->out"}};
-  for (const detail::Int8Source& x : src) {
+  const detail::QuantSource src[] = {{nullptr, w.q_codes, w.q_scales, "weights->q"},
+                                     {nullptr, w.k_codes, w.k_scales, "weights->k"},
+                                     {nullptr, w.v_codes, w.v_scales, "weights->v"},
+                                     {nullptr, w.out_codes, w.out_scales, "weights->out"}};
+  for (const detail::QuantSource& x : src) {
     check_arg(x.codes != nullptr, x.name, "_codes: expected an array, got NULL");
     check_arg(x.scales != nullptr, x.name, "_scales: expected an array, got NULL");
   }
   const detail::ObjectOptions o = detail::object_options(options, "");
-  check_arg(options == nullptr || o.weights == detail::WeightFormat::int8,
-            "options->weight_format: expected MHA_WEIGHTS_INT8 for int8 codes, got ",
-            options != nullptr ? static_cast<long>(options->weight_format) : 0L);
+  check_arg(options == nullptr || (o.weights == detail::WeightFormat::int8 && o.group == 0),
+            "options: expected weight_format MHA_WEIGHTS_INT8 and weight_group 0 for int8 codes "
+            "with a scale per row, got weight_format ",
+            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
+            options != nullptr ? options->weight_group : 0);
   const Isa isa = detail::active_isa();
   mha_weights biases{};
   biases.q_bias = w.q_bias;
@@ -156,7 +158,9 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
   biases.out_bias = w.out_bias;
   auto handle = std::make_unique<mha_attention>();
   handle->engine = std::make_unique<detail::AttentionEngine>(
-      isa, shape, detail::make_projections_int8(detail::gemm_kernels(isa), shape, src, biases),
+      isa, shape,
+      detail::make_projections_quant(detail::gemm_kernels(isa), shape, detail::QuantCodes::int8, 0,
+                                     src, biases),
       false, false);
   return handle;
 }
@@ -201,25 +205,29 @@ ObjectOptions object_options(const mha_attention_options* options, const char* p
   ObjectOptions o;
   o.bf16 = options->compute == MHA_BF16;
   if (first) return o;
-  check_arg(
-      options->weight_format == MHA_WEIGHTS_COMPUTE || options->weight_format == MHA_WEIGHTS_INT8,
-      prefix, "options->weight_format: expected MHA_WEIGHTS_COMPUTE or MHA_WEIGHTS_INT8, got ",
-      static_cast<long>(options->weight_format));
-  if (options->weight_format == MHA_WEIGHTS_COMPUTE) {
-    check_arg(options->weight_group == 0, prefix,
-              "options->weight_group: expected 0 with MHA_WEIGHTS_COMPUTE, got ",
-              options->weight_group);
+  const mha_weight_format f = options->weight_format;
+  check_arg(f == MHA_WEIGHTS_COMPUTE || f == MHA_WEIGHTS_INT8 || f == MHA_WEIGHTS_INT4 ||
+                f == MHA_WEIGHTS_UINT4,
+            prefix,
+            "options->weight_format: expected MHA_WEIGHTS_COMPUTE, MHA_WEIGHTS_INT8, "
+            "MHA_WEIGHTS_INT4 or MHA_WEIGHTS_UINT4, got ",
+            static_cast<long>(f));
+  const std::size_t group = options->weight_group;
+  if (f == MHA_WEIGHTS_COMPUTE) {
+    check_arg(group == 0, prefix,
+              "options->weight_group: expected 0 with MHA_WEIGHTS_COMPUTE, got ", group);
     return o;
   }
-  if (options->weight_group != 0) {
-    fail(MHA_UNSUPPORTED, prefix, "options->weight_group ", options->weight_group,
-         ": this version quantizes int8 weights per output row only (0)");
-  }
+  check_arg(group == 0 || group == 32 || group == 64 || group == 128, prefix,
+            "options->weight_group: expected 0, 32, 64 or 128, got ", group);
   if (o.bf16) {
     fail(MHA_UNSUPPORTED, prefix,
-         "MHA_WEIGHTS_INT8 with compute MHA_BF16: this version computes int8 weights in fp32 only");
+         "quantized weights with compute MHA_BF16: this version computes them in fp32 only");
   }
-  o.weights = WeightFormat::int8;
+  o.weights = f == MHA_WEIGHTS_INT8   ? WeightFormat::int8
+              : f == MHA_WEIGHTS_INT4 ? WeightFormat::int4
+                                      : WeightFormat::uint4;
+  o.group = group;
   return o;
 }
 

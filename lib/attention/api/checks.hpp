@@ -31,6 +31,7 @@ AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size
 struct ObjectOptions {
   bool bf16 = false;
   WeightFormat weights = WeightFormat::as_compute;
+  std::size_t group = 0;  // input features per scale (0: the whole row)
 };
 ObjectOptions object_options(const mha_attention_options* options, const char* prefix);
 

@@ -88,15 +88,18 @@ std::unique_ptr<KvType> pick_kv_type(Isa isa, const GemmKernels& g, const GemmBf
 }  // namespace
 
 AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
-                                 bool bf16, WeightFormat weights)
+                                 bool bf16, WeightFormat weights, std::size_t group)
     : isa_(isa), shape_(shape) {
   const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
-  if (weights == WeightFormat::int8) {
-    const Int8Source src[] = {{w.q_weight, nullptr, nullptr, "weights->q_weight"},
-                              {w.k_weight, nullptr, nullptr, "weights->k_weight"},
-                              {w.v_weight, nullptr, nullptr, "weights->v_weight"},
-                              {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
-    proj_ = make_projections_int8(gemm(), shape, src, w);
+  if (weights != WeightFormat::as_compute) {
+    const QuantSource src[] = {{w.q_weight, nullptr, nullptr, "weights->q_weight"},
+                               {w.k_weight, nullptr, nullptr, "weights->k_weight"},
+                               {w.v_weight, nullptr, nullptr, "weights->v_weight"},
+                               {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
+    const QuantCodes type = weights == WeightFormat::int8   ? QuantCodes::int8
+                            : weights == WeightFormat::int4 ? QuantCodes::int4
+                                                            : QuantCodes::uint4;
+    proj_ = make_projections_quant(gemm(), shape, type, group, src, w);
   } else if (bf16) {
     proj_ = make_projections_bf16(gemm(), g16, shape, w);
   } else {

@@ -77,7 +77,7 @@ void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t l
 
 // How an object stores its projection weights (mha_attention_options'
 // weight_format).
-enum class WeightFormat : unsigned char { as_compute, int8 };
+enum class WeightFormat : unsigned char { as_compute, int8, int4, uint4 };
 
 // Copies and packs the weights for g's kernels.
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
@@ -87,24 +87,32 @@ std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const A
 std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const GemmBf16Kernels* g16,
                                                    const AttentionShape& s, const mha_weights& w);
 
-// One int8 weight [out, in]: fp32 values w to quantize per output row (mha.h's
-// MHA_WEIGHTS_INT8 rule), or codes and their scales given (mha_int8_weights);
-// name: the weight's, for messages.
-struct Int8Source {
+// One quantized weight [out, in]: fp32 values w to quantize (mha.h's rules),
+// or int8 codes and their per-row scales given (mha_int8_weights); name:
+// the weight's, for messages.
+struct QuantSource {
   const float* w = nullptr;
   const std::int8_t* codes = nullptr;
   const float* scales = nullptr;
   const char* name = "";
 };
-// Wq, Wk, Wv and Wo so, packed for gemm_int8_b on g's kernels; the biases
-// from `biases` (its weight pointers unread). Given scales must be finite.
-std::unique_ptr<Projections> make_projections_int8(const GemmKernels& g, const AttentionShape& s,
-                                                   const Int8Source (&src)[4],
-                                                   const mha_weights& biases);
-// That rule: row j of w [n x k] to codes [n x k] and scales[j]; a NaN or
-// infinite weight throws MHA_INVALID_ARGUMENT naming `name`[j][p].
-void quantize_int8_rows(std::size_t n, std::size_t k, const float* w, std::int8_t* codes,
-                        float* scales, const char* name);
+// Wq, Wk, Wv and Wo so, in `type` codes with a scale per output row and
+// group of `group` input features (0: the whole row), packed for
+// gemm_quant_b on g's kernels; the biases from `biases` (its weight
+// pointers unread). Given codes are int8 per row (group 0), and their
+// scales must be finite.
+std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
+                                                    QuantCodes type, std::size_t group,
+                                                    const QuantSource (&src)[4],
+                                                    const mha_weights& biases);
+// Groups of a k-wide row in groups of `group` (0: one).
+std::size_t quant_groups(std::size_t k, std::size_t group);
+// mha.h's rules: row j of w [n x k], group q of it, to codes [n x k] (one
+// per byte), scales[j * groups + q] and, for uint4, zeros (the zero point,
+// as a float; null otherwise); a NaN or infinite weight throws
+// MHA_INVALID_ARGUMENT naming `name`[j][p].
+void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
+                   std::int8_t* codes, float* scales, float* zeros, const char* name);
 
 // One weight as op(B) [k x n], packed for a precision's products: an MLA
 // layer's projections, which are many and of other shapes than the four

@@ -1,0 +1,163 @@
+// The projections on quantized weights (mha_attention_options' int8, int4
+// and uint4 formats, and mha_attention_create_int8's codes): each weight
+// quantized per output row and group at create, or its codes taken as
+// given, and packed in the fp32 GEMM's B layout, Wq|Wk|Wv side by side as in
+// fp32, for gemm_quant_b, which gives the fp32 products' bits on the
+// widened weights.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "attention/projection/projection.hpp"
+#include "common/checked.hpp"
+#include "common/error.hpp"
+
+namespace mha::detail {
+
+std::size_t quant_groups(std::size_t k, std::size_t group) {
+  return group == 0 || group >= k ? 1 : ceil_div(k, group);
+}
+
+void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
+                   std::int8_t* codes, float* scales, float* zeros, const char* name) {
+  const std::size_t groups = quant_groups(k, group), len = groups == 1 ? k : group;
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t q = 0; q < groups; ++q) {
+      const std::size_t p0 = q * len, p1 = std::min(k, p0 + len);
+      const float* row = w + j * k;
+      float lo = 0.0f, hi = 0.0f;
+      for (std::size_t p = p0; p < p1; ++p) {
+        check_arg(std::isfinite(row[p]), name, "[", j, "][", p,
+                  "]: expected a finite value to quantize, got ", row[p]);
+        lo = std::min(lo, row[p]);
+        hi = std::max(hi, row[p]);
+      }
+      // Symmetric: the largest magnitude at the top code; uint4: [lo, hi]
+      // (0 included) over 0..15 with a zero point.
+      const float top = type == QuantCodes::int8 ? 127.0f : 7.0f;
+      const float scale = type == QuantCodes::uint4 ? (hi - lo) / 15.0f : std::max(hi, -lo) / top;
+      const float zero = type == QuantCodes::uint4 && scale != 0.0f
+                             ? std::clamp(std::nearbyint(-lo / scale), 0.0f, 15.0f)
+                             : 0.0f;
+      scales[j * groups + q] = scale;
+      if (zeros != nullptr) zeros[j * groups + q] = zero;
+      for (std::size_t p = p0; p < p1; ++p) {
+        float code = 0.0f;
+        if (scale != 0.0f) {
+          code = std::nearbyint(row[p] / scale);
+          code = type == QuantCodes::uint4 ? std::clamp(code + zero, 0.0f, 15.0f)
+                                           : std::clamp(code, -top, top);
+        }
+        codes[j * k + p] = static_cast<std::int8_t>(code);
+      }
+    }
+  }
+}
+
+namespace {
+
+class ProjectionsQuant final : public Projections {
+ public:
+  ProjectionsQuant(const GemmKernels& g, const AttentionShape& s, QuantCodes type,
+                   std::size_t group, const QuantSource (&src)[4], const mha_weights& biases)
+      : Projections(g, s) {
+    const std::size_t E = s.embed_dim, kv = s.kv_dim();
+    const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
+    PackedQuantB* const dst[] = {&wq_, &wk_, &wv_, &wo_};
+    const bool zeros = type == QuantCodes::uint4;
+    // Codes (back to back, so that Wq|Wk|Wv's strips are one B's), then the
+    // scales and zeros; sizes and given scales checked before anything is
+    // allocated.
+    std::size_t codes = 0, scales = 0, largest = 0, largest_groups = 0;
+    for (std::size_t i = 0; i < 4; ++i) {
+      codes = checked_add(codes, packed_quant_b_bytes(g, type, in[i], out[i], "quantized weights"),
+                          "quantized weights");
+      scales =
+          checked_add(scales, packed_quant_b_scales(g, in[i], out[i], group, "quantized weights"),
+                      "quantized weights");
+      if (src[i].w != nullptr) {
+        largest = std::max(largest, out[i] * in[i]);
+        largest_groups = std::max(largest_groups, out[i] * quant_groups(in[i], group));
+      }
+      for (std::size_t j = 0; src[i].w == nullptr && j < out[i]; ++j) {
+        check_arg(std::isfinite(src[i].scales[j]), src[i].name, "_scales[", j,
+                  "]: expected a finite scale, got ", src[i].scales[j]);
+      }
+    }
+    const std::size_t code_floats = round_up(ceil_div(codes, sizeof(float)), 16);
+    const std::size_t floats = checked_add(
+        code_floats, checked_mul(zeros ? 2 : 1, scales, "quantized weights"), "quantized weights");
+    float_bytes(floats, "quantized weights");
+    storage_ = alloc_floats(floats);
+    std::vector<std::int8_t> quantized(largest);
+    std::vector<float> row_scales(largest_groups), row_zeros(zeros ? largest_groups : 0);
+    auto* cdst = reinterpret_cast<std::int8_t*>(storage_.get());
+    float* sdst = storage_.get() + code_floats;
+    float* zdst = sdst + scales;
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::int8_t* c = src[i].codes;
+      const float* sc = src[i].scales;
+      if (src[i].w != nullptr) {
+        quantize_rows(type, group, out[i], in[i], src[i].w, quantized.data(), row_scales.data(),
+                      zeros ? row_zeros.data() : nullptr, src[i].name);
+        c = quantized.data();
+        sc = row_scales.data();
+      }
+      *dst[i] = pack_quant_b(g, type, in[i], out[i], group, c, in[i], sc,
+                             zeros ? row_zeros.data() : nullptr, cdst, sdst, zdst);
+      cdst += packed_quant_b_bytes(g, type, in[i], out[i], "");
+      const std::size_t n_scales = packed_quant_b_scales(g, in[i], out[i], group, "");
+      sdst += n_scales;
+      zdst += n_scales;
+    }
+    // One product for Wq|Wk|Wv: their strips follow each other with the
+    // same stride, and so do their scales, group by group, when there is
+    // one group (whole rows).
+    fused_ = s.kdim == E && s.vdim == E && quant_groups(E, group) == 1;
+    if (fused_) {
+      wqkv_ = wq_;
+      wqkv_.n = q_cols_ + k_cols_ + v_cols_;
+      wqkv_.scale_stride = wqkv_.n;
+    }
+    copy_biases(biases);
+  }
+
+  Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
+                    const float* key, const float* value, float* dst) const override {
+    const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
+    const float* bias = in_bias_.get();
+    if (fused) {
+      const std::size_t ld = q_cols_ + k_cols_ + v_cols_;
+      gemm_quant_b(g_, q_rows, query, E, wqkv_, dst, ld, bias);
+      return {dst, dst + q_cols_, dst + q_cols_ + k_cols_, ld, ld};
+    }
+    float* pq = dst;
+    float* pk = pq + q_rows * E;
+    float* pv = pk + kv_rows * kvd;
+    gemm_quant_b(g_, q_rows, query, E, wq_, pq, E, bias);
+    gemm_quant_b(g_, kv_rows, key, s_.kdim, wk_, pk, kvd, bias + q_cols_);
+    gemm_quant_b(g_, kv_rows, value, s_.vdim, wv_, pv, kvd, bias + q_cols_ + k_cols_);
+    return {pq, pk, pv, E, kvd};
+  }
+  void finish_rotated(const Projected&, std::size_t, std::size_t) const override {}
+  void project_out(std::size_t rows, const float* merged, float* out) const override {
+    gemm_quant_b(g_, rows, merged, s_.embed_dim, wo_, out, s_.embed_dim, out_bias_.get());
+  }
+  void reserve_out(std::size_t rows) const override { reserve_gemm_quant_b(g_, rows, wo_); }
+
+ private:
+  AlignedFloats storage_;
+  PackedQuantB wq_, wk_, wv_, wo_;
+  PackedQuantB wqkv_;  // all three, valid when fused_
+};
+
+}  // namespace
+
+std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
+                                                    QuantCodes type, std::size_t group,
+                                                    const QuantSource (&src)[4],
+                                                    const mha_weights& biases) {
+  return std::make_unique<ProjectionsQuant>(g, s, type, group, src, biases);
+}
+
+}  // namespace mha::detail
