@@ -3,11 +3,13 @@
 // no biases): a decode step (b1, 1023 cached positions) through 32 layer
 // objects in turn, whose weights (1.3 GB in fp32, 336 MB in int8) exceed
 // every last-level cache of these machines as a model's do, and through one
-// layer alone, whose weights stay in L3; per object:
-//   fp32   fp32 weights and products
-//   int8   int8 weights (per output row), fp32 products
-//   bf16   bf16 weights and products
-// each with its default KV cache (fp32 for fp32 and int8, bf16 for bf16).
+// layer alone, whose quantized and bf16 weights stay in L3; per object:
+//   fp32        fp32 weights and products
+//   int8        int8 weights (per output row), fp32 products
+//   int4_g128   int4 weights (symmetric, groups of 128), fp32 products
+//   uint4_g128  uint4 weights (zero points, groups of 128), fp32 products
+//   bf16        bf16 weights and products
+// each with its default KV cache (bf16 for bf16, fp32 for the others).
 // Names: weights/<config>/<impl>/threads:<t>; the bytes counter is the
 // layers' weights, read once per step.
 #include <benchmark/benchmark.h>
@@ -42,11 +44,14 @@ struct Impl {
   const char* name;
   mha_dtype compute;
   mha_weight_format format;
-  double bytes_per_weight;
+  std::size_t group;
+  double bytes_per_weight;  // scales and zero points included, rows of 2048
 };
-constexpr Impl kImpls[] = {{"fp32", MHA_FP32, MHA_WEIGHTS_COMPUTE, 4},
-                           {"int8", MHA_FP32, MHA_WEIGHTS_INT8, 1},
-                           {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 2}};
+constexpr Impl kImpls[] = {{"fp32", MHA_FP32, MHA_WEIGHTS_COMPUTE, 0, 4},
+                           {"int8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 4.0 / 2048},
+                           {"int4_g128", MHA_FP32, MHA_WEIGHTS_INT4, 128, 0.5 + 4.0 / 128},
+                           {"uint4_g128", MHA_FP32, MHA_WEIGHTS_UINT4, 128, 0.5 + 8.0 / 128},
+                           {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 0, 2}};
 
 void check(mha_status s) {
   if (s != MHA_OK) throw std::runtime_error(mha_last_error());
@@ -62,7 +67,8 @@ struct Fixture {
   Fixture(const Config& c, const Impl& impl) : x(random_floats(c.E, 3)), out(c.E) {
     const std::size_t E = c.E, kv = c.kv(), weights = 2 * E * (E + kv);
     const mha_config cfg{E, c.heads, 0, 0, c.kv_heads};
-    const mha_attention_options ao{sizeof(mha_attention_options), impl.compute, impl.format, 0};
+    const mha_attention_options ao{sizeof(mha_attention_options), impl.compute, impl.format,
+                                   impl.group};
     mha_set_num_threads(0);
     for (std::size_t l = 0; l < c.layers; ++l) {
       // Each layer's own weights, so that 32 layers read 32 times the bytes.
