@@ -626,43 +626,15 @@ void run_attention(bool four_threads, mha_dtype compute,
     return v;
   };
 
+  // A create (create(&handle) gives its status), whose handle is compared
+  // through the results of other operations: here only "written or not"
+  // counts.
   mha_attention* created = kNoHandle<mha_attention>;
-  run_injection(
-      {"attention create", [&] { created = kNoHandle<mha_attention>; },
-       [&] {
-         const mha_status st = mha_attention_create_ex(&s.cfg, &s.weights, &s.options, &created);
-         // The handle itself is compared through the results of
-         // other operations; here only "written or not" counts.
-         if (st == MHA_OK) {
-           mha_attention_destroy(created);
-           created = nullptr;
-         }
-         return st;
-       },
-       [&] { return std::vector<float>{created == kNoHandle<mha_attention> ? 1.f : 0.f}; }},
-      four_threads);
-  if (format == MHA_WEIGHTS_INT8) {
-    // The same weights given as codes (every code and a scale of 1/64).
-    std::vector<std::int8_t> codes(E * E);
-    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::int8_t>(i * 37);
-    const std::vector<float> scales(E, 1.0f / 64);
-    const mha_int8_weights w8{sizeof(mha_int8_weights),
-                              codes.data(),
-                              codes.data(),
-                              codes.data(),
-                              codes.data(),
-                              scales.data(),
-                              scales.data(),
-                              scales.data(),
-                              scales.data(),
-                              nullptr,
-                              nullptr,
-                              nullptr,
-                              nullptr};
+  const auto run_create = [&](const char* name, auto create) {
     run_injection(
-        {"attention create from int8 codes", [&] { created = kNoHandle<mha_attention>; },
+        {name, [&] { created = kNoHandle<mha_attention>; },
          [&] {
-           const mha_status st = mha_attention_create_int8(&s.cfg, &w8, &s.options, &created);
+           const mha_status st = create(&created);
            if (st == MHA_OK) {
              mha_attention_destroy(created);
              created = nullptr;
@@ -671,6 +643,32 @@ void run_attention(bool four_threads, mha_dtype compute,
          },
          [&] { return std::vector<float>{created == kNoHandle<mha_attention> ? 1.f : 0.f}; }},
         four_threads);
+  };
+  run_create("attention create", [&](mha_attention** out) {
+    return mha_attention_create_ex(&s.cfg, &s.weights, &s.options, out);
+  });
+  if (format == MHA_WEIGHTS_INT8) {
+    // The same weights given as codes (every code and a scale of 1/64).
+    std::vector<std::int8_t> codes(E * E);
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::int8_t>(i * 37);
+    const std::vector<float> scales(E, 1.0f / 64);
+    const float* sc = scales.data();
+    const mha_int8_weights w8{sizeof(mha_int8_weights),
+                              codes.data(),
+                              codes.data(),
+                              codes.data(),
+                              codes.data(),
+                              sc,
+                              sc,
+                              sc,
+                              sc,
+                              nullptr,
+                              nullptr,
+                              nullptr,
+                              nullptr};
+    run_create("attention create from int8 codes", [&](mha_attention** out) {
+      return mha_attention_create_int8(&s.cfg, &w8, &s.options, out);
+    });
   }
 
   const float* x = s.x.data();

@@ -1,8 +1,6 @@
-// The fp32 projections: Wqᵀ, Wkᵀ and Wvᵀ packed side by side in the GEMM's
-// B layout, each section starting on a strip boundary (one product when the
-// inputs are shared), Woᵀ on its own; the biases ride in the micro-kernel's
-// epilogue.
-#include "attention/projection/projection.hpp"
+// The fp32 projections: the weights packed in the GEMM's B layout
+// (projection_packed.hpp).
+#include "attention/projection/projection_packed.hpp"
 #include "common/checked.hpp"
 
 namespace mha::detail {
@@ -14,10 +12,10 @@ PackedBView pack_weight(const GemmKernels& g, const float* w, std::size_t out_fe
   return pack_b(g, Trans::T, in_features, out_features, w, in_features, dst);
 }
 
-class ProjectionsFp32 final : public Projections {
+class ProjectionsFp32 final : public PackedProjections<PackedBView> {
  public:
   ProjectionsFp32(const GemmKernels& g, const AttentionShape& s, const mha_weights& w)
-      : Projections(g, s) {
+      : PackedProjections(g, s) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // packed_b_floats(g, k, n) is round_up(n, nr) * k: checked here, as
     // these are the sizes allocated.
@@ -39,35 +37,8 @@ class ProjectionsFp32 final : public Projections {
     copy_biases(w);
   }
 
-  Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
-                    const float* key, const float* value, float* dst) const override {
-    const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
-    const float* bias = in_bias_.get();
-    if (fused) {
-      const std::size_t ld = q_cols_ + k_cols_ + v_cols_;
-      gemm_prepacked_b(g_, Trans::N, q_rows, query, E, wqkv_, 1.0f, 0.0f, dst, ld, bias);
-      return {dst, dst + q_cols_, dst + q_cols_ + k_cols_, ld, ld};
-    }
-    float* pq = dst;
-    float* pk = pq + q_rows * E;
-    float* pv = pk + kv_rows * kvd;
-    gemm_prepacked_b(g_, Trans::N, q_rows, query, E, wq_, 1.0f, 0.0f, pq, E, bias);
-    gemm_prepacked_b(g_, Trans::N, kv_rows, key, s_.kdim, wk_, 1.0f, 0.0f, pk, kvd, bias + q_cols_);
-    gemm_prepacked_b(g_, Trans::N, kv_rows, value, s_.vdim, wv_, 1.0f, 0.0f, pv, kvd,
-                     bias + q_cols_ + k_cols_);
-    return {pq, pk, pv, E, kvd};
-  }
-  void finish_rotated(const Projected&, std::size_t, std::size_t) const override {}
-  void project_out(std::size_t rows, const float* merged, float* out) const override {
-    const std::size_t E = s_.embed_dim;
-    gemm_prepacked_b(g_, Trans::N, rows, merged, E, wo_, 1.0f, 0.0f, out, E, out_bias_.get());
-  }
-  void reserve_out(std::size_t rows) const override { reserve_gemm_prepacked_b(g_, rows, wo_); }
-
  private:
   AlignedFloats in_weights_, out_weights_;
-  PackedBView wq_, wk_, wv_, wo_;
-  PackedBView wqkv_;  // all three, valid when fused_
 };
 
 class PackedWeightFp32 final : public PackedWeight {

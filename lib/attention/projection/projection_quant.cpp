@@ -8,7 +8,7 @@
 #include <cmath>
 #include <vector>
 
-#include "attention/projection/projection.hpp"
+#include "attention/projection/projection_packed.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
 
@@ -56,11 +56,11 @@ void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_
 
 namespace {
 
-class ProjectionsQuant final : public Projections {
+class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
  public:
   ProjectionsQuant(const GemmKernels& g, const AttentionShape& s, QuantCodes type,
                    std::size_t group, const QuantSource (&src)[4], const mha_weights& biases)
-      : Projections(g, s) {
+      : PackedProjections(g, s) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
     PackedQuantB* const dst[] = {&wq_, &wk_, &wv_, &wo_};
@@ -122,33 +122,8 @@ class ProjectionsQuant final : public Projections {
     copy_biases(biases);
   }
 
-  Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
-                    const float* key, const float* value, float* dst) const override {
-    const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
-    const float* bias = in_bias_.get();
-    if (fused) {
-      const std::size_t ld = q_cols_ + k_cols_ + v_cols_;
-      gemm_quant_b(g_, q_rows, query, E, wqkv_, dst, ld, bias);
-      return {dst, dst + q_cols_, dst + q_cols_ + k_cols_, ld, ld};
-    }
-    float* pq = dst;
-    float* pk = pq + q_rows * E;
-    float* pv = pk + kv_rows * kvd;
-    gemm_quant_b(g_, q_rows, query, E, wq_, pq, E, bias);
-    gemm_quant_b(g_, kv_rows, key, s_.kdim, wk_, pk, kvd, bias + q_cols_);
-    gemm_quant_b(g_, kv_rows, value, s_.vdim, wv_, pv, kvd, bias + q_cols_ + k_cols_);
-    return {pq, pk, pv, E, kvd};
-  }
-  void finish_rotated(const Projected&, std::size_t, std::size_t) const override {}
-  void project_out(std::size_t rows, const float* merged, float* out) const override {
-    gemm_quant_b(g_, rows, merged, s_.embed_dim, wo_, out, s_.embed_dim, out_bias_.get());
-  }
-  void reserve_out(std::size_t rows) const override { reserve_gemm_quant_b(g_, rows, wo_); }
-
  private:
   AlignedFloats storage_;
-  PackedQuantB wq_, wk_, wv_, wo_;
-  PackedQuantB wqkv_;  // all three, valid when fused_
 };
 
 }  // namespace
