@@ -3,7 +3,8 @@
 // no biases): a decode step (b1, 1023 cached positions) through 32 layer
 // objects in turn, whose weights (1.3 GB in fp32, 336 MB in int8) exceed
 // every last-level cache of these machines as a model's do, and through one
-// layer alone, whose quantized and bf16 weights stay in L3; per object:
+// layer alone, whose quantized and bf16 weights stay in L3, at b1 and b16
+// over 1023 cached positions and at b1 over 4095; per object:
 //   fp32        fp32 weights and products
 //   int8        int8 weights (per output row), fp32 products
 //   int4_g128   int4 weights (symmetric, groups of 128), fp32 products
@@ -30,13 +31,15 @@ namespace {
 
 struct Config {
   const char* name;
-  std::size_t E, heads, kv_heads, layers, cached;
+  std::size_t E, heads, kv_heads, layers, cached, batch = 1;
   std::size_t kv() const { return kv_heads * (E / heads); }
 };
 // The smallest first: CI's bench smoke runs each suite's first config.
 constexpr Config kConfigs[] = {
     {"tiny_e256_decode_b1_kv300_4layers", 256, 8, 2, 4, 299},
     {"llama1b_decode_b1_kv1024_1layer", 2048, 32, 8, 1, 1023},
+    {"llama1b_decode_b1_kv4096_1layer", 2048, 32, 8, 1, 4095},
+    {"llama1b_decode_b16_kv1024_1layer", 2048, 32, 8, 1, 1023, 16},
     {"llama1b_decode_b1_kv1024_32layers", 2048, 32, 8, 32, 1023},
 };
 
@@ -64,7 +67,8 @@ struct Fixture {
   std::vector<std::unique_ptr<mha_attention, decltype(&mha_attention_destroy)>> attn;
   std::vector<std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)>> cache;
   double weight_bytes = 0;
-  Fixture(const Config& c, const Impl& impl) : x(random_floats(c.E, 3)), out(c.E) {
+  Fixture(const Config& c, const Impl& impl)
+      : x(random_floats(c.batch * c.E, 3)), out(c.batch * c.E) {
     const std::size_t E = c.E, kv = c.kv(), weights = 2 * E * (E + kv);
     const mha_config cfg{E, c.heads, 0, 0, c.kv_heads};
     const mha_attention_options ao{sizeof(mha_attention_options), impl.compute, impl.format,
@@ -86,9 +90,10 @@ struct Fixture {
       check(mha_attention_create_ex(&cfg, &mw, &ao, &a));
       attn.emplace_back(a, mha_attention_destroy);
       mha_kv_cache* k = nullptr;
-      check(mha_kv_cache_create(a, 1, c.cached + 1, &k));
+      check(mha_kv_cache_create(a, c.batch, c.cached + 1, &k));
       cache.emplace_back(k, mha_kv_cache_destroy);
-      const std::vector<float> h = random_floats(c.cached * E, static_cast<std::uint32_t>(4 + l));
+      const std::vector<float> h =
+          random_floats(c.batch * c.cached * E, static_cast<std::uint32_t>(4 + l));
       std::vector<float> ho(h.size());
       check(mha_attention_step(a, k, c.cached, h.data(), h.data(), h.data(), ho.data()));
     }
@@ -116,8 +121,8 @@ void bench(benchmark::State& state, const Config& c, const Impl& impl, int threa
   }
   mha_set_num_threads(0);
   state.SetLabel("E" + std::to_string(c.E) + " H" + std::to_string(c.heads) + " KV" +
-                 std::to_string(c.kv_heads) + " layers " + std::to_string(c.layers) + " Skv" +
-                 std::to_string(c.cached + 1));
+                 std::to_string(c.kv_heads) + " B" + std::to_string(c.batch) + " layers " +
+                 std::to_string(c.layers) + " Skv" + std::to_string(c.cached + 1));
   set_byte_counters(state, f.weight_bytes);
 }
 
