@@ -1438,10 +1438,14 @@ void fuzz_attention(Decoder& d) {
   const bool emulated = bf16 && d.coin();
   if (emulated)
     mha::detail::set_gemm_bf16_kernels_override(&mha::detail::gemm_bf16_kernels_emulated_vdpbf16ps);
-  // Quantized weights as create quantizes them, int8 given as codes (how 8).
+  // Quantized weights as create quantizes them, int8 given as codes (how
+  // 8); other objects quantize nothing (empty weights), work a run need
+  // not spend on them.
   const std::size_t kv_rows = m.w.k.size() / m.kdim, group = opt.weight_group;
-  const QuantWeight q8(type, group, m.w.q, m.E), k8(type, group, m.w.k, kv_rows),
-      v8(type, group, m.w.v, kv_rows), o8(type, group, m.w.o, m.E);
+  const std::vector<float> none;
+  const QuantWeight q8(type, group, quant ? m.w.q : none, m.E),
+      k8(type, group, quant ? m.w.k : none, kv_rows),
+      v8(type, group, quant ? m.w.v : none, kv_rows), o8(type, group, quant ? m.w.o : none, m.E);
   const mha_int8_weights codes{sizeof(mha_int8_weights),
                                w.q_weight ? q8.codes.data() : nullptr,
                                w.k_weight ? k8.codes.data() : nullptr,
