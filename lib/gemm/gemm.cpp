@@ -703,16 +703,28 @@ QuantStrips PackedQuantB::block(std::size_t p0, std::size_t s) const {
           group - p0 % group};
 }
 
+namespace {
+
+// Strip rows of nr bytes that k rows of codes take: a row each (int8), or
+// a row pair (int4, uint4).
+std::size_t code_rows(QuantCodes type, std::size_t k) {
+  return type == QuantCodes::int8 ? k : k / 2 + k % 2;
+}
+
+}  // namespace
+
+std::size_t quant_groups(std::size_t k, std::size_t group) {
+  return group == 0 || group >= k ? 1 : ceil_div(k, group);
+}
+
 std::size_t packed_quant_b_bytes(const GemmKernels& g, QuantCodes type, std::size_t k,
                                  std::size_t n, const char* what) {
-  const std::size_t rows = type == QuantCodes::int8 ? k : k / 2 + k % 2;
-  return checked_mul(checked_round_up(n, g.nr, what), rows, what);
+  return checked_mul(checked_round_up(n, g.nr, what), code_rows(type, k), what);
 }
 
 std::size_t packed_quant_b_scales(const GemmKernels& g, std::size_t k, std::size_t n,
                                   std::size_t group, const char* what) {
-  const std::size_t groups = group == 0 || group >= k ? 1 : ceil_div(k, group);
-  return checked_mul(checked_round_up(n, g.nr, what), groups, what);
+  return checked_mul(checked_round_up(n, g.nr, what), quant_groups(k, group), what);
 }
 
 PackedQuantB pack_quant_b(const GemmKernels& g, QuantCodes type, std::size_t k, std::size_t n,
@@ -720,10 +732,10 @@ PackedQuantB pack_quant_b(const GemmKernels& g, QuantCodes type, std::size_t k, 
                           const float* scales, const float* zeros, std::int8_t* codes,
                           float* scales_dst, float* zeros_dst) {
   const std::size_t nr = g.nr, strips = ceil_div(n, nr), cols = strips * nr;
-  const std::size_t grp = group == 0 || group >= k ? std::max<std::size_t>(k, 1) : group;
-  const std::size_t groups = ceil_div(k, grp);
+  const std::size_t groups = quant_groups(k, group);
+  const std::size_t grp = groups == 1 ? std::max<std::size_t>(k, 1) : group;
   const bool pairs = type != QuantCodes::int8;
-  const std::size_t rows = pairs ? k / 2 + k % 2 : k;
+  const std::size_t rows = code_rows(type, k);
   for (std::size_t s = 0; s < strips; ++s) {
     std::int8_t* strip = codes + s * rows * nr;
     for (std::size_t j = 0; j < nr; ++j) {

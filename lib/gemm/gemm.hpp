@@ -124,6 +124,8 @@ struct PackedQuantB {
   QuantStrips block(std::size_t p0, std::size_t s) const;
 };
 
+// Groups of `group` rows in a k-row column (group 0 or >= k: one).
+std::size_t quant_groups(std::size_t k, std::size_t group);
 // Bytes of codes, and floats of scales (and of zeros), that
 // pack_quant_b writes for a k x n op(B) in groups of `group` rows (0: k),
 // checked against overflow (messages name `what`).

@@ -105,8 +105,6 @@ std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const 
                                                     QuantCodes type, std::size_t group,
                                                     const QuantSource (&src)[4],
                                                     const mha_weights& biases);
-// Groups of a k-wide row in groups of `group` (0: one).
-std::size_t quant_groups(std::size_t k, std::size_t group);
 // mha.h's rules: row j of w [n x k], group q of it, to codes [n x k] (one
 // per byte), scales[j * groups + q] and, for uint4, zeros (the zero point,
 // as a float; null otherwise); a NaN or infinite weight throws

@@ -14,10 +14,6 @@
 
 namespace mha::detail {
 
-std::size_t quant_groups(std::size_t k, std::size_t group) {
-  return group == 0 || group >= k ? 1 : ceil_div(k, group);
-}
-
 void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
                    std::int8_t* codes, float* scales, float* zeros, const char* name) {
   const std::size_t groups = quant_groups(k, group), len = groups == 1 ? k : group;
