@@ -35,6 +35,14 @@ set(MHA_ISA_FLAGS_avx512_widen ${MHA_ISA_FLAGS_avx512})
 set(MHA_EXTENSION_BASE_avx512_widen avx512)
 set(MHA_ISA_FLAGS_avx2_widen ${MHA_ISA_FLAGS_avx2})
 set(MHA_EXTENSION_BASE_avx2_widen avx2)
+# The int8 GEMM's sets (gemm_i8.hpp): vpdpbusd; vpmaddwd on AVX2 alone;
+# Arm's SDOT (FEAT_DotProd, optional from Armv8.2-A).
+set(MHA_ISA_FLAGS_avx512_vnni ${MHA_ISA_FLAGS_avx512} -mavx512vnni)
+set(MHA_EXTENSION_BASE_avx512_vnni avx512)
+set(MHA_ISA_FLAGS_avx2_i8 ${MHA_ISA_FLAGS_avx2})
+set(MHA_EXTENSION_BASE_avx2_i8 avx2)
+set(MHA_ISA_FLAGS_neon_dot -march=armv8.2-a+dotprod)
+set(MHA_EXTENSION_BASE_neon_dot neon)
 # FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.
 set(MHA_ISA_FLAGS_neon_bf16 -march=armv8.2-a+bf16)
 set(MHA_EXTENSION_BASE_neon_bf16 neon)

@@ -31,6 +31,7 @@ constexpr std::uint32_t kLeaf7EbxAvx512DQ = 1u << 17;
 constexpr std::uint32_t kLeaf7EbxAvx512BW = 1u << 30;
 constexpr std::uint32_t kLeaf7EbxAvx512VL = 1u << 31;
 constexpr std::uint32_t kLeaf7EcxAvx512Vbmi = 1u << 1;
+constexpr std::uint32_t kLeaf7EcxAvx512Vnni = 1u << 11;
 constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
 constexpr std::uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr std::uint32_t kLeaf7EdxAmxTile = 1u << 24;
@@ -83,6 +84,7 @@ CpuFeatures detect() {
       kLeaf7EbxAvx512F | kLeaf7EbxAvx512DQ | kLeaf7EbxAvx512BW | kLeaf7EbxAvx512VL;
   f.avx512 = f.avx2_fma && os_zmm && (ebx & avx512_bits) == avx512_bits;
   f.avx512_vbmi = f.avx512 && (ecx & kLeaf7EcxAvx512Vbmi) != 0;
+  f.avx512_vnni = f.avx512 && (ecx & kLeaf7EcxAvx512Vnni) != 0;
   // Leaf 7 subleaf 1 exists only where subleaf 0 reports it (EAX = the
   // highest subleaf); the BF16 instructions need no OS state beyond ZMM's.
   const unsigned max_subleaf = eax;
@@ -100,6 +102,9 @@ CpuFeatures detect() {
 // Linux's arch/arm64/include/uapi/asm/hwcap.h, for older headers.
 #define HWCAP2_BF16 (1 << 14)
 #endif
+#if defined(__aarch64__) && defined(__linux__) && !defined(HWCAP_ASIMDDP)
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -107,6 +112,7 @@ CpuFeatures detect() {
   f.neon = true;  // Advanced SIMD is mandatory in AArch64
 #if defined(__linux__)
   f.neon_bf16 = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
+  f.neon_dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif
 #endif
   return f;

@@ -13,12 +13,14 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F/DQ/BW/VL, with the OS saving ZMM/opmask state
   bool avx512_bf16 = false;  // avx512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
   bool avx512_vbmi = false;  // avx512 plus AVX512_VBMI (vpermb, vpermi2b)
+  bool avx512_vnni = false;  // avx512 plus AVX512_VNNI (vpdpbusd)
   // avx512_bf16 plus AMX-TILE and AMX-BF16, with the OS saving the tile
   // state (XCR0) and granting this process its use (arch_prctl).
   bool amx_bf16 = false;
   bool intel = false;      // CPUID vendor "GenuineIntel"
   bool neon = false;       // Advanced SIMD (always true on aarch64)
   bool neon_bf16 = false;  // neon plus FEAT_BF16 (BFDOT, BFCVTN)
+  bool neon_dot = false;   // neon plus FEAT_DotProd (SDOT, UDOT)
 };
 
 // Detected once; cheap afterwards.

@@ -1,0 +1,232 @@
+// The int8 GEMM's driver, packing, row quantization and scalar kernel set
+// (gemm_i8.hpp); the vector sets are gemm_i8_<set>.cpp.
+#include "gemm/gemm_i8.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/blocks.hpp"
+#include "common/checked.hpp"
+#include "common/parallel.hpp"
+#include "common/scratch.hpp"
+#include "dispatch/cpu_features.hpp"
+#include "gemm/gemm.hpp"
+
+namespace mha::detail {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+
+// The scalar set: one element at a time, in int64 (the vector sets' int32
+// sums are exact, so they agree).
+void ukernel_scalar(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
+                    const std::int32_t* start, const float* sa, const float* sb, const float* bias,
+                    float* c, std::size_t ldc, std::size_t m, std::size_t n) {
+  constexpr std::size_t kNR = 4;
+  for (std::size_t i = 0; i < m; ++i) {
+    const auto* ai = reinterpret_cast<const std::int8_t*>(a + i * lda);
+    for (std::size_t j = 0; j < n; ++j) {
+      std::int64_t acc = start[j];
+      for (std::size_t p = 0; p < kq; ++p) {
+        for (std::size_t r = 0; r < 4; ++r) acc += ai[4 * p + r] * b[(p * kNR + j) * 4 + r];
+      }
+      const float y = static_cast<float>(static_cast<std::int32_t>(acc)) * (sa[i] * sb[j]);
+      c[i * ldc + j] = bias != nullptr ? y + bias[j] : y;
+    }
+  }
+}
+
+void quantize_scalar(std::size_t k, const float* a, void* codes, float* scale) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (std::size_t p = 0; p < k; ++p) {
+    finite = finite && std::isfinite(a[p]);
+    amax = std::max(amax, std::fabs(a[p]));
+  }
+  *scale = i8_row_scale(amax, finite);
+  quantize_i8_from(1, 0, 0, k, a, *scale, codes);
+}
+
+}  // namespace
+
+const GemmI8Kernels gemm_i8_kernels_scalar = {"scalar",       4, 4, 1, 0, ukernel_scalar,
+                                              quantize_scalar};
+
+const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  switch (isa) {
+#if MHA_BUILD_AVX512_VNNI
+    case Isa::avx512:
+      if (f.avx512_vnni) return gemm_i8_kernels_avx512_vnni;
+      return gemm_i8_kernels_avx2;
+#endif
+#if MHA_BUILD_AVX2_I8
+    case Isa::avx2:
+      return gemm_i8_kernels_avx2;
+#endif
+#if MHA_BUILD_NEON_DOT
+    case Isa::neon:
+      if (f.neon_dot) return gemm_i8_kernels_neon_dot;
+      break;
+#endif
+    default:
+      break;
+  }
+  return gemm_i8_kernels_scalar;
+}
+
+std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  std::vector<const GemmI8Kernels*> r{&gemm_i8_kernels_scalar};
+#if MHA_BUILD_AVX2_I8
+  if (f.avx2_fma) r.push_back(&gemm_i8_kernels_avx2);
+#endif
+#if MHA_BUILD_AVX512_VNNI
+  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx512_vnni);
+#endif
+#if MHA_BUILD_NEON_DOT
+  if (f.neon_dot) r.push_back(&gemm_i8_kernels_neon_dot);
+#endif
+  return r;
+}
+
+float i8_row_scale(float amax, bool finite) {
+  return finite ? amax / 127.0f : std::numeric_limits<float>::quiet_NaN();
+}
+
+void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::size_t k,
+                      const float* a, float s, void* codes) {
+  const bool zero = !(s > 0.0f);  // 0, or NaN
+  const auto put = [&](std::size_t p, int q) {
+    if (a_bytes == 2) {
+      static_cast<std::int16_t*>(codes)[p] = static_cast<std::int16_t>(q + a_offset);
+    } else {
+      static_cast<std::uint8_t*>(codes)[p] = static_cast<std::uint8_t>(q + a_offset);
+    }
+  };
+  for (std::size_t p = p0; p < k; ++p) {
+    put(p, zero ? 0 : static_cast<int>(std::clamp(std::nearbyint(a[p] / s), -127.0f, 127.0f)));
+  }
+  for (std::size_t p = k; p < round_up(k, 4); ++p) put(p, 0);
+}
+
+namespace {
+
+// The sections of a packed B: codes, then start and scales per column.
+struct I8Layout {
+  std::size_t strips, cols, strip_bytes, code_bytes, start_at, scales_at, total;
+};
+I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, const char* what) {
+  check_arg(k <= kI8MaxK, what, ": expected at most ", kI8MaxK,
+            " input features for int8 activations (exact int32 sums), got ", k);
+  I8Layout l{};
+  l.cols = checked_round_up(n, g.nr, what);
+  l.strips = l.cols / g.nr;
+  l.strip_bytes = round_up(k, 4) * g.nr;
+  l.code_bytes = checked_round_up(checked_mul(l.strips, l.strip_bytes, what), kAlign, what);
+  l.start_at = l.code_bytes;
+  l.scales_at = checked_add(l.start_at, round_up(l.cols * 4, kAlign), what);
+  l.total = checked_add(l.scales_at, round_up(l.cols * 4, kAlign), what);
+  return l;
+}
+
+}  // namespace
+
+PackedI8B PackedI8B::cols(std::size_t n0, std::size_t n1) const {
+  PackedI8B r = *this;
+  r.codes = codes + n0 / g->nr * strip_stride;
+  r.start = start + n0;
+  r.scales = scales + n0;
+  r.n = n1 - n0;
+  return r;
+}
+
+std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
+                              const char* what) {
+  return i8_layout(g, k, n, what).total;
+}
+
+PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
+                    std::size_t ldw, const float* scales, void* dst) {
+  const I8Layout l = i8_layout(g, k, n, "int8 weights");
+  auto* base = static_cast<unsigned char*>(dst);
+  auto* codes = reinterpret_cast<std::int8_t*>(base);
+  auto* start = reinterpret_cast<std::int32_t*>(base + l.start_at);
+  auto* sc = reinterpret_cast<float*>(base + l.scales_at);
+  const std::size_t kq = round_up(k, 4) / 4, nr = g.nr;
+  for (std::size_t col = 0; col < l.cols; ++col) {
+    std::int8_t* strip = codes + col / nr * l.strip_bytes;
+    const std::size_t j = col % nr;
+    std::int32_t sum = 0;
+    for (std::size_t p = 0; p < 4 * kq; ++p) {
+      const std::int8_t v = col < n && p < k ? w[col * ldw + p] : 0;
+      strip[(p / 4 * nr + j) * 4 + p % 4] = v;
+      sum += v;
+    }
+    start[col] = -g.a_offset * sum;
+    sc[col] = col < n ? scales[col] : 0.0f;
+  }
+  return {&g, codes, start, sc, k, n, l.strip_bytes};
+}
+
+namespace {
+
+// Rows of A quantized, the codes' row pitch in bytes (64-byte aligned), and
+// where the scales start in the scratch.
+std::size_t code_pitch(const GemmI8Kernels& g, std::size_t k) {
+  return round_up(round_up(k, 4) * g.a_bytes, kAlign);
+}
+std::size_t scratch_floats(const GemmI8Kernels& g, std::size_t m, std::size_t k) {
+  return checked_add(ceil_div(checked_mul(m, code_pitch(g, k), "int8 activations"), 4), m,
+                     "int8 activations");
+}
+
+// Rows per block whose codes stay in L2 while each B strip passes over them
+// (256 KiB, the smallest L2 of the CPUs measured, at k 2048).
+constexpr std::size_t kBlockBytes = 256 * 1024;
+
+}  // namespace
+
+void reserve_gemm_i8(std::size_t m, const PackedI8B& b) {
+  if (m > 0 && b.n > 0) thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(*b.g, m, b.k));
+}
+
+void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b, float* c,
+             std::size_t ldc, const float* bias) {
+  const GemmI8Kernels& g = *b.g;
+  const std::size_t n = b.n, k = b.k, kq = round_up(k, 4) / 4;
+  if (m == 0 || n == 0) return;
+  const std::size_t pitch = code_pitch(g, k);
+  float* scratch = thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(g, m, k));
+  auto* codes = reinterpret_cast<std::uint8_t*>(scratch);
+  float* sa = scratch + ceil_div(m * pitch, 4);
+  // A quarter of an fp32 multiply-add's time per int8 one (vpdpbusd: 64 per
+  // instruction against 16 FMAs).
+  const std::size_t threads = call_threads(m, n, k, 0.25);
+  constexpr std::size_t kRowsPerTask = 16;
+  parallel_for(ceil_div(m, kRowsPerTask), threads, [&](std::size_t t) {
+    for (std::size_t i = t * kRowsPerTask; i < std::min(m, (t + 1) * kRowsPerTask); ++i) {
+      g.quantize(k, a + i * lda, codes + i * pitch, sa + i);
+    }
+  });
+  const std::size_t mc = std::max(g.mr, kBlockBytes / pitch / g.mr * g.mr);
+  run_gemm_blocks(g.mr, g.nr, m, n, threads,
+                  [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+                    for (std::size_t ib = i0; ib < i0 + rows; ib += mc) {
+                      const std::size_t ie = std::min(i0 + rows, ib + mc);
+                      for (std::size_t j = j0; j < j0 + cols; j += g.nr) {
+                        const std::size_t nb = std::min(g.nr, j0 + cols - j);
+                        const std::int8_t* strip = b.codes + j / g.nr * b.strip_stride;
+                        for (std::size_t i = ib; i < ie; i += g.mr) {
+                          g.ukernel(kq, codes + i * pitch, pitch, strip, b.start + j, sa + i,
+                                    b.scales + j, bias != nullptr ? bias + j : nullptr,
+                                    c + i * ldc + j, ldc, std::min(g.mr, ie - i), nb);
+                        }
+                      }
+                    }
+                  });
+}
+
+}  // namespace mha::detail

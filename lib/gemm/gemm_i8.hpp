@@ -1,0 +1,101 @@
+// The int8 GEMM (W8A8): C [m x n] = A·B + bias for an fp32 A whose rows are
+// quantized to int8 at run time, one scale per row (per token), and int8
+// weights B with one scale per column (per output channel), multiplied in
+// integers and scaled once:
+//   a row: s_a = max|a| / 127 (an fp32 division), q = a / s_a rounded to
+//   nearest even and clamped to [-127, 127]; s_a = 0 (an all-zero row, or
+//   a scale that underflows) gives zero codes; a NaN or infinite a makes
+//   s_a NaN, with zero codes;
+//   acc = the exact integer sum of q[p] * code[p][j] (int32: exact while
+//   k <= kI8MaxK);
+//   C[i][j] = float(acc) * (s_a[i] * s_b[j]) + bias[j], each operation
+//   rounded to nearest even in the order written (no FMA), so a row with a
+//   NaN scale is NaN.
+// Every kernel set computes the same integers, so every set, at any thread
+// count and blocking, gives the bits of the scalar set, which is its
+// emulation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mha/isa.hpp>
+#include <vector>
+
+namespace mha::detail {
+
+// The largest k whose sums are exact in int32: 127 * 128 * k < 2^31 (codes
+// -128 included; vpdpbusd's offset sums wrap, and wrap back).
+constexpr std::size_t kI8MaxK = 131072;
+
+struct GemmI8Kernels {
+  const char* name;    // for mha_kernel_name(MHA_INT8), e.g. "avx512_vnni"
+  std::size_t mr, nr;  // register tile (C block mr x nr); B strips of nr columns
+  // Activation codes as the kernels read them: a_bytes each (1: a byte,
+  // 2: an int16), stored as q + a_offset (128: vpdpbusd's unsigned operand),
+  // in rows of round_up(k, 4) codes, the padding the code of 0.
+  std::size_t a_bytes;
+  int a_offset;
+  // C[m x n] for 1 <= m <= mr, 1 <= n <= nr, from kq = ceil(k / 4) groups of
+  // four codes: a rows lda bytes apart; b a packed strip ([kq][nr][4]
+  // bytes); start[j] the integer each sum starts from (-a_offset times the
+  // column's code sum); sa[i], sb[j] the scales; bias: n floats, or null.
+  void (*ukernel)(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
+                  const std::int32_t* start, const float* sa, const float* sb, const float* bias,
+                  float* c, std::size_t ldc, std::size_t m, std::size_t n);
+  // One row a [k] quantized as the header says: its codes (round_up(k, 4),
+  // as above) and its scale.
+  void (*quantize)(std::size_t k, const float* a, void* codes, float* scale);
+};
+
+// The kernel sets; the scalar one is every set's emulation.
+extern const GemmI8Kernels gemm_i8_kernels_scalar;
+extern const GemmI8Kernels gemm_i8_kernels_avx2;
+extern const GemmI8Kernels gemm_i8_kernels_avx512_vnni;
+extern const GemmI8Kernels gemm_i8_kernels_neon_dot;
+
+// The fastest set this CPU runs under `isa` (the scalar set where the ISA
+// has none).
+const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept;
+// Every set of this build that this CPU runs, the scalar one included.
+std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
+
+// The header's rules, for the sets' quantize: a row's scale from its
+// largest magnitude (finite: no NaN or infinity in it), and codes p0 .. k of
+// a row scaled by s (s > 0; else zero codes), then the padding up to
+// round_up(k, 4), a_bytes each plus a_offset.
+float i8_row_scale(float amax, bool finite);
+void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::size_t k,
+                      const float* a, float s, void* codes);
+
+// op(B) [k x n] = wᵀ packed for one kernel set: strips of nr columns, strip s
+// at codes + s*strip_stride bytes, laid out [kq][nr][4] (four k of a column
+// side by side, zero past k and n); start and scales per column, zero past
+// n.
+struct PackedI8B {
+  const GemmI8Kernels* g = nullptr;
+  const std::int8_t* codes = nullptr;
+  const std::int32_t* start = nullptr;
+  const float* scales = nullptr;
+  std::size_t k = 0, n = 0, strip_stride = 0;
+
+  // Columns [n0, n1); n0 a multiple of nr.
+  PackedI8B cols(std::size_t n0, std::size_t n1) const;
+};
+
+// Bytes pack_i8_b writes for k x n, checked (messages name `what`); k <= kI8MaxK.
+std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
+                              const char* what);
+// Packs codes w [n x k] (row j, ldw apart, is column j of op(B)) with a
+// scale per row into dst (packed_i8_b_bytes, 64-byte aligned).
+PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
+                    std::size_t ldw, const float* scales, void* dst);
+
+// C [m x n] = A·B + bias (bias: n floats, or null) for A [m x k] fp32
+// row-major, quantized into this thread's ScratchSlot::kGemmI8A; threaded.
+void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b, float* c,
+             std::size_t ldc, const float* bias = nullptr);
+// Grows the calling thread's scratch to what gemm_i8 over m rows takes;
+// throws std::bad_alloc.
+void reserve_gemm_i8(std::size_t m, const PackedI8B& b);
+
+}  // namespace mha::detail

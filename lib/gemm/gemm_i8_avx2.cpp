@@ -1,0 +1,131 @@
+// AVX2 int8 kernels without VNNI: codes widened to int16 and multiplied by
+// vpmaddwd, whose pair sums (at most 2 * 127 * 128) cannot saturate, where
+// vpmaddubsw's 16-bit sums can (the bug oneDNN's and ONNX Runtime's users
+// met). The activation codes are stored as int16 (a_bytes 2), so a row's
+// four codes are one 64-bit broadcast; each accumulator holds two partial
+// sums per column, added once at the end.
+// Tile 6 x 8: 12 ymm accumulators + 2 B vectors + 1 broadcast of the 16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "gemm/gemm_i8.hpp"
+
+namespace mha::detail {
+namespace {
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define MHA_NO_TREE_PRE __attribute__((optimize("no-tree-pre")))
+#else
+#define MHA_NO_TREE_PRE
+#endif
+
+constexpr std::size_t kMR = 6, kNR = 8;
+
+// GCC 12's PRE kept a stack copy of every accumulator, stored on each k
+// step (24 stores per 24 vpdpbusd: 171 against 3xx GOPS, m512 n2304 k768);
+// without it the loop holds them in registers.
+template <std::size_t ROWS>
+MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda,
+                          const std::int8_t* b, const std::int32_t* start, const float* sa,
+                          const float* sb, const float* bias, float* c, std::size_t ldc,
+                          std::size_t n) {
+  // acc[i][0]: columns 0-3, acc[i][1]: 4-7, two partial sums each.
+  __m256i acc[ROWS][2];
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < ROWS; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+  for (std::size_t p = 0; p < kq; ++p, b += kNR * 4) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(raw));
+    const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(raw, 1));
+#pragma GCC unroll 8
+    for (std::size_t i = 0; i < ROWS; ++i) {
+      long long quad;
+      std::memcpy(&quad, a + i * lda + 8 * p, 8);
+      const __m256i ai = _mm256_set1_epi64x(quad);
+      acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(ai, lo));
+      acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(ai, hi));
+    }
+  }
+  const __m256 s_b = _mm256_loadu_ps(sb);
+  const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(start));
+  const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                                          _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const __m256 b_v = bias != nullptr ? _mm256_maskload_ps(bias, mask) : _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < ROWS; ++i) {
+    // hadd gives columns 0 1 4 5 | 2 3 6 7; the permute puts them in order.
+    const __m256i sum = _mm256_add_epi32(
+        s0, _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][0], acc[i][1]), 0xD8));
+    const __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa[i]), s_b);
+    __m256 y = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), s);
+    if (bias != nullptr) y = _mm256_add_ps(y, b_v);
+    _mm256_maskstore_ps(c + i * ldc, mask, y);
+  }
+}
+
+using TileFn = void (*)(std::size_t, const std::uint8_t*, std::size_t, const std::int8_t*,
+                        const std::int32_t*, const float*, const float*, const float*, float*,
+                        std::size_t, std::size_t);
+
+template <std::size_t... R>
+constexpr auto make_tiles(std::index_sequence<R...>) {
+  return std::array<TileFn, sizeof...(R)>{&tile<R + 1>...};
+}
+constexpr auto kTiles = make_tiles(std::make_index_sequence<kMR>());
+
+void ukernel(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
+             const std::int32_t* start, const float* sa, const float* sb, const float* bias,
+             float* c, std::size_t ldc, std::size_t m, std::size_t n) {
+  kTiles[m - 1](kq, a, lda, b, start, sa, sb, bias, c, ldc, n);
+}
+
+// The header's rules 8 floats at a time, into int16 codes (as the AVX-512
+// set's quantize, whose comment says why the bits are the scalar rule's).
+void quantize(std::size_t k, const float* a, void* codes, float* scale) {
+  const std::size_t full = k / 8 * 8;
+  const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+  __m256 vmax = zero, bad = zero;
+  for (std::size_t p = 0; p < full; p += 8) {
+    const __m256 x = _mm256_loadu_ps(a + p);
+    // x - x is NaN exactly for NaN and infinities.
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(x, x), zero, _CMP_NEQ_UQ));
+    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, x));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float amax = 0.0f;
+  bool finite = _mm256_movemask_ps(bad) == 0;
+  for (const float x : lanes) amax = std::max(amax, x);
+  for (std::size_t p = full; p < k; ++p) {
+    finite = finite && std::isfinite(a[p]);
+    amax = std::max(amax, std::fabs(a[p]));
+  }
+  const float s = i8_row_scale(amax, finite);
+  *scale = s;
+  auto* out = static_cast<std::int16_t*>(codes);
+  if (!(s > 0.0f)) {
+    std::fill_n(out, (k + 3) / 4 * 4, std::int16_t{0});
+    return;
+  }
+  const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  for (std::size_t p = 0; p < full; p += 8) {
+    const __m256 q =
+        _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(_mm256_loadu_ps(a + p), vs), lo), hi);
+    const __m256i i = _mm256_cvtps_epi32(q);
+    const __m128i packed =
+        _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + p), packed);
+  }
+  quantize_i8_from(2, 0, full, k, a, s, codes);
+}
+
+}  // namespace
+
+const GemmI8Kernels gemm_i8_kernels_avx2 = {"avx2", kMR, kNR, 2, 0, ukernel, quantize};
+
+}  // namespace mha::detail

@@ -1,0 +1,128 @@
+// AVX512_VNNI int8 kernels: vpdpbusd (_mm512_dpbusd_epi32), which multiplies
+// unsigned bytes by signed ones, so the activation codes are stored as
+// q + 128 and each column's sum starts at -128 times its code sum (the
+// int32 sums wrap and wrap back, so they stay exact; gemm_i8.hpp).
+// Tile 14 x 32, as the bf16 set's: 28 zmm accumulators + 2 B vectors + 1
+// broadcast; per four k, 28 vpdpbusd (64 multiply-adds each, twice
+// vdpbf16ps's 32) against 2 loads and 14 broadcasts.
+// GCC 12's false positive on the intrinsics' _mm512_undefined_* (as in
+// simd/lanes.hpp), set before their header.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "gemm/gemm_i8.hpp"
+
+namespace mha::detail {
+namespace {
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define MHA_NO_TREE_PRE __attribute__((optimize("no-tree-pre")))
+#else
+#define MHA_NO_TREE_PRE
+#endif
+
+constexpr std::size_t kMR = 6, kNV = 4, kW = 16, kNR = kNV * kW;
+
+// GCC 12's PRE kept a stack copy of every accumulator, stored on each k
+// step (24 stores per 24 vpdpbusd: 171 against 3xx GOPS, m512 n2304 k768);
+// without it the loop holds them in registers.
+template <std::size_t ROWS>
+MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda,
+                          const std::int8_t* b, const std::int32_t* start, const float* sa,
+                          const float* sb, const float* bias, float* c, std::size_t ldc,
+                          std::size_t n) {
+  __m512i acc[ROWS][kNV];
+#pragma GCC unroll 16
+  for (std::size_t v = 0; v < kNV; ++v) {
+    const __m512i s = _mm512_loadu_si512(start + v * kW);
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < ROWS; ++i) acc[i][v] = s;
+  }
+  for (std::size_t p = 0; p < kq; ++p, b += kNR * 4) {
+    __m512i bv[kNV];
+#pragma GCC unroll 16
+    for (std::size_t v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_si512(b + v * kW * 4);
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < ROWS; ++i) {
+      std::int32_t quad;
+      std::memcpy(&quad, a + i * lda + 4 * p, 4);
+      const __m512i ai = _mm512_set1_epi32(quad);
+#pragma GCC unroll 16
+      for (std::size_t v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], ai, bv[v]);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < ROWS; ++i) {
+    const __m512 vsa = _mm512_set1_ps(sa[i]);
+#pragma GCC unroll 16
+    for (std::size_t v = 0; v < kNV; ++v) {
+      const std::size_t lanes = n > v * kW ? std::min(kW, n - v * kW) : 0;
+      const auto mask = static_cast<__mmask16>((1u << lanes) - 1u);
+      const __m512 s = _mm512_mul_ps(vsa, _mm512_loadu_ps(sb + v * kW));
+      __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[i][v]), s);
+      if (bias != nullptr) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mask, bias + v * kW));
+      _mm512_mask_storeu_ps(c + i * ldc + v * kW, mask, y);
+    }
+  }
+}
+
+using TileFn = void (*)(std::size_t, const std::uint8_t*, std::size_t, const std::int8_t*,
+                        const std::int32_t*, const float*, const float*, const float*, float*,
+                        std::size_t, std::size_t);
+
+template <std::size_t... R>
+constexpr auto make_tiles(std::index_sequence<R...>) {
+  return std::array<TileFn, sizeof...(R)>{&tile<R + 1>...};
+}
+constexpr auto kTiles = make_tiles(std::make_index_sequence<kMR>());
+
+void ukernel(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
+             const std::int32_t* start, const float* sa, const float* sb, const float* bias,
+             float* c, std::size_t ldc, std::size_t m, std::size_t n) {
+  kTiles[m - 1](kq, a, lda, b, start, sa, sb, bias, c, ldc, n);
+}
+
+// The header's rules 16 floats at a time: the division is IEEE's, and
+// clamping before the conversion (nearest even, MXCSR's default) gives what
+// clamping after rounding does, the bounds being integers.
+void quantize(std::size_t k, const float* a, void* codes, float* scale) {
+  const std::size_t full = k / kW * kW;
+  __m512 vmax = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (std::size_t p = 0; p < k; p += kW) {
+    const auto mask = static_cast<__mmask16>(p < full ? 0xFFFFu : (1u << (k - p)) - 1u);
+    const __m512 x = _mm512_maskz_loadu_ps(mask, a + p);
+    bad |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN, +inf, -inf
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(x));
+  }
+  const float s = i8_row_scale(_mm512_reduce_max_ps(vmax), bad == 0);
+  *scale = s;
+  auto* out = static_cast<std::uint8_t*>(codes);
+  if (!(s > 0.0f)) {
+    std::memset(out, 128, (k + 3) / 4 * 4);
+    return;
+  }
+  const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (std::size_t p = 0; p < full; p += kW) {
+    const __m512 q =
+        _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(a + p), vs), lo), hi);
+    const __m128i b = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + p), _mm_xor_si128(b, _mm_set1_epi8(-128)));
+  }
+  quantize_i8_from(1, 128, full, k, a, s, codes);
+}
+
+}  // namespace
+
+const GemmI8Kernels gemm_i8_kernels_avx512_vnni = {"avx512_vnni", kMR,     kNR,     1,
+                                                   128,           ukernel, quantize};
+
+}  // namespace mha::detail

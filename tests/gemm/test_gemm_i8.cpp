@@ -1,0 +1,184 @@
+// The int8 GEMM (gemm_i8.hpp): every kernel set this CPU runs against the
+// test's own emulation of the documented arithmetic (row quantization,
+// exact integer sums, the scale and bias roundings), bit for bit, on edge
+// shapes, unaligned and strided operands, extreme codes and values, and at
+// 1 and 2 threads.
+#include <mha/mha.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/aligned.hpp"
+#include "gemm/gemm_i8.hpp"
+#include "support/reference.hpp"
+
+namespace {
+
+namespace d = mha::detail;
+using mha::test::same_bits;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// The header's rules, written out independently of the library.
+std::vector<float> emulate(std::size_t m, std::size_t n, std::size_t k, const float* a,
+                           std::size_t lda, const std::vector<std::int8_t>& w,
+                           const std::vector<float>& sw, const float* bias) {
+  std::vector<float> c(m * n);
+  for (std::size_t i = 0; i < m; ++i) {
+    const float* row = a + i * lda;
+    float amax = 0.0f;
+    bool finite = true;
+    for (std::size_t p = 0; p < k; ++p) {
+      finite = finite && std::isfinite(row[p]);
+      amax = std::max(amax, std::fabs(row[p]));
+    }
+    const float sa = finite ? amax / 127.0f : kNaN;
+    std::vector<int> q(k, 0);
+    if (sa > 0.0f) {
+      for (std::size_t p = 0; p < k; ++p) {
+        q[p] = static_cast<int>(std::clamp(std::nearbyint(row[p] / sa), -127.0f, 127.0f));
+      }
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      std::int64_t acc = 0;
+      for (std::size_t p = 0; p < k; ++p) acc += q[p] * w[j * k + p];
+      const float y = static_cast<float>(acc) * (sa * sw[j]);
+      c[i * n + j] = bias != nullptr ? y + bias[j] : y;
+    }
+  }
+  return c;
+}
+
+struct Packed {
+  d::AlignedFloats storage;
+  d::PackedI8B b;
+  Packed(const d::GemmI8Kernels& g, std::size_t k, std::size_t n, const std::vector<std::int8_t>& w,
+         const std::vector<float>& sw) {
+    storage = d::alloc_floats(d::packed_i8_b_bytes(g, k, n, "B") / 4);
+    b = d::pack_i8_b(g, k, n, w.data(), k, sw.data(), storage.get());
+  }
+};
+
+// C through gemm_i8 on g, ldc = n + 3 with the padding checked untouched.
+std::vector<float> run(const d::GemmI8Kernels& g, std::size_t m, std::size_t n, std::size_t k,
+                       const float* a, std::size_t lda, const std::vector<std::int8_t>& w,
+                       const std::vector<float>& sw, const float* bias) {
+  const Packed p(g, k, n, w, sw);
+  const std::size_t ldc = n + 3;
+  std::vector<float> c(m * ldc, 7.0f);
+  d::gemm_i8(m, a, lda, p.b, c.data(), ldc, bias);
+  std::vector<float> r(m * n);
+  for (std::size_t i = 0; i < m; ++i) {
+    std::copy_n(c.data() + i * ldc, n, r.data() + i * n);
+    for (std::size_t j = n; j < ldc; ++j) REQUIRE(c[i * ldc + j] == 7.0f);
+  }
+  return r;
+}
+
+void extremes(std::size_t k) {
+  const std::size_t m = 6, n = 33;
+  std::vector<float> a(m * k);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+  for (float& x : a) x = val(rng);
+  // Row 0 all at +-max: the codes +-127 against -128 and 127, the largest sums.
+  for (std::size_t p = 0; p < k; ++p) a[p] = p % 3 == 0 ? -3.0f : 3.0f;
+  std::fill_n(a.data() + 1 * k, k, 0.0f);  // all zero: y = bias
+  a[2 * k + k - 2] = kNaN;                 // NaN: the row is NaN
+  a[3 * k + 5] = -kInf;                    // inf: the row is NaN
+  for (std::size_t p = 0; p < k; ++p) a[4 * k + p] = std::ldexp(val(rng), -140);  // denormal
+  a[5 * k + 9] = 1000.0f;  // an outlier channel: the others round to few codes
+  std::vector<std::int8_t> w(n * k);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 2 == 0 ? -128 : 127;
+  std::vector<float> sw(n, 1.0f / 64), bias(n, 0.5f);
+  sw[3] = 0.0f;
+  sw[4] = 1e30f;  // overflows to inf in the product of the scales
+  const std::vector<float> want = emulate(m, n, k, a.data(), k, w, sw, bias.data());
+  for (std::size_t j = 0; j < n; ++j) {
+    CHECK(want[1 * n + j] == 0.5f);
+    CHECK(std::isnan(want[2 * n + j]));
+    CHECK(std::isnan(want[3 * n + j]));
+  }
+  for (const d::GemmI8Kernels* g : d::gemm_i8_kernel_sets()) {
+    INFO(g->name);
+    CHECK(same_bits(run(*g, m, n, k, a.data(), k, w, sw, bias.data()), want));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("internal gemm_i8: every kernel set gives the emulation's bits", "[gemm][i8]") {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> val(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> code(-128, 127);
+  const auto sets = d::gemm_i8_kernel_sets();
+  for (std::size_t threads : {1, 2}) {
+    mha_set_num_threads(threads);
+    for (std::size_t m : {1, 2, 5, 15, 33, 130}) {
+      for (std::size_t n : {1, 3, 17, 40, 70}) {
+        for (std::size_t k : {1, 3, 4, 7, 70, 301}) {
+          const std::size_t lda = k + 5;
+          // One float past an aligned start: unaligned rows.
+          std::vector<float> abuf(m * lda + 1);
+          for (float& x : abuf) x = val(rng);
+          const float* a = abuf.data() + 1;
+          std::vector<std::int8_t> w(n * k);
+          for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
+          std::vector<float> sw(n), bias(n);
+          for (std::size_t j = 0; j < n; ++j) {
+            sw[j] = std::ldexp(1.0f + val(rng) / 4, -8 + static_cast<int>(j % 5));
+            bias[j] = val(rng);
+          }
+          const float* bp = m % 2 == 0 ? bias.data() : nullptr;
+          const std::vector<float> want = emulate(m, n, k, a, lda, w, sw, bp);
+          for (const d::GemmI8Kernels* g : sets) {
+            INFO(g->name << " threads " << threads << " m " << m << " n " << n << " k " << k);
+            CHECK(same_bits(run(*g, m, n, k, a, lda, w, sw, bp), want));
+          }
+        }
+      }
+    }
+  }
+  mha_set_num_threads(0);
+}
+
+TEST_CASE("internal gemm_i8: extreme codes and values", "[gemm][i8]") {
+  // k 21: the NaN below falls in the quantizers' scalar tail.
+  for (const std::size_t k : {2000, 21}) {
+    CAPTURE(k);
+    extremes(k);
+  }
+}
+
+TEST_CASE("internal gemm_i8: the packed layout, and k past exact int32 sums", "[gemm][i8]") {
+  for (const d::GemmI8Kernels* g : d::gemm_i8_kernel_sets()) {
+    INFO(g->name);
+    const std::size_t k = 6, n = g->nr + 1;
+    std::vector<std::int8_t> w(n * k);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int8_t>(i % 50 - 25);
+    std::vector<float> sw(n, 2.0f);
+    const Packed p(*g, k, n, w, sw);
+    const std::size_t nr = g->nr;
+    for (std::size_t col = 0; col < 2 * nr; ++col) {
+      int sum = 0;
+      for (std::size_t q = 0; q < 8; ++q) {
+        const std::int8_t got =
+            p.b.codes[col / nr * p.b.strip_stride + (q / 4 * nr + col % nr) * 4 + q % 4];
+        const std::int8_t want = col < n && q < k ? w[col * k + q] : 0;
+        CHECK(got == want);
+        sum += want;
+      }
+      CHECK(p.b.start[col] == -g->a_offset * sum);
+      CHECK(p.b.scales[col] == (col < n ? 2.0f : 0.0f));
+    }
+    CHECK_NOTHROW(d::packed_i8_b_bytes(*g, d::kI8MaxK, 1, "B"));
+    CHECK_THROWS(d::packed_i8_b_bytes(*g, d::kI8MaxK + 1, 1, "B"));
+  }
+}
