@@ -152,6 +152,7 @@ MHA_API mha_status mha_sgemm_packed(char transa, size_t m, float alpha, const fl
 typedef enum {
   MHA_FP32 = 0,
   MHA_BF16 = 1,
+  MHA_INT8 = 2, /* for mha_kernel_name only: int8 codes, as W8A8 products use */
   /* Not types: together they make every int value, negative ones too, a
    * valid mha_dtype in C++, so that an unknown value from a caller is an
    * error (MHA_INVALID_ARGUMENT), never undefined behaviour. */
@@ -176,7 +177,10 @@ typedef enum {
  * these sets that the CPU runs, or "amx_emulated": the amx_bf16 kernels on
  * software tiles, any CPU, at scalar speed, for tests. A name this build or
  * CPU cannot run makes every bf16 computation fail with MHA_UNSUPPORTED and
- * a message listing the names it can. For MHA_FP32, the ISA name. "invalid"
+ * a message listing the names it can. For MHA_INT8, the int8 products'
+ * set (chosen from the CPU alone): "avx512_vnni" (vpdpbusd), "avx2"
+ * (vpmaddwd on int16 codes, which cannot saturate), "neon_dot" (SDOT) or
+ * "scalar". For MHA_FP32, the ISA name. "invalid"
  * for an unknown dtype, an unusable MHA_ISA (see mha_isa_name) or, for
  * MHA_BF16, an unusable MHA_BF16_KERNEL. */
 MHA_API const char* mha_kernel_name(mha_dtype dtype);
@@ -355,11 +359,22 @@ typedef enum {
   MHA_WEIGHT_FORMAT_MAX_ENUM = 0x7fffffff
 } mha_weight_format;
 
+/* What an object's projections do with their inputs (mha_attention_options). */
+typedef enum {
+  MHA_ACTIVATIONS_FLOAT = 0, /* as the compute type: weights widened to it (weight-only) */
+  MHA_ACTIVATIONS_INT8 = 1,  /* each input row quantized to int8 per token (W8A8, below) */
+  /* Not modes: every int value is valid in C++ (see mha_dtype); an unknown
+   * one is MHA_INVALID_ARGUMENT. */
+  MHA_ACTIVATIONS_MIN_ENUM = -0x7fffffff - 1,
+  MHA_ACTIVATIONS_MAX_ENUM = 0x7fffffff
+} mha_activations;
+
 /* Options of mha_attention_create_ex; later versions append fields.
- * struct_size: sizeof(mha_attention_options) as the caller compiled it. The
- * first version's struct, { struct_size, compute } (16 bytes on 64-bit
- * targets), is still accepted: its fields are read and the rest taken as
- * zero. Any other size is MHA_INVALID_ARGUMENT. */
+ * struct_size: sizeof(mha_attention_options) as the caller compiled it.
+ * Earlier versions' structs are still accepted, their fields read and the
+ * rest taken as zero: the first, { struct_size, compute } (16 bytes on
+ * 64-bit targets), and the second, up to weight_group (24 bytes). Any other
+ * size is MHA_INVALID_ARGUMENT. */
 typedef struct {
   size_t struct_size;
   mha_dtype compute;               /* MHA_FP32 (the default) or MHA_BF16 */
@@ -367,6 +382,10 @@ typedef struct {
   /* Input features per scale (and zero point) of a quantized format: 0 (one
    * group, the whole row), 32, 64 or 128. Must be 0 for MHA_WEIGHTS_COMPUTE. */
   size_t weight_group;
+  /* MHA_ACTIVATIONS_FLOAT (the default), or MHA_ACTIVATIONS_INT8 with
+   * weight_format MHA_WEIGHTS_INT8 and weight_group 0 (MHA_WEIGHTS_COMPUTE:
+   * MHA_INVALID_ARGUMENT; other formats or groups: MHA_UNSUPPORTED). */
+  mha_activations activations;
 } mha_attention_options;
 
 /* mha_attention_create with options (NULL: all defaults, which is
@@ -393,6 +412,21 @@ typedef struct {
  *    (the difference exact, one rounding) and then multiplies as the fp32
  *    object does: the results are bit-identical to an fp32 object created
  *    with those widened weights, on every path and at any thread count.
+ * int8 activations (W8A8), activations MHA_ACTIVATIONS_INT8, with compute
+ * MHA_FP32 or MHA_BF16:
+ *  - the weights are quantized as MHA_WEIGHTS_INT8 above (or given as
+ *    codes: mha_attention_create_int8), a scale s_w per output row;
+ *  - each projection quantizes each of its input rows (the query, key and
+ *    value rows, and the merged heads) by itself: s_a = max|x| / 127 (an
+ *    fp32 division), q = x / s_a rounded to nearest even and clamped to
+ *    [-127, 127]; a row whose s_a is 0 gets zero codes; a row holding NaN
+ *    or an infinity gets s_a = NaN, so its outputs are NaN;
+ *  - the product sums q * code exactly in int32 (input widths up to
+ *    131072), then y = float(sum) * (s_a * s_w) + bias, each operation
+ *    rounded to nearest even in that order (no FMA): the same bits on every
+ *    kernel set (mha_kernel_name(MHA_INT8)) and at any thread count;
+ *  - the attention core is the compute type's, as below: with MHA_BF16,
+ *    Q, K and V are rounded to bf16 where they enter it.
  * compute = MHA_BF16, numerics of this version:
  *  - the four weight matrices are stored in bf16, rounded to nearest even
  *    at create (mha_fp32_to_bf16); the biases stay fp32;

@@ -16,6 +16,7 @@
 #include "dispatch/dispatch.hpp"
 #include "gemm/gemm.hpp"
 #include "gemm/gemm_bf16.hpp"
+#include "gemm/gemm_i8.hpp"
 
 struct mha_sgemm_packed_b {
   const mha::detail::GemmKernels* kernels;  // the ISA the data is laid out for
@@ -169,9 +170,10 @@ void check_convert(std::size_t n, const void* x, std::size_t x_elem, const void*
 }
 
 const char* kernel_name_of(mha_dtype dtype) {
-  if (dtype != MHA_FP32 && dtype != MHA_BF16) return "invalid";
+  if (dtype != MHA_FP32 && dtype != MHA_BF16 && dtype != MHA_INT8) return "invalid";
   try {
     const Isa isa = detail::active_isa();
+    if (dtype == MHA_INT8) return detail::gemm_i8_kernels(isa).name;
     const detail::GemmBf16Kernels* g = detail::gemm_bf16_kernels(isa);
     return dtype == MHA_BF16 && g != nullptr ? g->name : isa_name(isa).data();
   } catch (const Error&) {

@@ -246,6 +246,24 @@ void check_entry_points(std::size_t threads) {
             cache8.truncate(10);
           }) <= allowed);
 
+    // int8 activations: each product quantizes its rows into the thread's
+    // scratch, on the fp32 and the bf16 core.
+    for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+      mha_attention_options w8a8 = int8;
+      w8a8.compute = compute;
+      w8a8.activations = MHA_ACTIVATIONS_INT8;
+      const mha::MultiheadAttention a(cfg, weights, w8a8);
+      CHECK(steady_allocations([&] {
+              a.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
+            }) <= allowed);
+      mha::KvCache c(a, 1, 64);
+      c.step_self(10, prompt.data(), prompt_out.data());
+      CHECK(steady_allocations([&] {
+              c.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
+              c.truncate(10);
+            }) <= allowed);
+    }
+
     // Ragged batches, plain and with every modifier (lse by packed row).
     const std::size_t q_start[] = {0, 7, 7, 33}, kv_start[] = {0, 20, 25, 40};
     const mha_ragged self{sizeof(mha_ragged), 3, q_start, nullptr};

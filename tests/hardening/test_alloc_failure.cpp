@@ -256,8 +256,8 @@ struct Scenario {
   std::vector<float> out = sentinel(B * L * E), w = sentinel(B * H * L * Lkv);
 
   explicit Scenario(mha_dtype compute, mha_weight_format format = MHA_WEIGHTS_COMPUTE,
-                    std::size_t group = 0)
-      : options{sizeof(mha_attention_options), compute, format, group} {
+                    std::size_t group = 0, mha_activations act = MHA_ACTIVATIONS_FLOAT)
+      : options{sizeof(mha_attention_options), compute, format, group, act} {
     REQUIRE(mha_attention_create_ex(&cfg, &weights, &options, &attn) == MHA_OK);
   }
   ~Scenario() { mha_attention_destroy(attn); }
@@ -611,10 +611,11 @@ void run_mla(bool four_threads, mha_kv_dtype dtype) {
 }
 
 // The attention object's operations, computing in `compute` on weights in
-// `format` (groups of `group`).
+// `format` (groups of `group`), with activations `act`.
 void run_attention(bool four_threads, mha_dtype compute,
-                   mha_weight_format format = MHA_WEIGHTS_COMPUTE, std::size_t group = 0) {
-  Scenario s(compute, format, group);
+                   mha_weight_format format = MHA_WEIGHTS_COMPUTE, std::size_t group = 0,
+                   mha_activations act = MHA_ACTIVATIONS_FLOAT) {
+  Scenario s(compute, format, group, act);
   constexpr std::size_t E = Scenario::E, B = Scenario::B, L = Scenario::L, Lkv = Scenario::Lkv;
   const auto reset_out = [&] {
     s.out = sentinel(s.out.size());
@@ -831,6 +832,9 @@ TEST_CASE("allocation failures, quantized weights: out of memory, nothing change
     mha_set_num_threads(four_threads ? 0 : 1);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_UINT4, 32);
+    // W8A8: the int8 products' scratch (the quantized rows) on both cores.
+    run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8, 0, MHA_ACTIVATIONS_INT8);
+    run_attention(four_threads, MHA_BF16, MHA_WEIGHTS_INT8, 0, MHA_ACTIVATIONS_INT8);
   }
   mha_set_num_threads(0);
 }

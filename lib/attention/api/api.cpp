@@ -124,8 +124,7 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
   const detail::ObjectOptions o = detail::object_options(options, "");
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_attention>();
-  handle->engine =
-      std::make_unique<detail::AttentionEngine>(isa, shape, weights, o.bf16, o.weights, o.group);
+  handle->engine = std::make_unique<detail::AttentionEngine>(isa, shape, weights, o);
   return handle;
 }
 
@@ -156,12 +155,14 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
   biases.k_bias = w.k_bias;
   biases.v_bias = w.v_bias;
   biases.out_bias = w.out_bias;
+  const detail::GemmKernels& g = detail::gemm_kernels(isa);
   auto handle = std::make_unique<mha_attention>();
   handle->engine = std::make_unique<detail::AttentionEngine>(
       isa, shape,
-      detail::make_projections_quant(detail::gemm_kernels(isa), shape, detail::QuantCodes::int8, 0,
-                                     src, biases),
-      false, false);
+      o.int8_activations
+          ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape, o.bf16, src, biases)
+          : detail::make_projections_quant(g, shape, detail::QuantCodes::int8, 0, src, biases),
+      o.bf16, false);
   return handle;
 }
 
@@ -190,21 +191,23 @@ namespace detail {
 
 ObjectOptions object_options(const mha_attention_options* options, const char* prefix) {
   if (options == nullptr) return {};
-  // The first version's struct: { struct_size, compute }, padded.
+  // The earlier versions' structs: { struct_size, compute } and then up to
+  // weight_group, padded.
   constexpr std::size_t kAlign = alignof(mha_attention_options);
-  constexpr std::size_t kFirstSize =
-      (offsetof(mha_attention_options, weight_format) + kAlign - 1) / kAlign * kAlign;
-  const bool first = options->struct_size == kFirstSize;
-  check_arg(first || options->struct_size == sizeof(mha_attention_options), prefix,
-            "options->struct_size: expected sizeof(mha_attention_options) (",
-            sizeof(mha_attention_options), ") or the first version's ", kFirstSize, ", got ",
-            options->struct_size);
+  constexpr auto padded = [](std::size_t end) { return (end + kAlign - 1) / kAlign * kAlign; };
+  constexpr std::size_t kFirstSize = padded(offsetof(mha_attention_options, weight_format));
+  constexpr std::size_t kSecondSize = padded(offsetof(mha_attention_options, activations));
+  const std::size_t size = options->struct_size;
+  check_arg(size == kFirstSize || size == kSecondSize || size == sizeof(mha_attention_options),
+            prefix, "options->struct_size: expected sizeof(mha_attention_options) (",
+            sizeof(mha_attention_options), ") or an earlier version's ", kFirstSize, " or ",
+            kSecondSize, ", got ", size);
   check_arg(options->compute == MHA_FP32 || options->compute == MHA_BF16, prefix,
             "options->compute: expected MHA_FP32 or MHA_BF16, got ",
             static_cast<long>(options->compute));
   ObjectOptions o;
   o.bf16 = options->compute == MHA_BF16;
-  if (first) return o;
+  if (size == kFirstSize) return o;
   const mha_weight_format f = options->weight_format;
   check_arg(f == MHA_WEIGHTS_COMPUTE || f == MHA_WEIGHTS_INT8 || f == MHA_WEIGHTS_INT4 ||
                 f == MHA_WEIGHTS_UINT4,
@@ -213,21 +216,39 @@ ObjectOptions object_options(const mha_attention_options* options, const char* p
             "MHA_WEIGHTS_INT4 or MHA_WEIGHTS_UINT4, got ",
             static_cast<long>(f));
   const std::size_t group = options->weight_group;
+  const mha_activations act = size == kSecondSize ? MHA_ACTIVATIONS_FLOAT : options->activations;
+  check_arg(act == MHA_ACTIVATIONS_FLOAT || act == MHA_ACTIVATIONS_INT8, prefix,
+            "options->activations: expected MHA_ACTIVATIONS_FLOAT or MHA_ACTIVATIONS_INT8, got ",
+            static_cast<long>(act));
   if (f == MHA_WEIGHTS_COMPUTE) {
     check_arg(group == 0, prefix,
               "options->weight_group: expected 0 with MHA_WEIGHTS_COMPUTE, got ", group);
+    check_arg(act == MHA_ACTIVATIONS_FLOAT, prefix,
+              "options->activations: MHA_ACTIVATIONS_INT8 needs quantized weights "
+              "(weight_format MHA_WEIGHTS_INT8), got MHA_WEIGHTS_COMPUTE");
     return o;
   }
   check_arg(group == 0 || group == 32 || group == 64 || group == 128, prefix,
             "options->weight_group: expected 0, 32, 64 or 128, got ", group);
-  if (o.bf16) {
-    fail(MHA_UNSUPPORTED, prefix,
-         "quantized weights with compute MHA_BF16: this version computes them in fp32 only");
-  }
   o.weights = f == MHA_WEIGHTS_INT8   ? WeightFormat::int8
               : f == MHA_WEIGHTS_INT4 ? WeightFormat::int4
                                       : WeightFormat::uint4;
   o.group = group;
+  if (act == MHA_ACTIVATIONS_INT8) {
+    if (f != MHA_WEIGHTS_INT8 || group != 0) {
+      fail(MHA_UNSUPPORTED, prefix,
+           "options->activations: MHA_ACTIVATIONS_INT8 takes weight_format MHA_WEIGHTS_INT8 with "
+           "weight_group 0 in this version, got weight_format ",
+           static_cast<long>(f), ", weight_group ", group);
+    }
+    o.int8_activations = true;
+    return o;
+  }
+  if (o.bf16) {
+    fail(MHA_UNSUPPORTED, prefix,
+         "quantized weights with compute MHA_BF16: this version computes them in fp32, or with "
+         "int8 activations");
+  }
   return o;
 }
 

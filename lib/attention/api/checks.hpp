@@ -28,11 +28,6 @@ AttentionMods resolve_mods(const mha_mods* m, const AttentionShape& s, std::size
 // struct_size of this version or the first, a known compute type and
 // weight format, and a weight_group this version computes; messages start
 // with prefix. In api.cpp.
-struct ObjectOptions {
-  bool bf16 = false;
-  WeightFormat weights = WeightFormat::as_compute;
-  std::size_t group = 0;  // input features per scale (0: the whole row)
-};
 ObjectOptions object_options(const mha_attention_options* options, const char* prefix);
 
 // The dtype of cache options (NULL: MHA_KV_DEFAULT), validated: struct_size

@@ -88,19 +88,21 @@ std::unique_ptr<KvType> pick_kv_type(Isa isa, const GemmKernels& g, const GemmBf
 }  // namespace
 
 AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
-                                 bool bf16, WeightFormat weights, std::size_t group)
+                                 const ObjectOptions& o)
     : isa_(isa), shape_(shape) {
-  const GemmBf16Kernels* g16 = bf16 ? gemm_bf16_kernels(isa) : nullptr;
-  if (weights != WeightFormat::as_compute) {
-    const QuantSource src[] = {{w.q_weight, nullptr, nullptr, "weights->q_weight"},
-                               {w.k_weight, nullptr, nullptr, "weights->k_weight"},
-                               {w.v_weight, nullptr, nullptr, "weights->v_weight"},
-                               {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
-    const QuantCodes type = weights == WeightFormat::int8   ? QuantCodes::int8
-                            : weights == WeightFormat::int4 ? QuantCodes::int4
-                                                            : QuantCodes::uint4;
-    proj_ = make_projections_quant(gemm(), shape, type, group, src, w);
-  } else if (bf16) {
+  const GemmBf16Kernels* g16 = o.bf16 ? gemm_bf16_kernels(isa) : nullptr;
+  const QuantSource src[] = {{w.q_weight, nullptr, nullptr, "weights->q_weight"},
+                             {w.k_weight, nullptr, nullptr, "weights->k_weight"},
+                             {w.v_weight, nullptr, nullptr, "weights->v_weight"},
+                             {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
+  if (o.int8_activations) {
+    proj_ = make_projections_i8(gemm(), gemm_i8_kernels(isa), shape, o.bf16, src, w);
+  } else if (o.weights != WeightFormat::as_compute) {
+    const QuantCodes type = o.weights == WeightFormat::int8   ? QuantCodes::int8
+                            : o.weights == WeightFormat::int4 ? QuantCodes::int4
+                                                              : QuantCodes::uint4;
+    proj_ = make_projections_quant(gemm(), shape, type, o.group, src, w);
+  } else if (o.bf16) {
     proj_ = make_projections_bf16(gemm(), g16, shape, w);
   } else {
     proj_ = make_projections_fp32(gemm(), shape, w);

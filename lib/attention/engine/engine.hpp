@@ -42,12 +42,13 @@ struct ForwardArgs {
 class AttentionEngine {
  public:
   // Copies/packs the weights; the caller's arrays are not referenced later.
-  // bf16: the weights are stored in bf16 and activations rounded to bf16
+  // o.bf16: the weights are stored in bf16 and activations rounded to bf16
   // where they enter a projection or Q·Kᵀ (mha_attention_options); weights
-  // other than as_compute quantizes them instead, in groups of `group` input
-  // features (0: whole rows), fp32 compute only.
-  AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w, bool bf16 = false,
-                  WeightFormat weights = WeightFormat::as_compute, std::size_t group = 0);
+  // other than as_compute quantizes them instead, in groups of o.group input
+  // features (0: whole rows); o.int8_activations: int8 weights and inputs
+  // (W8A8), with either compute type.
+  AttentionEngine(Isa isa, const AttentionShape& shape, const mha_weights& w,
+                  const ObjectOptions& o = {});
   // With projections of the caller's own (MLA's), made for this isa and
   // precision; shape.kdim/vdim are then the inputs' widths. shared_kv: the
   // projections' K and V are one array, which an fp32 default type then

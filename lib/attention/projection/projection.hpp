@@ -16,6 +16,7 @@
 #include "common/aligned.hpp"
 #include "gemm/gemm.hpp"
 #include "gemm/gemm_bf16.hpp"
+#include "gemm/gemm_i8.hpp"
 
 namespace mha::detail {
 
@@ -79,6 +80,16 @@ void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t l
 // weight_format).
 enum class WeightFormat : unsigned char { as_compute, int8, int4, uint4 };
 
+// How an object is built (mha_attention_options): its compute precision,
+// how it stores its projection weights, and whether its projections
+// quantize their inputs to int8 (W8A8: int8 weights, whole rows).
+struct ObjectOptions {
+  bool bf16 = false;
+  WeightFormat weights = WeightFormat::as_compute;
+  std::size_t group = 0;  // input features per scale (0: the whole row)
+  bool int8_activations = false;
+};
+
 // Copies and packs the weights for g's kernels.
 std::unique_ptr<Projections> make_projections_fp32(const GemmKernels& g, const AttentionShape& s,
                                                    const mha_weights& w);
@@ -111,6 +122,15 @@ std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const 
 // MHA_INVALID_ARGUMENT naming `name`[j][p].
 void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
                    std::int8_t* codes, float* scales, float* zeros, const char* name);
+
+// Wq, Wk, Wv and Wo as int8 codes with a scale per output row (quantized
+// by quantize_rows' int8 rule, or given), packed for g8's int8 GEMM, whose
+// products quantize each input row to int8 (gemm_i8.hpp); with bf16, Q, K
+// and V rounded to bf16 for a bf16 object's core.
+std::unique_ptr<Projections> make_projections_i8(const GemmKernels& g, const GemmI8Kernels& g8,
+                                                 const AttentionShape& s, bool bf16,
+                                                 const QuantSource (&src)[4],
+                                                 const mha_weights& biases);
 
 // One weight as op(B) [k x n], packed for a precision's products: an MLA
 // layer's projections, which are many and of other shapes than the four

@@ -1,0 +1,129 @@
+// The projections with int8 activations (W8A8, mha_attention_options'
+// MHA_ACTIVATIONS_INT8): each weight's rows quantized to int8 with a scale
+// per row (quantize_rows' int8 rule, or the codes given), packed for the
+// int8 GEMM's kernel set, and each input row quantized per token as the
+// product reads it (gemm_i8.hpp). A bf16 object then rounds Q, K and V to
+// bf16 where they enter its core, as its own projections do.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "attention/projection/projection_packed.hpp"
+#include "common/checked.hpp"
+#include "common/error.hpp"
+#include "gemm/gemm_i8.hpp"
+
+namespace mha::detail {
+
+inline void product(const GemmKernels&, std::size_t rows, const float* a, std::size_t lda,
+                    const PackedI8B& b, float* c, std::size_t ldc, const float* bias) {
+  gemm_i8(rows, a, lda, b, c, ldc, bias);
+}
+inline void reserve_product(const GemmKernels&, std::size_t rows, const PackedI8B& b) {
+  reserve_gemm_i8(rows, b);
+}
+
+namespace {
+
+class ProjectionsI8 final : public PackedProjections<PackedI8B> {
+ public:
+  ProjectionsI8(const GemmKernels& g, const GemmI8Kernels& g8, const AttentionShape& s, bool bf16,
+                const QuantSource (&src)[4], const mha_weights& biases)
+      : PackedProjections(g, s), bf16_(bf16) {
+    const std::size_t E = s.embed_dim, kv = s.kv_dim();
+    // Sections on whole strips of both kernel sets' (the fp32 ones lay out
+    // the biases), so that Wq|Wk|Wv is one packed B whose column views are
+    // each weight.
+    const std::size_t step = std::lcm(g.nr, g8.nr);
+    q_cols_ = checked_round_up(E, step, "embed_dim (in whole strips)");
+    k_cols_ = v_cols_ = checked_round_up(kv, step, "num_kv_heads*head_dim (in whole strips)");
+    fused_ = s.kdim == E && s.vdim == E;
+    const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
+    const std::size_t at[] = {0, q_cols_, q_cols_ + k_cols_, 0};
+    const std::size_t qkv = q_cols_ + k_cols_ + v_cols_;
+    // The packed weights: Wq|Wk|Wv as one B when fused, else each alone;
+    // then Wo. Sizes and given scales checked before anything is allocated.
+    const std::size_t packs = fused_ ? 2 : 4;
+    std::size_t bytes[4] = {}, total = 0;
+    for (std::size_t i = 0; i < packs; ++i) {
+      const std::size_t w = fused_ ? (i == 0 ? 0 : 3) : i;
+      bytes[i] = packed_i8_b_bytes(g8, in[w], fused_ && i == 0 ? qkv : out[w], "int8 weights");
+      total = checked_add(total, bytes[i], "int8 weights");
+    }
+    for (const QuantSource& x : src) {
+      for (std::size_t j = 0; x.w == nullptr && j < out[&x - src]; ++j) {
+        check_arg(std::isfinite(x.scales[j]), x.name, "_scales[", j,
+                  "]: expected a finite scale, got ", x.scales[j]);
+      }
+    }
+    storage_ = alloc_floats(ceil_div(total, sizeof(float)));
+    // Each pack's rows (the combined one's padding rows zero), then packed.
+    auto* dst = reinterpret_cast<unsigned char*>(storage_.get());
+    PackedI8B packed[4];
+    for (std::size_t i = 0; i < packs; ++i) {
+      const std::size_t first = fused_ && i == 1 ? 3 : i, last = fused_ && i == 0 ? 3 : first + 1;
+      const std::size_t k = in[first], rows = fused_ && i == 0 ? qkv : out[first];
+      std::vector<std::int8_t> codes(rows * k, 0);
+      std::vector<float> scales(rows, 0.0f);
+      for (std::size_t w = first; w < last; ++w) {
+        const std::size_t row0 = fused_ ? at[w] : 0;
+        if (src[w].w != nullptr) {
+          quantize_rows(QuantCodes::int8, 0, out[w], k, src[w].w, codes.data() + row0 * k,
+                        scales.data() + row0, nullptr, src[w].name);
+        } else {
+          std::copy_n(src[w].codes, out[w] * k, codes.data() + row0 * k);
+          std::copy_n(src[w].scales, out[w], scales.data() + row0);
+        }
+      }
+      packed[i] = pack_i8_b(g8, k, rows, codes.data(), k, scales.data(), dst);
+      dst += bytes[i];
+    }
+    if (fused_) {
+      wqkv_ = packed[0];
+      wq_ = wqkv_.cols(0, E);
+      wk_ = wqkv_.cols(q_cols_, q_cols_ + kv);
+      wv_ = wqkv_.cols(q_cols_ + k_cols_, q_cols_ + k_cols_ + kv);
+      wo_ = packed[1];
+    } else {
+      wq_ = packed[0];
+      wk_ = packed[1];
+      wv_ = packed[2];
+      wo_ = packed[3];
+    }
+    copy_biases(biases);
+  }
+
+  Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
+                    const float* query, const float* key, const float* value,
+                    float* dst) const override {
+    const Projected p =
+        PackedProjections::project(fused, rope, q_rows, kv_rows, query, key, value, dst);
+    if (bf16_) {
+      // Q and K are rounded after RoPE rotates them (finish_rotated).
+      if (!rope) finish_rotated(p, q_rows, kv_rows);
+      round_rows_bf16(kv_rows, s_.kv_dim(), p.v, p.ldkv);
+    }
+    return p;
+  }
+  void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
+    if (!bf16_) return;
+    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
+    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
+  }
+
+ private:
+  bool bf16_;
+  AlignedFloats storage_;
+};
+
+}  // namespace
+
+std::unique_ptr<Projections> make_projections_i8(const GemmKernels& g, const GemmI8Kernels& g8,
+                                                 const AttentionShape& s, bool bf16,
+                                                 const QuantSource (&src)[4],
+                                                 const mha_weights& biases) {
+  return std::make_unique<ProjectionsI8>(g, g8, s, bf16, src, biases);
+}
+
+}  // namespace mha::detail
