@@ -1,16 +1,21 @@
-// Projection weight formats (mha_attention_options' weight_format) on
-// Llama-3.2-1B-like layers (E 2048, 32 query heads over 8 K/V heads of 64,
-// no biases): a decode step (b1, 1023 cached positions) through 32 layer
-// objects in turn, whose weights (1.3 GB in fp32, 336 MB in int8) exceed
-// every last-level cache of these machines as a model's do, and through one
-// layer alone, whose quantized and bf16 weights stay in L3, at b1 and b16
-// over 1023 cached positions and at b1 over 4095; per object:
+// Projection weight formats (mha_attention_options' weight_format and
+// activations) on Llama-3.2-1B-like layers (E 2048, 32 query heads over 8
+// K/V heads of 64, no biases): a decode step (b1, 1023 cached positions)
+// through 32 layer objects in turn, whose weights (1.3 GB in fp32, 336 MB
+// in int8) exceed every last-level cache of these machines as a model's do,
+// and through one layer alone, whose quantized and bf16 weights stay in L3,
+// at b1 and b16 over 1023 cached positions and at b1 over 4095; and prefill
+// forwards of one layer: BERT-base (E 768, 12 heads, s512) and the Llama
+// layer over 1024 causal positions. Per object:
 //   fp32        fp32 weights and products
 //   int8        int8 weights (per output row), fp32 products
 //   int4_g128   int4 weights (symmetric, groups of 128), fp32 products
 //   uint4_g128  uint4 weights (zero points, groups of 128), fp32 products
+//   w8a8        int8 weights and int8 activations (per token), fp32 core
+//   w8a8_bf16   the same, bf16 core
 //   bf16        bf16 weights and products
-// each with its default KV cache (bf16 for bf16, fp32 for the others).
+// each with its default KV cache (bf16 for bf16 compute, fp32 for the
+// others).
 // Names: weights/<config>/<impl>/threads:<t>; the bytes counter is the
 // layers' weights, read once per step.
 #include <benchmark/benchmark.h>
@@ -32,6 +37,8 @@ namespace {
 struct Config {
   const char* name;
   std::size_t E, heads, kv_heads, layers, cached, batch = 1;
+  // A forward over `cached` positions instead of a step after them.
+  bool prefill = false, causal = false;
   std::size_t kv() const { return kv_heads * (E / heads); }
 };
 // The smallest first: CI's bench smoke runs each suite's first config.
@@ -41,6 +48,8 @@ constexpr Config kConfigs[] = {
     {"llama1b_decode_b1_kv4096_1layer", 2048, 32, 8, 1, 4095},
     {"llama1b_decode_b16_kv1024_1layer", 2048, 32, 8, 1, 1023, 16},
     {"llama1b_decode_b1_kv1024_32layers", 2048, 32, 8, 32, 1023},
+    {"bert_prefill_b1_s512", 768, 12, 12, 1, 512, 1, true},
+    {"llama1b_prefill_b1_s1024", 2048, 32, 8, 1, 1024, 1, true, true},
 };
 
 struct Impl {
@@ -49,12 +58,16 @@ struct Impl {
   mha_weight_format format;
   std::size_t group;
   double bytes_per_weight;  // scales and zero points included, rows of 2048
+  mha_activations activations = MHA_ACTIVATIONS_FLOAT;
 };
-constexpr Impl kImpls[] = {{"fp32", MHA_FP32, MHA_WEIGHTS_COMPUTE, 0, 4},
-                           {"int8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 4.0 / 2048},
-                           {"int4_g128", MHA_FP32, MHA_WEIGHTS_INT4, 128, 0.5 + 4.0 / 128},
-                           {"uint4_g128", MHA_FP32, MHA_WEIGHTS_UINT4, 128, 0.5 + 8.0 / 128},
-                           {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 0, 2}};
+constexpr Impl kImpls[] = {
+    {"fp32", MHA_FP32, MHA_WEIGHTS_COMPUTE, 0, 4},
+    {"int8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 4.0 / 2048},
+    {"int4_g128", MHA_FP32, MHA_WEIGHTS_INT4, 128, 0.5 + 4.0 / 128},
+    {"uint4_g128", MHA_FP32, MHA_WEIGHTS_UINT4, 128, 0.5 + 8.0 / 128},
+    {"w8a8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
+    {"w8a8_bf16", MHA_BF16, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
+    {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 0, 2}};
 
 void check(mha_status s) {
   if (s != MHA_OK) throw std::runtime_error(mha_last_error());
@@ -68,11 +81,11 @@ struct Fixture {
   std::vector<std::unique_ptr<mha_kv_cache, decltype(&mha_kv_cache_destroy)>> cache;
   double weight_bytes = 0;
   Fixture(const Config& c, const Impl& impl)
-      : x(random_floats(c.batch * c.E, 3)), out(c.batch * c.E) {
+      : x(random_floats(c.batch * (c.prefill ? c.cached : 1) * c.E, 3)), out(x.size()) {
     const std::size_t E = c.E, kv = c.kv(), weights = 2 * E * (E + kv);
     const mha_config cfg{E, c.heads, 0, 0, c.kv_heads};
     const mha_attention_options ao{sizeof(mha_attention_options), impl.compute, impl.format,
-                                   impl.group};
+                                   impl.group, impl.activations};
     mha_set_num_threads(0);
     for (std::size_t l = 0; l < c.layers; ++l) {
       // Each layer's own weights, so that 32 layers read 32 times the bytes.
@@ -89,6 +102,7 @@ struct Fixture {
       mha_attention* a = nullptr;
       check(mha_attention_create_ex(&cfg, &mw, &ao, &a));
       attn.emplace_back(a, mha_attention_destroy);
+      if (c.prefill) continue;
       mha_kv_cache* k = nullptr;
       check(mha_kv_cache_create(a, c.batch, c.cached + 1, &k));
       cache.emplace_back(k, mha_kv_cache_destroy);
@@ -111,8 +125,15 @@ Fixture& fixture(const Config& c, const Impl& impl) {
 void bench(benchmark::State& state, const Config& c, const Impl& impl, int threads) {
   Fixture& f = fixture(c, impl);
   mha_set_num_threads(static_cast<std::size_t>(threads));
+  mha_mask causal{};
+  causal.causal = 1;
   for (auto _ : state) {
-    for (std::size_t l = 0; l < c.layers; ++l) {
+    for (std::size_t l = 0; c.prefill && l < c.layers; ++l) {
+      check(mha_attention_forward(f.attn[l].get(), c.batch, c.cached, c.cached, f.x.data(),
+                                  f.x.data(), f.x.data(), c.causal ? &causal : nullptr,
+                                  f.out.data(), nullptr, 0));
+    }
+    for (std::size_t l = 0; !c.prefill && l < c.layers; ++l) {
       check(mha_attention_step(f.attn[l].get(), f.cache[l].get(), 1, f.x.data(), f.x.data(),
                                f.x.data(), f.out.data()));
       check(mha_kv_cache_truncate(f.cache[l].get(), c.cached));
