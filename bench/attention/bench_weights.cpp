@@ -13,6 +13,7 @@
 //   uint4_g128  uint4 weights (zero points, groups of 128), fp32 products
 //   w8a8        int8 weights and int8 activations (per token), fp32 core
 //   w8a8_bf16   the same, bf16 core
+//   w4a8_g128_bf16  int4 weights (groups of 128) and int8 activations, bf16 core
 //   bf16        bf16 weights and products
 // each with its default KV cache (bf16 for bf16 compute, fp32 for the
 // others).
@@ -67,6 +68,7 @@ constexpr Impl kImpls[] = {
     {"uint4_g128", MHA_FP32, MHA_WEIGHTS_UINT4, 128, 0.5 + 8.0 / 128},
     {"w8a8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
     {"w8a8_bf16", MHA_BF16, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
+    {"w4a8_g128_bf16", MHA_BF16, MHA_WEIGHTS_INT4, 128, 0.5 + 8.0 / 128, MHA_ACTIVATIONS_INT8},
     {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 0, 2}};
 
 void check(mha_status s) {

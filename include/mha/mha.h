@@ -383,8 +383,9 @@ typedef struct {
    * group, the whole row), 32, 64 or 128. Must be 0 for MHA_WEIGHTS_COMPUTE. */
   size_t weight_group;
   /* MHA_ACTIVATIONS_FLOAT (the default), or MHA_ACTIVATIONS_INT8 with
-   * weight_format MHA_WEIGHTS_INT8 and weight_group 0 (MHA_WEIGHTS_COMPUTE:
-   * MHA_INVALID_ARGUMENT; other formats or groups: MHA_UNSUPPORTED). */
+   * weight_format MHA_WEIGHTS_INT8 or MHA_WEIGHTS_INT4, per row or in groups
+   * (MHA_WEIGHTS_COMPUTE: MHA_INVALID_ARGUMENT; MHA_WEIGHTS_UINT4:
+   * MHA_UNSUPPORTED). */
   mha_activations activations;
 } mha_attention_options;
 
@@ -412,19 +413,21 @@ typedef struct {
  *    (the difference exact, one rounding) and then multiplies as the fp32
  *    object does: the results are bit-identical to an fp32 object created
  *    with those widened weights, on every path and at any thread count.
- * int8 activations (W8A8), activations MHA_ACTIVATIONS_INT8, with compute
- * MHA_FP32 or MHA_BF16:
- *  - the weights are quantized as MHA_WEIGHTS_INT8 above (or given as
- *    codes: mha_attention_create_int8), a scale s_w per output row;
+ * int8 activations (W8A8, W4A8), activations MHA_ACTIVATIONS_INT8, with
+ * compute MHA_FP32 or MHA_BF16:
+ *  - the weights are quantized as above, int8 or int4, per row or in groups
+ *    (or int8 codes per row given: mha_attention_create_int8);
  *  - each projection quantizes each of its input rows (the query, key and
  *    value rows, and the merged heads) by itself: s_a = max|x| / 127 (an
  *    fp32 division), q = x / s_a rounded to nearest even and clamped to
  *    [-127, 127]; a row whose s_a is 0 gets zero codes; a row holding NaN
  *    or an infinity gets s_a = NaN, so its outputs are NaN;
  *  - the product sums q * code exactly in int32 (input widths up to
- *    131072), then y = float(sum) * (s_a * s_w) + bias, each operation
- *    rounded to nearest even in that order (no FMA): the same bits on every
- *    kernel set (mha_kernel_name(MHA_INT8)) and at any thread count;
+ *    131072). int8 per row: y = float(sum) * (s_a * s_w) + bias; in groups,
+ *    or int4: t = 0, then t = fma(float(sum over group g), s_w[g], t) for
+ *    each group in order, and y = t * s_a + bias; each operation rounded to
+ *    nearest even in the order written: the same bits on every kernel set
+ *    (mha_kernel_name(MHA_INT8)) and at any thread count;
  *  - the attention core is the compute type's, as below: with MHA_BF16,
  *    Q, K and V are rounded to bf16 where they enter it.
  * compute = MHA_BF16, numerics of this version:

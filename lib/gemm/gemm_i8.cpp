@@ -13,6 +13,7 @@
 #include "common/scratch.hpp"
 #include "dispatch/cpu_features.hpp"
 #include "gemm/gemm.hpp"
+#include "gemm/gemm_i8_portable.hpp"
 
 namespace mha::detail {
 namespace {
@@ -51,8 +52,8 @@ void quantize_scalar(std::size_t k, const float* a, void* codes, float* scale) {
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_scalar = {"scalar",       4, 4, 1, 0, ukernel_scalar,
-                                              quantize_scalar};
+const GemmI8Kernels gemm_i8_kernels_scalar = {
+    "scalar", 4, 4, 1, 0, ukernel_scalar, quantize_scalar, ukernel_groups_portable<4, 1, 0>};
 
 const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
   [[maybe_unused]] const CpuFeatures& f = cpu_features();
@@ -109,26 +110,31 @@ void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::si
   for (std::size_t p = p0; p < k; ++p) {
     put(p, zero ? 0 : static_cast<int>(std::clamp(std::nearbyint(a[p] / s), -127.0f, 127.0f)));
   }
-  for (std::size_t p = k; p < round_up(k, 4); ++p) put(p, 0);
+  for (std::size_t p = k; p < round_up(k, 8); ++p) put(p, 0);
 }
 
 namespace {
 
-// The sections of a packed B: codes, then start and scales per column.
+// The sections of a packed B: codes, then start and scales per group and
+// column.
 struct I8Layout {
-  std::size_t strips, cols, strip_bytes, code_bytes, start_at, scales_at, total;
+  std::size_t kq, group_kq, groups, strips, cols, strip_bytes, start_at, scales_at, total;
 };
-I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, const char* what) {
+I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
+                   bool int4, const char* what) {
   check_arg(k <= kI8MaxK, what, ": expected at most ", kI8MaxK,
             " input features for int8 activations (exact int32 sums), got ", k);
   I8Layout l{};
+  l.kq = ceil_div(k, 4);
+  l.group_kq = group == 0 || group >= k ? std::max<std::size_t>(l.kq, 1) : group / 4;
+  l.groups = std::max<std::size_t>(ceil_div(l.kq, l.group_kq), 1);
   l.cols = checked_round_up(n, g.nr, what);
   l.strips = l.cols / g.nr;
-  l.strip_bytes = round_up(k, 4) * g.nr;
-  l.code_bytes = checked_round_up(checked_mul(l.strips, l.strip_bytes, what), kAlign, what);
-  l.start_at = l.code_bytes;
-  l.scales_at = checked_add(l.start_at, round_up(l.cols * 4, kAlign), what);
-  l.total = checked_add(l.scales_at, round_up(l.cols * 4, kAlign), what);
+  l.strip_bytes = (int4 ? ceil_div(l.kq, 2) : l.kq) * g.nr * 4;
+  const std::size_t per_group = round_up(checked_mul(l.cols, 4, what), kAlign);
+  l.start_at = checked_round_up(checked_mul(l.strips, l.strip_bytes, what), kAlign, what);
+  l.scales_at = checked_add(l.start_at, checked_mul(l.groups, per_group, what), what);
+  l.total = checked_add(l.scales_at, checked_mul(l.groups, per_group, what), what);
   return l;
 }
 
@@ -144,31 +150,46 @@ PackedI8B PackedI8B::cols(std::size_t n0, std::size_t n1) const {
 }
 
 std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
-                              const char* what) {
-  return i8_layout(g, k, n, what).total;
+                              std::size_t group, bool int4, const char* what) {
+  return i8_layout(g, k, n, group, int4, what).total;
 }
 
-PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
-                    std::size_t ldw, const float* scales, void* dst) {
-  const I8Layout l = i8_layout(g, k, n, "int8 weights");
+PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
+                    bool int4, const std::int8_t* w, std::size_t ldw, const float* scales,
+                    void* dst) {
+  const I8Layout l = i8_layout(g, k, n, group, int4, "int8 weights");
   auto* base = static_cast<unsigned char*>(dst);
   auto* codes = reinterpret_cast<std::int8_t*>(base);
   auto* start = reinterpret_cast<std::int32_t*>(base + l.start_at);
   auto* sc = reinterpret_cast<float*>(base + l.scales_at);
-  const std::size_t kq = round_up(k, 4) / 4, nr = g.nr;
+  const std::size_t nr = g.nr, stride = round_up(l.cols * 4, kAlign) / 4;
+  const std::size_t steps = int4 ? round_up(l.kq, 2) : l.kq;
   for (std::size_t col = 0; col < l.cols; ++col) {
     std::int8_t* strip = codes + col / nr * l.strip_bytes;
     const std::size_t j = col % nr;
-    std::int32_t sum = 0;
-    for (std::size_t p = 0; p < 4 * kq; ++p) {
-      const std::int8_t v = col < n && p < k ? w[col * ldw + p] : 0;
-      strip[(p / 4 * nr + j) * 4 + p % 4] = v;
-      sum += v;
+    for (std::size_t q = 0; q < l.groups; ++q) {
+      std::int32_t sum = 0;
+      // The last group takes int4's padding step, whose code 0 is
+      // stored as 8.
+      const std::size_t p1 = q + 1 == l.groups ? steps : (q + 1) * l.group_kq;
+      for (std::size_t p = q * l.group_kq * 4; p < p1 * 4; ++p) {
+        const std::int8_t v = col < n && p < k ? w[col * ldw + p] : 0;
+        sum += v;
+        if (!int4) {
+          strip[(p / 4 * nr + j) * 4 + p % 4] = v;
+          continue;
+        }
+        auto& byte = reinterpret_cast<std::uint8_t&>(strip[(p / 8 * nr + j) * 4 + p % 4]);
+        const unsigned nibble = static_cast<unsigned>(v + 8) & 15u;
+        byte = static_cast<std::uint8_t>(p / 4 % 2 == 0 ? (byte & 0xF0u) | nibble
+                                                        : (byte & 0x0Fu) | nibble << 4);
+      }
+      start[q * stride + col] = -g.a_offset * sum;
+      sc[q * stride + col] = col < n ? scales[col * l.groups + q] : 0.0f;
     }
-    start[col] = -g.a_offset * sum;
-    sc[col] = col < n ? scales[col] : 0.0f;
   }
-  return {&g, codes, start, sc, k, n, l.strip_bytes};
+  return {
+      &g, codes, start, sc, k, n, l.strip_bytes, l.group_kq, stride, int4, int4 || l.groups > 1};
 }
 
 namespace {
@@ -176,7 +197,7 @@ namespace {
 // Rows of A quantized, the codes' row pitch in bytes (64-byte aligned), and
 // where the scales start in the scratch.
 std::size_t code_pitch(const GemmI8Kernels& g, std::size_t k) {
-  return round_up(round_up(k, 4) * g.a_bytes, kAlign);
+  return round_up(round_up(k, 8) * g.a_bytes, kAlign);
 }
 std::size_t scratch_floats(const GemmI8Kernels& g, std::size_t m, std::size_t k) {
   return checked_add(ceil_div(checked_mul(m, code_pitch(g, k), "int8 activations"), 4), m,
@@ -219,10 +240,18 @@ void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b,
                       for (std::size_t j = j0; j < j0 + cols; j += g.nr) {
                         const std::size_t nb = std::min(g.nr, j0 + cols - j);
                         const std::int8_t* strip = b.codes + j / g.nr * b.strip_stride;
+                        const float* bj = bias != nullptr ? bias + j : nullptr;
+                        const I8Strip groups{strip,      b.start + j, b.scales + j, kq,
+                                             b.group_kq, b.stride,    b.int4};
                         for (std::size_t i = ib; i < ie; i += g.mr) {
-                          g.ukernel(kq, codes + i * pitch, pitch, strip, b.start + j, sa + i,
-                                    b.scales + j, bias != nullptr ? bias + j : nullptr,
-                                    c + i * ldc + j, ldc, std::min(g.mr, ie - i), nb);
+                          const std::size_t mb = std::min(g.mr, ie - i);
+                          if (b.grouped) {
+                            g.ukernel_groups(groups, codes + i * pitch, pitch, sa + i, bj,
+                                             c + i * ldc + j, ldc, mb, nb);
+                          } else {
+                            g.ukernel(kq, codes + i * pitch, pitch, strip, b.start + j, sa + i,
+                                      b.scales + j, bj, c + i * ldc + j, ldc, mb, nb);
+                          }
                         }
                       }
                     }

@@ -1,7 +1,7 @@
-// The int8 GEMM (W8A8): C [m x n] = A·B + bias for an fp32 A whose rows are
-// quantized to int8 at run time, one scale per row (per token), and int8
-// weights B with one scale per column (per output channel), multiplied in
-// integers and scaled once:
+// The int8 GEMM (W8A8, W4A8): C [m x n] = A·B + bias for an fp32 A whose
+// rows are quantized to int8 at run time, one scale per row (per token),
+// and int8 or int4 weights B with a scale per column (per output channel)
+// or per column and group, multiplied in integers and then scaled:
 //   a row: s_a = max|a| / 127 (an fp32 division), q = a / s_a rounded to
 //   nearest even and clamped to [-127, 127]; s_a = 0 (an all-zero row, or
 //   a scale that underflows) gives zero codes; a NaN or infinite a makes
@@ -11,6 +11,11 @@
 //   C[i][j] = float(acc) * (s_a[i] * s_b[j]) + bias[j], each operation
 //   rounded to nearest even in the order written (no FMA), so a row with a
 //   NaN scale is NaN.
+// Weights in groups of k (32, 64 or 128 rows of op(B), a scale each), or
+// int4 codes (-8..7, per column or in groups): acc_g, the exact sum over
+// group g, then
+//   t = 0; t = fma(float(acc_g), s_b[g][j], t) for each g in order;
+//   C[i][j] = t * s_a[i] + bias[j] (rounded, then the sum rounded).
 // Every kernel set computes the same integers, so every set, at any thread
 // count and blocking, gives the bits of the scalar set, which is its
 // emulation.
@@ -42,9 +47,26 @@ struct GemmI8Kernels {
   void (*ukernel)(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
                   const std::int32_t* start, const float* sa, const float* sb, const float* bias,
                   float* c, std::size_t ldc, std::size_t m, std::size_t n);
-  // One row a [k] quantized as the header says: its codes (round_up(k, 4),
+  // One row a [k] quantized as the header says: its codes (round_up(k, 8),
   // as above) and its scale.
   void (*quantize)(std::size_t k, const float* a, void* codes, float* scale);
+  // C[m x n] as ukernel, for weights in groups or int4 (I8Strip).
+  void (*ukernel_groups)(const struct I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                         const float* sa, const float* bias, float* c, std::size_t ldc,
+                         std::size_t m, std::size_t n);
+};
+
+// A packed strip of weights in groups (PackedI8B): codes [kq][nr][4] bytes,
+// or for int4 [ceil(kq / 2)][nr][4] bytes whose low nibbles are step 2t's
+// and high nibbles step 2t + 1's, each stored as code + 8; group g (group_kq
+// steps of four k, the last one shorter) starts its sums at start[g *
+// stride + j] and scales them by scales[g * stride + j].
+struct I8Strip {
+  const std::int8_t* codes;
+  const std::int32_t* start;
+  const float* scales;
+  std::size_t kq, group_kq, stride;
+  bool int4;
 };
 
 // The kernel sets; the scalar one is every set's emulation.
@@ -62,33 +84,38 @@ std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
 // The header's rules, for the sets' quantize: a row's scale from its
 // largest magnitude (finite: no NaN or infinity in it), and codes p0 .. k of
 // a row scaled by s (s > 0; else zero codes), then the padding up to
-// round_up(k, 4), a_bytes each plus a_offset.
+// round_up(k, 8), a_bytes each plus a_offset.
 float i8_row_scale(float amax, bool finite);
 void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::size_t k,
                       const float* a, float s, void* codes);
 
 // op(B) [k x n] = wᵀ packed for one kernel set: strips of nr columns, strip s
 // at codes + s*strip_stride bytes, laid out [kq][nr][4] (four k of a column
-// side by side, zero past k and n); start and scales per column, zero past
-// n.
+// side by side, zero past k and n), or as I8Strip says for int4; start and
+// scales per group and column, [groups][stride], zero past n.
 struct PackedI8B {
   const GemmI8Kernels* g = nullptr;
   const std::int8_t* codes = nullptr;
   const std::int32_t* start = nullptr;
   const float* scales = nullptr;
   std::size_t k = 0, n = 0, strip_stride = 0;
+  std::size_t group_kq = 0, stride = 0;  // steps of four k per group; floats between groups
+  bool int4 = false, grouped = false;    // grouped: ukernel_groups' arithmetic
 
   // Columns [n0, n1); n0 a multiple of nr.
   PackedI8B cols(std::size_t n0, std::size_t n1) const;
 };
 
-// Bytes pack_i8_b writes for k x n, checked (messages name `what`); k <= kI8MaxK.
+// Bytes pack_i8_b writes for k x n, checked (messages name `what`); k <=
+// kI8MaxK; group 0 (one per column), 32, 64 or 128.
 std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
-                              const char* what);
-// Packs codes w [n x k] (row j, ldw apart, is column j of op(B)) with a
-// scale per row into dst (packed_i8_b_bytes, 64-byte aligned).
-PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, const std::int8_t* w,
-                    std::size_t ldw, const float* scales, void* dst);
+                              std::size_t group, bool int4, const char* what);
+// Packs codes w [n x k] (row j, ldw apart, is column j of op(B); int4 codes
+// in -8..7) with scales [n x groups] into dst (packed_i8_b_bytes, 64-byte
+// aligned).
+PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
+                    bool int4, const std::int8_t* w, std::size_t ldw, const float* scales,
+                    void* dst);
 
 // C [m x n] = A·B + bias (bias: n floats, or null) for A [m x k] fp32
 // row-major, quantized into this thread's ScratchSlot::kGemmI8A; threaded.

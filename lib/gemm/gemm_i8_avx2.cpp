@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
+#include "gemm/gemm_i8_portable.hpp"
 
 namespace mha::detail {
 namespace {
@@ -109,7 +110,7 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
   *scale = s;
   auto* out = static_cast<std::int16_t*>(codes);
   if (!(s > 0.0f)) {
-    std::fill_n(out, (k + 3) / 4 * 4, std::int16_t{0});
+    std::fill_n(out, (k + 7) / 8 * 8, std::int16_t{0});
     return;
   }
   const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
@@ -126,6 +127,7 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_avx2 = {"avx2", kMR, kNR, 2, 0, ukernel, quantize};
+const GemmI8Kernels gemm_i8_kernels_avx2 = {
+    "avx2", kMR, kNR, 2, 0, ukernel, quantize, ukernel_groups_portable<kNR, 2, 0>};
 
 }  // namespace mha::detail

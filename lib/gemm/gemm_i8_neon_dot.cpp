@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
+#include "gemm/gemm_i8_portable.hpp"
 
 namespace mha::detail {
 namespace {
@@ -78,6 +79,7 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_neon_dot = {"neon_dot", kMR, kNR, 1, 0, ukernel, quantize};
+const GemmI8Kernels gemm_i8_kernels_neon_dot = {
+    "neon_dot", kMR, kNR, 1, 0, ukernel, quantize, ukernel_groups_portable<kNR, 1, 0>};
 
 }  // namespace mha::detail

@@ -28,23 +28,40 @@ using mha::test::AttentionCase;
 using mha::test::CaseData;
 using mha::test::RandomWeights;
 
-mha_attention_options w8a8(mha_dtype compute = MHA_FP32) {
+// The weight formats int8 activations take: int8 per row or in groups,
+// int4 in groups or per row.
+struct Format {
+  mha_weight_format f;
+  std::size_t group;
+};
+constexpr Format kFormats[] = {
+    {MHA_WEIGHTS_INT8, 0}, {MHA_WEIGHTS_INT8, 32}, {MHA_WEIGHTS_INT4, 128}, {MHA_WEIGHTS_INT4, 0}};
+
+mha_attention_options w8a8(mha_dtype compute = MHA_FP32, Format f = kFormats[0]) {
   mha_attention_options o{};
   o.struct_size = sizeof(mha_attention_options);
   o.compute = compute;
-  o.weight_format = MHA_WEIGHTS_INT8;
+  o.weight_format = f.f;
+  o.weight_group = f.group;
   o.activations = MHA_ACTIVATIONS_INT8;
   return o;
 }
 
 // A weight [out x in] as the object quantizes it, widened: code * scale.
-std::vector<double> dequantized(const std::vector<float>& w, std::size_t out, std::size_t in) {
+std::vector<double> dequantized(Format f, const std::vector<float>& w, std::size_t out,
+                                std::size_t in) {
+  const auto type =
+      f.f == MHA_WEIGHTS_INT8 ? mha::detail::QuantCodes::int8 : mha::detail::QuantCodes::int4;
+  const std::size_t groups = mha::detail::quant_groups(in, f.group);
+  const std::size_t len = groups == 1 ? in : f.group;
   std::vector<std::int8_t> codes(out * in);
-  std::vector<float> scales(out);
-  mha::detail::quantize_rows(mha::detail::QuantCodes::int8, 0, out, in, w.data(), codes.data(),
-                             scales.data(), nullptr, "w");
+  std::vector<float> scales(out * groups);
+  mha::detail::quantize_rows(type, f.group, out, in, w.data(), codes.data(), scales.data(), nullptr,
+                             "w");
   std::vector<double> r(w.size());
-  for (std::size_t i = 0; i < r.size(); ++i) r[i] = double(float(codes[i]) * scales[i / in]);
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    r[i] = double(float(codes[i]) * scales[i / in * groups + i % in / len]);
+  }
   return r;
 }
 
@@ -176,36 +193,39 @@ std::vector<AttentionCase> cases() {
 TEST_CASE("int8 activations: the error against float64 fake-quant and the unquantized layer",
           "[w8a8][attention]") {
   for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
-    const mha_attention_options o = w8a8(compute);
-    for (const AttentionCase& c : cases()) {
-      CAPTURE(static_cast<int>(compute), c.config.embed_dim, c.config.num_heads,
-              c.config.num_kv_heads, c.config.kdim, c.batch, c.q_len, c.kv_len);
-      const CaseData d(c);
-      const std::size_t E = c.config.embed_dim, kv = d.w.k.size() / CaseData::kdim(c);
-      const std::vector<double> exact[] = {std::vector<double>(d.w.q.begin(), d.w.q.end()),
-                                           std::vector<double>(d.w.k.begin(), d.w.k.end()),
-                                           std::vector<double>(d.w.v.begin(), d.w.v.end()),
-                                           std::vector<double>(d.w.o.begin(), d.w.o.end())};
-      const std::vector<double> quant[] = {
-          dequantized(d.w.q, E, E), dequantized(d.w.k, kv, CaseData::kdim(c)),
-          dequantized(d.w.v, kv, CaseData::vdim(c)), dequantized(d.w.o, E, E)};
-      const std::vector<double> truth = layer(c, d, exact, false);
-      const std::vector<double> fake = layer(c, d, quant, true);
-      const Handle h(c.config, d.w.view(), &o);
-      const std::vector<float> out = forward(h.a, c, d);
-      const double ours = scaled_error(out, truth), theirs = scaled_error(fake, truth);
-      // fp32: the fake-quant reference's own error, within the issue's 1.1x
-      // (an input code may round the other way in fp32, a step of 1/254 of
-      // the row's range; measured 1.00x, and 0.4e-7 to 1.9e-7 from the
-      // fake-quant result). bf16: Q, K, V and P rounded to bf16 (2^-9
-      // relative each) add to the int8 error (measured up to 1.6e-3).
-      if (compute == MHA_FP32) {
-        CHECK(ours <= 1.1 * theirs);
-        CHECK(scaled_error(out, fake) <= 0.25 * theirs);
-      } else {
-        CHECK(ours <= theirs + 5e-3);
+    for (const Format f : kFormats) {
+      const mha_attention_options o = w8a8(compute, f);
+      for (const AttentionCase& c : cases()) {
+        CAPTURE(static_cast<int>(compute), static_cast<int>(f.f), f.group, c.config.embed_dim,
+                c.config.num_heads, c.config.num_kv_heads, c.config.kdim, c.batch, c.q_len,
+                c.kv_len);
+        const CaseData d(c);
+        const std::size_t E = c.config.embed_dim, kv = d.w.k.size() / CaseData::kdim(c);
+        const std::vector<double> exact[] = {std::vector<double>(d.w.q.begin(), d.w.q.end()),
+                                             std::vector<double>(d.w.k.begin(), d.w.k.end()),
+                                             std::vector<double>(d.w.v.begin(), d.w.v.end()),
+                                             std::vector<double>(d.w.o.begin(), d.w.o.end())};
+        const std::vector<double> quant[] = {
+            dequantized(f, d.w.q, E, E), dequantized(f, d.w.k, kv, CaseData::kdim(c)),
+            dequantized(f, d.w.v, kv, CaseData::vdim(c)), dequantized(f, d.w.o, E, E)};
+        const std::vector<double> truth = layer(c, d, exact, false);
+        const std::vector<double> fake = layer(c, d, quant, true);
+        const Handle h(c.config, d.w.view(), &o);
+        const std::vector<float> out = forward(h.a, c, d);
+        const double ours = scaled_error(out, truth), theirs = scaled_error(fake, truth);
+        // fp32: the fake-quant reference's own error, within the issue's 1.1x
+        // (an input code may round the other way in fp32, a step of 1/254 of
+        // the row's range; measured 1.00x, and 0.4e-7 to 1.9e-7 from the
+        // fake-quant result). bf16: Q, K, V and P rounded to bf16 (2^-9
+        // relative each) add to the int8 error (measured up to 1.6e-3).
+        if (compute == MHA_FP32) {
+          CHECK(ours <= 1.1 * theirs);
+          CHECK(scaled_error(out, fake) <= 0.25 * theirs);
+        } else {
+          CHECK(ours <= theirs + 5e-3);
+        }
+        CHECK(theirs > 1e-4);  // the inputs and weights really were quantized
       }
-      CHECK(theirs > 1e-4);  // the inputs and weights really were quantized
     }
   }
 }
@@ -213,7 +233,8 @@ TEST_CASE("int8 activations: the error against float64 fake-quant and the unquan
 TEST_CASE("int8 activations: the same bits at any thread count and KV-step chunking",
           "[w8a8][attention]") {
   for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
-    const mha_attention_options o = w8a8(compute);
+    // int8 per row and int4 in groups: the two kernels of each set.
+    const mha_attention_options o = w8a8(compute, compute == MHA_FP32 ? kFormats[0] : kFormats[2]);
     for (const AttentionCase& c : cases()) {
       const CaseData d(c);
       const Handle h(c.config, d.w.view(), &o);
@@ -320,11 +341,10 @@ TEST_CASE("int8 activations: options are checked, and earlier structs still work
   o.weight_format = MHA_WEIGHTS_COMPUTE;
   fails(o, MHA_INVALID_ARGUMENT, "activations");
   o = w8a8();
-  o.weight_format = MHA_WEIGHTS_INT4;
+  o.weight_format = MHA_WEIGHTS_UINT4;
   fails(o, MHA_UNSUPPORTED, "MHA_ACTIVATIONS_INT8");
-  o = w8a8();
-  o.weight_group = 32;
-  fails(o, MHA_UNSUPPORTED, "MHA_ACTIVATIONS_INT8");
+  o = w8a8(MHA_FP32, {MHA_WEIGHTS_INT4, 16});
+  fails(o, MHA_INVALID_ARGUMENT, "weight_group");
   // The second version's struct (up to weight_group): the bytes past it are
   // its padding, which may hold anything; it reads as float activations.
   alignas(mha_attention_options) unsigned char bytes[sizeof(mha_attention_options)];

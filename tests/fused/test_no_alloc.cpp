@@ -247,11 +247,16 @@ void check_entry_points(std::size_t threads) {
           }) <= allowed);
 
     // int8 activations: each product quantizes its rows into the thread's
-    // scratch, on the fp32 and the bf16 core.
+    // scratch, on the fp32 core with int8 weights and the bf16 core with
+    // int4 ones in groups.
     for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
       mha_attention_options w8a8 = int8;
       w8a8.compute = compute;
       w8a8.activations = MHA_ACTIVATIONS_INT8;
+      if (compute == MHA_BF16) {
+        w8a8.weight_format = MHA_WEIGHTS_INT4;
+        w8a8.weight_group = 32;
+      }
       const mha::MultiheadAttention a(cfg, weights, w8a8);
       CHECK(steady_allocations([&] {
               a.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());

@@ -26,10 +26,26 @@ using mha::test::same_bits;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// The header's rules, written out independently of the library.
+// How B is quantized: per column (group 0) or in groups of k rows; int4
+// codes (-8..7) or int8.
+struct Format {
+  std::size_t group;
+  bool int4;
+  std::size_t groups(std::size_t k) const {
+    return group == 0 || group >= k ? 1 : (k + group - 1) / group;
+  }
+  bool grouped(std::size_t k) const { return int4 || groups(k) > 1; }
+};
+constexpr Format kPerRow{0, false};
+constexpr Format kFormats[] = {kPerRow,   {32, false}, {128, false},
+                               {0, true}, {32, true},  {64, true}};
+
+// The header's rules, written out independently of the library: w [n x k]
+// codes, sw [n x groups] scales.
 std::vector<float> emulate(std::size_t m, std::size_t n, std::size_t k, const float* a,
                            std::size_t lda, const std::vector<std::int8_t>& w,
-                           const std::vector<float>& sw, const float* bias) {
+                           const std::vector<float>& sw, const float* bias, Format f = kPerRow) {
+  const std::size_t groups = f.groups(k), len = groups == 1 ? k : f.group;
   std::vector<float> c(m * n);
   for (std::size_t i = 0; i < m; ++i) {
     const float* row = a + i * lda;
@@ -47,9 +63,21 @@ std::vector<float> emulate(std::size_t m, std::size_t n, std::size_t k, const fl
       }
     }
     for (std::size_t j = 0; j < n; ++j) {
-      std::int64_t acc = 0;
-      for (std::size_t p = 0; p < k; ++p) acc += q[p] * w[j * k + p];
-      const float y = static_cast<float>(acc) * (sa * sw[j]);
+      float y;
+      if (!f.grouped(k)) {
+        std::int64_t acc = 0;
+        for (std::size_t p = 0; p < k; ++p) acc += q[p] * w[j * k + p];
+        y = static_cast<float>(acc) * (sa * sw[j]);
+      } else {
+        float t = 0.0f;
+        for (std::size_t g = 0; g < groups; ++g) {
+          std::int64_t acc = 0;
+          for (std::size_t p = g * len; p < std::min(k, (g + 1) * len); ++p)
+            acc += q[p] * w[j * k + p];
+          t = std::fma(static_cast<float>(acc), sw[j * groups + g], t);
+        }
+        y = t * sa;
+      }
       c[i * n + j] = bias != nullptr ? y + bias[j] : y;
     }
   }
@@ -60,17 +88,17 @@ struct Packed {
   d::AlignedFloats storage;
   d::PackedI8B b;
   Packed(const d::GemmI8Kernels& g, std::size_t k, std::size_t n, const std::vector<std::int8_t>& w,
-         const std::vector<float>& sw) {
-    storage = d::alloc_floats(d::packed_i8_b_bytes(g, k, n, "B") / 4);
-    b = d::pack_i8_b(g, k, n, w.data(), k, sw.data(), storage.get());
+         const std::vector<float>& sw, Format f = kPerRow) {
+    storage = d::alloc_floats(d::packed_i8_b_bytes(g, k, n, f.group, f.int4, "B") / 4);
+    b = d::pack_i8_b(g, k, n, f.group, f.int4, w.data(), k, sw.data(), storage.get());
   }
 };
 
 // C through gemm_i8 on g, ldc = n + 3 with the padding checked untouched.
 std::vector<float> run(const d::GemmI8Kernels& g, std::size_t m, std::size_t n, std::size_t k,
                        const float* a, std::size_t lda, const std::vector<std::int8_t>& w,
-                       const std::vector<float>& sw, const float* bias) {
-  const Packed p(g, k, n, w, sw);
+                       const std::vector<float>& sw, const float* bias, Format f = kPerRow) {
+  const Packed p(g, k, n, w, sw, f);
   const std::size_t ldc = n + 3;
   std::vector<float> c(m * ldc, 7.0f);
   d::gemm_i8(m, a, lda, p.b, c.data(), ldc, bias);
@@ -82,8 +110,8 @@ std::vector<float> run(const d::GemmI8Kernels& g, std::size_t m, std::size_t n, 
   return r;
 }
 
-void extremes(std::size_t k) {
-  const std::size_t m = 6, n = 33;
+void extremes(std::size_t k, Format f) {
+  const std::size_t m = 6, n = 33, groups = f.groups(k);
   std::vector<float> a(m * k);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> val(-1.0f, 1.0f);
@@ -96,11 +124,12 @@ void extremes(std::size_t k) {
   for (std::size_t p = 0; p < k; ++p) a[4 * k + p] = std::ldexp(val(rng), -140);  // denormal
   a[5 * k + 9] = 1000.0f;  // an outlier channel: the others round to few codes
   std::vector<std::int8_t> w(n * k);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 2 == 0 ? -128 : 127;
-  std::vector<float> sw(n, 1.0f / 64), bias(n, 0.5f);
-  sw[3] = 0.0f;
-  sw[4] = 1e30f;  // overflows to inf in the product of the scales
-  const std::vector<float> want = emulate(m, n, k, a.data(), k, w, sw, bias.data());
+  const std::int8_t lo = f.int4 ? -8 : -128, hi = f.int4 ? 7 : 127;
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 2 == 0 ? lo : hi;
+  std::vector<float> sw(n * groups, 1.0f / 64), bias(n, 0.5f);
+  sw[3 * groups] = 0.0f;
+  sw[4 * groups] = 1e30f;  // overflows to inf in the product of the scales
+  const std::vector<float> want = emulate(m, n, k, a.data(), k, w, sw, bias.data(), f);
   for (std::size_t j = 0; j < n; ++j) {
     CHECK(want[1 * n + j] == 0.5f);
     CHECK(std::isnan(want[2 * n + j]));
@@ -108,7 +137,7 @@ void extremes(std::size_t k) {
   }
   for (const d::GemmI8Kernels* g : d::gemm_i8_kernel_sets()) {
     INFO(g->name);
-    CHECK(same_bits(run(*g, m, n, k, a.data(), k, w, sw, bias.data()), want));
+    CHECK(same_bits(run(*g, m, n, k, a.data(), k, w, sw, bias.data(), f), want));
   }
 }
 
@@ -117,30 +146,33 @@ void extremes(std::size_t k) {
 TEST_CASE("internal gemm_i8: every kernel set gives the emulation's bits", "[gemm][i8]") {
   std::mt19937 rng(41);
   std::uniform_real_distribution<float> val(-2.0f, 2.0f);
-  std::uniform_int_distribution<int> code(-128, 127);
   const auto sets = d::gemm_i8_kernel_sets();
   for (std::size_t threads : {1, 2}) {
     mha_set_num_threads(threads);
-    for (std::size_t m : {1, 2, 5, 15, 33, 130}) {
-      for (std::size_t n : {1, 3, 17, 40, 70}) {
-        for (std::size_t k : {1, 3, 4, 7, 70, 301}) {
-          const std::size_t lda = k + 5;
-          // One float past an aligned start: unaligned rows.
-          std::vector<float> abuf(m * lda + 1);
-          for (float& x : abuf) x = val(rng);
-          const float* a = abuf.data() + 1;
-          std::vector<std::int8_t> w(n * k);
-          for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
-          std::vector<float> sw(n), bias(n);
-          for (std::size_t j = 0; j < n; ++j) {
-            sw[j] = std::ldexp(1.0f + val(rng) / 4, -8 + static_cast<int>(j % 5));
-            bias[j] = val(rng);
-          }
-          const float* bp = m % 2 == 0 ? bias.data() : nullptr;
-          const std::vector<float> want = emulate(m, n, k, a, lda, w, sw, bp);
-          for (const d::GemmI8Kernels* g : sets) {
-            INFO(g->name << " threads " << threads << " m " << m << " n " << n << " k " << k);
-            CHECK(same_bits(run(*g, m, n, k, a, lda, w, sw, bp), want));
+    for (const Format f : kFormats) {
+      std::uniform_int_distribution<int> code(f.int4 ? -8 : -128, f.int4 ? 7 : 127);
+      for (std::size_t m : {1, 2, 5, 15, 33, 130}) {
+        for (std::size_t n : {1, 3, 17, 40, 70}) {
+          for (std::size_t k : {1, 3, 4, 7, 70, 301}) {
+            const std::size_t lda = k + 5, groups = f.groups(k);
+            // One float past an aligned start: unaligned rows.
+            std::vector<float> abuf(m * lda + 1);
+            for (float& x : abuf) x = val(rng);
+            const float* a = abuf.data() + 1;
+            std::vector<std::int8_t> w(n * k);
+            for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
+            std::vector<float> sw(n * groups), bias(n);
+            for (std::size_t j = 0; j < sw.size(); ++j) {
+              sw[j] = std::ldexp(1.0f + val(rng) / 4, -8 + static_cast<int>(j % 5));
+            }
+            for (float& x : bias) x = val(rng);
+            const float* bp = m % 2 == 0 ? bias.data() : nullptr;
+            const std::vector<float> want = emulate(m, n, k, a, lda, w, sw, bp, f);
+            for (const d::GemmI8Kernels* g : sets) {
+              INFO(g->name << " group " << f.group << " int4 " << f.int4 << " threads " << threads
+                           << " m " << m << " n " << n << " k " << k);
+              CHECK(same_bits(run(*g, m, n, k, a, lda, w, sw, bp, f), want));
+            }
           }
         }
       }
@@ -152,8 +184,10 @@ TEST_CASE("internal gemm_i8: every kernel set gives the emulation's bits", "[gem
 TEST_CASE("internal gemm_i8: extreme codes and values", "[gemm][i8]") {
   // k 21: the NaN below falls in the quantizers' scalar tail.
   for (const std::size_t k : {2000, 21}) {
-    CAPTURE(k);
-    extremes(k);
+    for (const Format f : kFormats) {
+      CAPTURE(k, f.group, f.int4);
+      extremes(k, f);
+    }
   }
 }
 
@@ -178,7 +212,7 @@ TEST_CASE("internal gemm_i8: the packed layout, and k past exact int32 sums", "[
       CHECK(p.b.start[col] == -g->a_offset * sum);
       CHECK(p.b.scales[col] == (col < n ? 2.0f : 0.0f));
     }
-    CHECK_NOTHROW(d::packed_i8_b_bytes(*g, d::kI8MaxK, 1, "B"));
-    CHECK_THROWS(d::packed_i8_b_bytes(*g, d::kI8MaxK + 1, 1, "B"));
+    CHECK_NOTHROW(d::packed_i8_b_bytes(*g, d::kI8MaxK, 1, 0, false, "B"));
+    CHECK_THROWS(d::packed_i8_b_bytes(*g, d::kI8MaxK + 1, 1, 0, false, "B"));
   }
 }

@@ -160,7 +160,8 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
   handle->engine = std::make_unique<detail::AttentionEngine>(
       isa, shape,
       o.int8_activations
-          ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape, o.bf16, src, biases)
+          ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape, o.bf16,
+                                        detail::QuantCodes::int8, 0, src, biases)
           : detail::make_projections_quant(g, shape, detail::QuantCodes::int8, 0, src, biases),
       o.bf16, false);
   return handle;
@@ -235,11 +236,10 @@ ObjectOptions object_options(const mha_attention_options* options, const char* p
                                       : WeightFormat::uint4;
   o.group = group;
   if (act == MHA_ACTIVATIONS_INT8) {
-    if (f != MHA_WEIGHTS_INT8 || group != 0) {
+    if (f == MHA_WEIGHTS_UINT4) {
       fail(MHA_UNSUPPORTED, prefix,
-           "options->activations: MHA_ACTIVATIONS_INT8 takes weight_format MHA_WEIGHTS_INT8 with "
-           "weight_group 0 in this version, got weight_format ",
-           static_cast<long>(f), ", weight_group ", group);
+           "options->activations: MHA_ACTIVATIONS_INT8 takes weight_format MHA_WEIGHTS_INT8 or "
+           "MHA_WEIGHTS_INT4 in this version, got MHA_WEIGHTS_UINT4");
     }
     o.int8_activations = true;
     return o;

@@ -82,7 +82,7 @@ enum class WeightFormat : unsigned char { as_compute, int8, int4, uint4 };
 
 // How an object is built (mha_attention_options): its compute precision,
 // how it stores its projection weights, and whether its projections
-// quantize their inputs to int8 (W8A8: int8 weights, whole rows).
+// quantize their inputs to int8 (int8 or int4 weights).
 struct ObjectOptions {
   bool bf16 = false;
   WeightFormat weights = WeightFormat::as_compute;
@@ -123,12 +123,14 @@ std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const 
 void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
                    std::int8_t* codes, float* scales, float* zeros, const char* name);
 
-// Wq, Wk, Wv and Wo as int8 codes with a scale per output row (quantized
-// by quantize_rows' int8 rule, or given), packed for g8's int8 GEMM, whose
-// products quantize each input row to int8 (gemm_i8.hpp); with bf16, Q, K
-// and V rounded to bf16 for a bf16 object's core.
+// Wq, Wk, Wv and Wo as int8 or int4 codes (type) with a scale per output
+// row and group of `group` input features (quantized by quantize_rows, or
+// int8 codes per row given), packed for g8's int8 GEMM, whose products
+// quantize each input row to int8 (gemm_i8.hpp); with bf16, Q, K and V
+// rounded to bf16 for a bf16 object's core.
 std::unique_ptr<Projections> make_projections_i8(const GemmKernels& g, const GemmI8Kernels& g8,
                                                  const AttentionShape& s, bool bf16,
+                                                 QuantCodes type, std::size_t group,
                                                  const QuantSource (&src)[4],
                                                  const mha_weights& biases);
 

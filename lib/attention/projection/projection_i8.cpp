@@ -1,6 +1,7 @@
-// The projections with int8 activations (W8A8, mha_attention_options'
-// MHA_ACTIVATIONS_INT8): each weight's rows quantized to int8 with a scale
-// per row (quantize_rows' int8 rule, or the codes given), packed for the
+// The projections with int8 activations (W8A8 and W4A8,
+// mha_attention_options' MHA_ACTIVATIONS_INT8): each weight's rows quantized
+// to int8 or int4 codes with a scale per row or group (quantize_rows' rules,
+// or the int8 codes given), packed for the
 // int8 GEMM's kernel set, and each input row quantized per token as the
 // product reads it (gemm_i8.hpp). A bf16 object then rounds Q, K and V to
 // bf16 where they enter its core, as its own projections do.
@@ -29,8 +30,10 @@ namespace {
 class ProjectionsI8 final : public PackedProjections<PackedI8B> {
  public:
   ProjectionsI8(const GemmKernels& g, const GemmI8Kernels& g8, const AttentionShape& s, bool bf16,
-                const QuantSource (&src)[4], const mha_weights& biases)
+                QuantCodes type, std::size_t group, const QuantSource (&src)[4],
+                const mha_weights& biases)
       : PackedProjections(g, s), bf16_(bf16) {
+    const bool int4 = type == QuantCodes::int4;
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // Sections on whole strips of both kernel sets' (the fp32 ones lay out
     // the biases), so that Wq|Wk|Wv is one packed B whose column views are
@@ -48,7 +51,8 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
     std::size_t bytes[4] = {}, total = 0;
     for (std::size_t i = 0; i < packs; ++i) {
       const std::size_t w = fused_ ? (i == 0 ? 0 : 3) : i;
-      bytes[i] = packed_i8_b_bytes(g8, in[w], fused_ && i == 0 ? qkv : out[w], "int8 weights");
+      bytes[i] = packed_i8_b_bytes(g8, in[w], fused_ && i == 0 ? qkv : out[w], group, int4,
+                                   "int8 weights");
       total = checked_add(total, bytes[i], "int8 weights");
     }
     for (const QuantSource& x : src) {
@@ -64,19 +68,20 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
     for (std::size_t i = 0; i < packs; ++i) {
       const std::size_t first = fused_ && i == 1 ? 3 : i, last = fused_ && i == 0 ? 3 : first + 1;
       const std::size_t k = in[first], rows = fused_ && i == 0 ? qkv : out[first];
+      const std::size_t groups = quant_groups(k, group);
       std::vector<std::int8_t> codes(rows * k, 0);
-      std::vector<float> scales(rows, 0.0f);
+      std::vector<float> scales(rows * groups, 0.0f);
       for (std::size_t w = first; w < last; ++w) {
         const std::size_t row0 = fused_ ? at[w] : 0;
         if (src[w].w != nullptr) {
-          quantize_rows(QuantCodes::int8, 0, out[w], k, src[w].w, codes.data() + row0 * k,
-                        scales.data() + row0, nullptr, src[w].name);
+          quantize_rows(type, group, out[w], k, src[w].w, codes.data() + row0 * k,
+                        scales.data() + row0 * groups, nullptr, src[w].name);
         } else {
           std::copy_n(src[w].codes, out[w] * k, codes.data() + row0 * k);
           std::copy_n(src[w].scales, out[w], scales.data() + row0);
         }
       }
-      packed[i] = pack_i8_b(g8, k, rows, codes.data(), k, scales.data(), dst);
+      packed[i] = pack_i8_b(g8, k, rows, group, int4, codes.data(), k, scales.data(), dst);
       dst += bytes[i];
     }
     if (fused_) {
@@ -121,9 +126,10 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
 
 std::unique_ptr<Projections> make_projections_i8(const GemmKernels& g, const GemmI8Kernels& g8,
                                                  const AttentionShape& s, bool bf16,
+                                                 QuantCodes type, std::size_t group,
                                                  const QuantSource (&src)[4],
                                                  const mha_weights& biases) {
-  return std::make_unique<ProjectionsI8>(g, g8, s, bf16, src, biases);
+  return std::make_unique<ProjectionsI8>(g, g8, s, bf16, type, group, src, biases);
 }
 
 }  // namespace mha::detail
