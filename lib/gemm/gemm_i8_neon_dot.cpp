@@ -43,7 +43,6 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
 #pragma GCC unroll 16
   for (std::size_t i = 0; i < ROWS; ++i) {
     const float32x4_t vsa = vdupq_n_f32(sa[i]);
-#pragma GCC unroll 16
     for (std::size_t v = 0; v < kNV && v * kW < n; ++v) {
       const float32x4_t s = vmulq_f32(vsa, vld1q_f32(sb + v * kW));
       float y[kW];
