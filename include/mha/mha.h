@@ -484,6 +484,46 @@ MHA_API mha_status mha_attention_create_int8(const mha_config* config,
                                              const mha_attention_options* options,
                                              mha_attention** out);
 
+/* llama.cpp's (GGUF's) quantized block formats, numbered as GGML numbers
+ * its types; each block covers 32 consecutive weights of a row. */
+typedef enum {
+  /* 18 bytes: an fp16 scale d, then 16 bytes whose byte j holds weight j
+   * (low nibble) and weight j + 16 (high nibble), weight = (nibble - 8) * d */
+  MHA_BLOCKS_Q4_0 = 2,
+  /* 34 bytes: an fp16 scale d, then 32 int8 codes, weight = code * d */
+  MHA_BLOCKS_Q8_0 = 8,
+  /* Not formats: every int value is valid in C++ (see mha_dtype); an
+   * unknown one is MHA_INVALID_ARGUMENT. */
+  MHA_BLOCK_FORMAT_MIN_ENUM = -0x7fffffff - 1,
+  MHA_BLOCK_FORMAT_MAX_ENUM = 0x7fffffff
+} mha_block_format;
+
+/* The four matrices in one block format, as a GGUF file stores a tensor
+ * [rows, in]: each row's in / 32 blocks, rows back to back (q: [E, E], k
+ * and v: [kv_heads*head_dim, kdim or vdim], out: [E, E]); every input width
+ * must be a multiple of 32. The biases stay fp32. */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_block_weights) */
+  mha_block_format format;
+  const void *q_blocks, *k_blocks, *v_blocks, *out_blocks;
+  const float *q_bias, *k_bias, *v_bias, *out_bias; /* each may be NULL */
+} mha_block_weights;
+
+/* An object on weights given as llama.cpp's blocks, read as they are: Q8_0
+ * is MHA_WEIGHTS_INT8 and Q4_0 MHA_WEIGHTS_INT4 (codes nibble - 8, -8
+ * included), each in groups of 32 with the block's scale widened to fp32
+ * (exact); the object is the one mha_attention_create_ex makes with that
+ * format and weight_group 32 from weights whose quantization gives these
+ * codes and scales, bit for bit. options: NULL (fp32 compute, weight-only),
+ * or with weight_format naming the blocks' format and weight_group 32, and
+ * the compute type and activations of mha_attention_create_ex (others:
+ * MHA_INVALID_ARGUMENT). A scale that is NaN or infinite is
+ * MHA_INVALID_ARGUMENT, naming the block. */
+MHA_API mha_status mha_attention_create_blocks(const mha_config* config,
+                                               const mha_block_weights* weights,
+                                               const mha_attention_options* options,
+                                               mha_attention** out);
+
 /* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
  * batch_first=True), except that a query row whose keys are all masked gets
  * zero weights and a zero attention output for that head (PyTorch: NaN).

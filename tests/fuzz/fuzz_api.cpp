@@ -1515,6 +1515,102 @@ void fuzz_attention(Decoder& d) {
   }
 }
 
+// ------------------------------------------------------ llama.cpp blocks ---
+
+// fp16 bits widened to fp32 (the test's own, as mha.h states it).
+float fp16_value(std::uint16_t h) {
+  const int e = h >> 10 & 31, m = h & 1023;
+  const float sign = (h & 0x8000u) != 0 ? -1.0f : 1.0f;
+  if (e == 31) return m != 0 ? NAN : sign * INFINITY;
+  return sign * (e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(1024 + m), e - 25));
+}
+
+// mha_attention_create_blocks on random Q8_0 or Q4_0 blocks: scales of
+// random fp16 bits (NaN and infinities among them, now and then) and input
+// widths on and off the block size. It must fail, writing nothing, exactly
+// where a width is not a multiple of 32 or a scale is not finite; a
+// weight-only object then gives the bits of an fp32 object on the decoded
+// weights (mha.h), and one with int8 activations runs a forward.
+void fuzz_blocks(Decoder& d) {
+  const bool q8 = d.coin();
+  const mha_block_format format = q8 ? MHA_BLOCKS_Q8_0 : MHA_BLOCKS_Q4_0;
+  mha_config c{};
+  c.num_heads = 1 + d.p.ConsumeIntegralInRange<std::size_t>(0, 3);
+  c.embed_dim = c.num_heads * (d.coin(6) ? 8 : 32);
+  c.kdim = d.coin() ? 0 : 32 * d.p.ConsumeIntegralInRange<std::size_t>(1, 3) + (d.coin(6) ? 16 : 0);
+  c.vdim = c.kdim;
+  c.num_kv_heads = 1;
+  const std::size_t E = c.embed_dim, kdim = c.kdim ? c.kdim : E, kv = E / c.num_heads;
+  const bool bad_scales = d.coin(6);
+  bool finite = true;
+  // One matrix [rows x in] as blocks, and its weights decoded.
+  const auto make = [&](std::size_t rows, std::size_t in, std::vector<unsigned char>& bytes,
+                        std::vector<float>& w) {
+    const std::size_t size = q8 ? 34 : 18, blocks = rows * (in / 32);
+    bytes.resize(std::max<std::size_t>(blocks * size, 1));
+    w.resize(rows * in);
+    for (auto& b : bytes) b = static_cast<unsigned char>(d.rng());
+    for (std::size_t b = 0; b < blocks; ++b) {
+      unsigned char* blk = bytes.data() + b * size;
+      // A sane exponent (2^-14 .. 2^-3) unless this input asks for bad ones.
+      if (!bad_scales) blk[1] = static_cast<unsigned char>((blk[1] & 0x83u) | 0x04u);
+      const float scale = fp16_value(static_cast<std::uint16_t>(blk[0] | blk[1] << 8));
+      finite = finite && std::isfinite(scale);
+      for (std::size_t j = 0; j < 32; ++j) {
+        const int code = q8 ? static_cast<std::int8_t>(blk[2 + j])
+                            : (j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8;
+        w[b * 32 + j] = static_cast<float>(code) * scale;
+      }
+    }
+  };
+  std::vector<unsigned char> qb, kb, vb, ob;
+  std::vector<float> qw, kw, vw, ow;
+  make(E, E, qb, qw);
+  make(kv, kdim, kb, kw);
+  make(kv, kdim, vb, vw);
+  make(E, E, ob, ow);
+  const mha_block_weights bw{sizeof bw, format,  qb.data(), kb.data(), vb.data(),
+                             ob.data(), nullptr, nullptr,   nullptr,   nullptr};
+  mha_attention_options o{};
+  o.struct_size = sizeof o;
+  o.weight_format = q8 ? MHA_WEIGHTS_INT8 : MHA_WEIGHTS_INT4;
+  o.weight_group = 32;
+  const bool int8 = d.coin();
+  if (int8) {
+    o.activations = MHA_ACTIVATIONS_INT8;
+    o.compute = d.coin() ? MHA_BF16 : MHA_FP32;
+  }
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  prime_error();
+  const mha_status st =
+      mha_attention_create_blocks(&c, &bw, int8 || d.coin() ? &o : nullptr, &attn);
+  const bool valid = E % 32 == 0 && kdim % 32 == 0 && finite;
+  check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_attention_create_blocks");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(attn == sentinel, "mha_attention_create_blocks failed but wrote *out");
+    return;
+  }
+  const std::size_t L = 1 + d.p.ConsumeIntegralInRange<std::size_t>(0, 4), S = L + 1;
+  const std::vector<float> x = d.values(L * E), kvx = d.values(S * kdim);
+  std::vector<float> out(L * E, NAN), ref(L * E, NAN);
+  FUZZ_CHECK(mha_attention_forward(attn, 1, L, S, x.data(), kvx.data(), kvx.data(), nullptr,
+                                   out.data(), nullptr, 0) == MHA_OK,
+             "forward on a blocks object failed: %s", mha_last_error());
+  if (!int8) {
+    const mha_weights w{qw.data(), kw.data(), vw.data(), ow.data(),
+                        nullptr,   nullptr,   nullptr,   nullptr};
+    mha_attention* fp32 = nullptr;
+    FUZZ_CHECK(mha_attention_create(&c, &w, &fp32) == MHA_OK, "fp32 create failed");
+    FUZZ_CHECK(mha_attention_forward(fp32, 1, L, S, x.data(), kvx.data(), kvx.data(), nullptr,
+                                     ref.data(), nullptr, 0) == MHA_OK,
+               "fp32 forward failed");
+    mha_attention_destroy(fp32);
+    FUZZ_CHECK(same_bits(out, ref), "blocks object differs from the fp32 one on its weights");
+  }
+  mha_attention_destroy(attn);
+}
+
 // ------------------------------------------------------------------ MLA ---
 
 // Forward against the double reference (tests/support/mla_reference.hpp)
@@ -2063,11 +2159,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static constexpr std::size_t kThreads[] = {1, 0, 2};
   mha_set_num_threads(kThreads[p.ConsumeIntegralInRange<int>(0, 2)]);
   for (int op = 0; op < kMaxOps && p.remaining_bytes() > 0; ++op) {
-    // One byte: 250..255 pick MLA, the rest `% 5` as this byte did before
-    // MLA joined, so that the committed corpus keeps its meaning.
+    // One byte: 250..255 pick MLA, 244..249 llama.cpp's blocks, the rest
+    // `% 5` as this byte did before they joined, so that most of the
+    // committed corpus keeps its meaning.
     const int pick = p.ConsumeIntegralInRange<int>(0, 255);
     if (pick >= 250) {
       fuzz_mla(d);
+      continue;
+    }
+    if (pick >= 244) {
+      fuzz_blocks(d);
       continue;
     }
     switch (pick % 5) {

@@ -670,6 +670,30 @@ void run_attention(bool four_threads, mha_dtype compute,
     run_create("attention create from int8 codes", [&](mha_attention** out) {
       return mha_attention_create_int8(&s.cfg, &w8, &s.options, out);
     });
+    // The same codes as llama.cpp's Q8_0 blocks, a scale of 1/64 (fp16
+    // 0x2400) each; with this scenario's compute and activations.
+    std::vector<unsigned char> blocks(E * E / 32 * 34);
+    for (std::size_t b = 0; b < E * E / 32; ++b) {
+      blocks[b * 34] = 0x00;
+      blocks[b * 34 + 1] = 0x24;
+      std::memcpy(&blocks[b * 34 + 2], codes.data() + b * 32, 32);
+    }
+    const void* bp = blocks.data();
+    const mha_block_weights wb{sizeof(mha_block_weights),
+                               MHA_BLOCKS_Q8_0,
+                               bp,
+                               bp,
+                               bp,
+                               bp,
+                               nullptr,
+                               nullptr,
+                               nullptr,
+                               nullptr};
+    mha_attention_options blocks_options = s.options;
+    blocks_options.weight_group = 32;
+    run_create("attention create from Q8_0 blocks", [&](mha_attention** out) {
+      return mha_attention_create_blocks(&s.cfg, &wb, &blocks_options, out);
+    });
   }
 
   const float* x = s.x.data();

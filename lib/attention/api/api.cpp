@@ -6,10 +6,13 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <mha/attention.hpp>
 #include <utility>
+#include <vector>
 
 #include "attention/api/checks.hpp"
 #include "attention/engine/engine.hpp"
@@ -163,6 +166,100 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
           ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape, o.bf16,
                                         detail::QuantCodes::int8, 0, src, biases)
           : detail::make_projections_quant(g, shape, detail::QuantCodes::int8, 0, src, biases),
+      o.bf16, false);
+  return handle;
+}
+
+// An fp16 bit pattern widened to fp32, exactly.
+float fp16_to_float(std::uint16_t h) {
+  const int exponent = h >> 10 & 31, mantissa = h & 1023;
+  const float sign = (h & 0x8000u) != 0 ? -1.0f : 1.0f;
+  if (exponent == 31) {
+    return mantissa != 0 ? std::numeric_limits<float>::quiet_NaN()
+                         : sign * std::numeric_limits<float>::infinity();
+  }
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  return sign * std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
+}
+
+// One matrix [rows x in] of Q4_0 or Q8_0 blocks as codes (a byte each) and a
+// scale per row and block; every scale checked finite.
+struct Decoded {
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+};
+Decoded decode_blocks(mha_block_format format, const void* blocks, std::size_t rows, std::size_t in,
+                      const char* name) {
+  check_arg(blocks != nullptr, name, ": expected an array of blocks, got NULL");
+  check_arg(in % 32 == 0, name, ": expected an input width that is a multiple of 32, got ", in);
+  const bool q8 = format == MHA_BLOCKS_Q8_0;
+  const std::size_t per_row = in / 32, block_bytes = q8 ? 34 : 18;
+  const std::size_t count = detail::checked_mul(rows, per_row, name);
+  detail::checked_mul(count, block_bytes, name);
+  Decoded d;
+  d.codes.resize(detail::checked_mul(rows, in, name));
+  d.scales.resize(count);
+  const auto* bytes = static_cast<const unsigned char*>(blocks);
+  for (std::size_t b = 0; b < count; ++b) {
+    const unsigned char* block = bytes + b * block_bytes;
+    const float scale = fp16_to_float(static_cast<std::uint16_t>(block[0] | block[1] << 8));
+    check_arg(std::isfinite(scale), name, ": block [", b / per_row, "][", b % per_row,
+              "]: expected a finite scale, got ", scale);
+    d.scales[b] = scale;
+    std::int8_t* out = d.codes.data() + b * 32;
+    for (std::size_t j = 0; j < 32; ++j) {
+      out[j] =
+          q8 ? static_cast<std::int8_t>(block[2 + j])
+             : static_cast<std::int8_t>((j < 16 ? block[2 + j] & 15 : block[2 + j - 16] >> 4) - 8);
+    }
+  }
+  return d;
+}
+
+// mha_attention_create_blocks: the checks, the blocks decoded, then packed
+// as given codes of their format in groups of 32.
+std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
+                                                  const mha_block_weights& w,
+                                                  const mha_attention_options* options) {
+  const detail::AttentionShape shape = resolve_shape(config);
+  check_arg(w.struct_size == sizeof(mha_block_weights),
+            "weights->struct_size: expected sizeof(mha_block_weights) (", sizeof(mha_block_weights),
+            "), got ", w.struct_size);
+  check_arg(w.format == MHA_BLOCKS_Q4_0 || w.format == MHA_BLOCKS_Q8_0,
+            "weights->format: expected MHA_BLOCKS_Q4_0 or MHA_BLOCKS_Q8_0, got ",
+            static_cast<long>(w.format));
+  const bool q8 = w.format == MHA_BLOCKS_Q8_0;
+  const detail::ObjectOptions o = detail::object_options(options, "");
+  const detail::WeightFormat want = q8 ? detail::WeightFormat::int8 : detail::WeightFormat::int4;
+  check_arg(options == nullptr || (o.weights == want && o.group == 32),
+            "options: expected weight_format ", q8 ? "MHA_WEIGHTS_INT8" : "MHA_WEIGHTS_INT4",
+            " and weight_group 32 for ", q8 ? "Q8_0" : "Q4_0", " blocks, got weight_format ",
+            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
+            options != nullptr ? options->weight_group : 0);
+  const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
+  const Decoded q = decode_blocks(w.format, w.q_blocks, E, E, "weights->q_blocks");
+  const Decoded k = decode_blocks(w.format, w.k_blocks, kv, shape.kdim, "weights->k_blocks");
+  const Decoded v = decode_blocks(w.format, w.v_blocks, kv, shape.vdim, "weights->v_blocks");
+  const Decoded x = decode_blocks(w.format, w.out_blocks, E, E, "weights->out_blocks");
+  const detail::QuantSource src[] = {
+      {nullptr, q.codes.data(), q.scales.data(), "weights->q_blocks"},
+      {nullptr, k.codes.data(), k.scales.data(), "weights->k_blocks"},
+      {nullptr, v.codes.data(), v.scales.data(), "weights->v_blocks"},
+      {nullptr, x.codes.data(), x.scales.data(), "weights->out_blocks"}};
+  mha_weights biases{};
+  biases.q_bias = w.q_bias;
+  biases.k_bias = w.k_bias;
+  biases.v_bias = w.v_bias;
+  biases.out_bias = w.out_bias;
+  const Isa isa = detail::active_isa();
+  const detail::GemmKernels& g = detail::gemm_kernels(isa);
+  const detail::QuantCodes type = q8 ? detail::QuantCodes::int8 : detail::QuantCodes::int4;
+  auto handle = std::make_unique<mha_attention>();
+  handle->engine = std::make_unique<detail::AttentionEngine>(
+      isa, shape,
+      o.int8_activations ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape,
+                                                       o.bf16, type, 32, src, biases)
+                         : detail::make_projections_quant(g, shape, type, 32, src, biases),
       o.bf16, false);
   return handle;
 }
@@ -405,6 +502,18 @@ MHA_API mha_status mha_attention_create_int8(const mha_config* config,
     mha::detail::check_arg(weights != nullptr, "weights: expected an mha_int8_weights, got NULL");
     mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
     *out = mha::make_int8_handle(*config, *weights, options).release();
+  });
+}
+
+MHA_API mha_status mha_attention_create_blocks(const mha_config* config,
+                                               const mha_block_weights* weights,
+                                               const mha_attention_options* options,
+                                               mha_attention** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(config != nullptr, "config: expected an mha_config, got NULL");
+    mha::detail::check_arg(weights != nullptr, "weights: expected an mha_block_weights, got NULL");
+    mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
+    *out = mha::make_blocks_handle(*config, *weights, options).release();
   });
 }
 

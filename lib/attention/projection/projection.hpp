@@ -99,8 +99,8 @@ std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const G
                                                    const AttentionShape& s, const mha_weights& w);
 
 // One quantized weight [out, in]: fp32 values w to quantize (mha.h's rules),
-// or int8 codes and their per-row scales given (mha_int8_weights); name:
-// the weight's, for messages.
+// or codes (a byte each) and their scales [out x groups] given
+// (mha_int8_weights, mha_block_weights); name: the weight's, for messages.
 struct QuantSource {
   const float* w = nullptr;
   const std::int8_t* codes = nullptr;
@@ -110,8 +110,7 @@ struct QuantSource {
 // Wq, Wk, Wv and Wo so, in `type` codes with a scale per output row and
 // group of `group` input features (0: the whole row), packed for
 // gemm_quant_b on g's kernels; the biases from `biases` (its weight
-// pointers unread). Given codes are int8 per row (group 0), and their
-// scales must be finite.
+// pointers unread). Given scales must be finite.
 std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
                                                     QuantCodes type, std::size_t group,
                                                     const QuantSource (&src)[4],

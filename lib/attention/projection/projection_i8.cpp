@@ -56,7 +56,8 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
       total = checked_add(total, bytes[i], "int8 weights");
     }
     for (const QuantSource& x : src) {
-      for (std::size_t j = 0; x.w == nullptr && j < out[&x - src]; ++j) {
+      const std::size_t i = static_cast<std::size_t>(&x - src);
+      for (std::size_t j = 0; x.w == nullptr && j < out[i] * quant_groups(in[i], group); ++j) {
         check_arg(std::isfinite(x.scales[j]), x.name, "_scales[", j,
                   "]: expected a finite scale, got ", x.scales[j]);
       }
@@ -78,7 +79,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
                         scales.data() + row0 * groups, nullptr, src[w].name);
         } else {
           std::copy_n(src[w].codes, out[w] * k, codes.data() + row0 * k);
-          std::copy_n(src[w].scales, out[w], scales.data() + row0);
+          std::copy_n(src[w].scales, out[w] * groups, scales.data() + row0 * groups);
         }
       }
       packed[i] = pack_i8_b(g8, k, rows, group, int4, codes.data(), k, scales.data(), dst);

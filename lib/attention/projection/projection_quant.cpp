@@ -75,7 +75,7 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
         largest = std::max(largest, out[i] * in[i]);
         largest_groups = std::max(largest_groups, out[i] * quant_groups(in[i], group));
       }
-      for (std::size_t j = 0; src[i].w == nullptr && j < out[i]; ++j) {
+      for (std::size_t j = 0; src[i].w == nullptr && j < out[i] * quant_groups(in[i], group); ++j) {
         check_arg(std::isfinite(src[i].scales[j]), src[i].name, "_scales[", j,
                   "]: expected a finite scale, got ", src[i].scales[j]);
       }
