@@ -15,21 +15,13 @@
 
 #include "gemm/gemm_i8.hpp"
 #include "gemm/gemm_i8_portable.hpp"
+#include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
 namespace {
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define MHA_NO_TREE_PRE __attribute__((optimize("no-tree-pre")))
-#else
-#define MHA_NO_TREE_PRE
-#endif
-
 constexpr std::size_t kMR = 6, kNR = 8;
 
-// GCC 12's PRE kept a stack copy of every accumulator, stored on each k
-// step (24 stores per 24 vpdpbusd: 171 against 3xx GOPS, m512 n2304 k768);
-// without it the loop holds them in registers.
 template <std::size_t ROWS>
 MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda,
                           const std::int8_t* b, const std::int32_t* start, const float* sa,
@@ -69,21 +61,11 @@ MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda
   }
 }
 
-using TileFn = void (*)(std::size_t, const std::uint8_t*, std::size_t, const std::int8_t*,
-                        const std::int32_t*, const float*, const float*, const float*, float*,
-                        std::size_t, std::size_t);
-
-template <std::size_t... R>
-constexpr auto make_tiles(std::index_sequence<R...>) {
-  return std::array<TileFn, sizeof...(R)>{&tile<R + 1>...};
-}
-constexpr auto kTiles = make_tiles(std::make_index_sequence<kMR>());
-
-void ukernel(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
-             const std::int32_t* start, const float* sa, const float* sb, const float* bias,
-             float* c, std::size_t ldc, std::size_t m, std::size_t n) {
-  kTiles[m - 1](kq, a, lda, b, start, sa, sb, bias, c, ldc, n);
-}
+struct Tiles {
+  template <std::size_t ROWS>
+  static constexpr i8_tiles::TileFn fn = &tile<ROWS>;
+};
+using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
 // The header's rules 8 floats at a time, into int16 codes (as the AVX-512
 // set's quantize, whose comment says why the bits are the scalar rule's).
@@ -128,6 +110,6 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_avx2 = {
-    "avx2", kMR, kNR, 2, 0, ukernel, quantize, ukernel_groups_portable<kNR, 2, 0>};
+    "avx2", kMR, kNR, 2, 0, Entries::ukernel, quantize, ukernel_groups_portable<kNR, 2, 0>};
 
 }  // namespace mha::detail

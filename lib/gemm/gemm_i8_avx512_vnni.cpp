@@ -2,9 +2,11 @@
 // unsigned bytes by signed ones, so the activation codes are stored as
 // q + 128 and each column's sum starts at -128 times its code sum (the
 // int32 sums wrap and wrap back, so they stay exact; gemm_i8.hpp).
-// Tile 14 x 32, as the bf16 set's: 28 zmm accumulators + 2 B vectors + 1
-// broadcast; per four k, 28 vpdpbusd (64 multiply-adds each, twice
-// vdpbf16ps's 32) against 2 loads and 14 broadcasts.
+// Tile 6 x 64: 24 zmm accumulators + 4 B vectors + 1 broadcast; per four k,
+// 24 vpdpbusd (64 multiply-adds each, twice vdpbf16ps's 32) against 4 loads
+// and 6 broadcasts from 6 row streams (the bf16 set's 14 x 32 was tried
+// first, before tree-PRE was found and switched off, and not measured
+// since: 6 x 64 reaches 400-417 GOPS, m512 n768 k768, Zen 4).
 // GCC 12's false positive on the intrinsics' _mm512_undefined_* (as in
 // simd/lanes.hpp), set before their header.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -19,21 +21,13 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
+#include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
 namespace {
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define MHA_NO_TREE_PRE __attribute__((optimize("no-tree-pre")))
-#else
-#define MHA_NO_TREE_PRE
-#endif
-
 constexpr std::size_t kMR = 6, kNV = 4, kW = 16, kNR = kNV * kW;
 
-// GCC 12's PRE kept a stack copy of every accumulator, stored on each k
-// step (24 stores per 24 vpdpbusd: 171 against 3xx GOPS, m512 n2304 k768);
-// without it the loop holds them in registers.
 std::uint32_t load_quad(const std::uint8_t* p) {
   std::uint32_t q;
   std::memcpy(&q, p, 4);
@@ -58,9 +52,7 @@ MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda
     for (std::size_t v = 0; v < kNV; ++v) bv[v] = _mm512_loadu_si512(b + v * kW * 4);
 #pragma GCC unroll 16
     for (std::size_t i = 0; i < ROWS; ++i) {
-      std::int32_t quad;
-      std::memcpy(&quad, a + i * lda + 4 * p, 4);
-      const __m512i ai = _mm512_set1_epi32(quad);
+      const __m512i ai = _mm512_set1_epi32(static_cast<int>(load_quad(a + i * lda + 4 * p)));
 #pragma GCC unroll 16
       for (std::size_t v = 0; v < kNV; ++v) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], ai, bv[v]);
     }
@@ -80,21 +72,11 @@ MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda
   }
 }
 
-using TileFn = void (*)(std::size_t, const std::uint8_t*, std::size_t, const std::int8_t*,
-                        const std::int32_t*, const float*, const float*, const float*, float*,
-                        std::size_t, std::size_t);
-
-template <std::size_t... R>
-constexpr auto make_tiles(std::index_sequence<R...>) {
-  return std::array<TileFn, sizeof...(R)>{&tile<R + 1>...};
-}
-constexpr auto kTiles = make_tiles(std::make_index_sequence<kMR>());
-
-void ukernel(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
-             const std::int32_t* start, const float* sa, const float* sb, const float* bias,
-             float* c, std::size_t ldc, std::size_t m, std::size_t n) {
-  kTiles[m - 1](kq, a, lda, b, start, sa, sb, bias, c, ldc, n);
-}
+struct Tiles {
+  template <std::size_t ROWS>
+  static constexpr i8_tiles::TileFn fn = &tile<ROWS>;
+};
+using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
 // ukernel_groups on columns [kV*16h, kV*16(h + 1)) of the strip: the integer
 // sums of each group as ukernel's, then each FMA'd into an fp32 accumulator
@@ -235,7 +217,7 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_avx512_vnni = {"avx512_vnni", kMR,      kNR,           1, 128,
-                                                   ukernel,       quantize, ukernel_groups};
+const GemmI8Kernels gemm_i8_kernels_avx512_vnni = {
+    "avx512_vnni", kMR, kNR, 1, 128, Entries::ukernel, quantize, ukernel_groups};
 
 }  // namespace mha::detail

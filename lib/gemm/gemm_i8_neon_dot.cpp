@@ -10,6 +10,7 @@
 
 #include "gemm/gemm_i8.hpp"
 #include "gemm/gemm_i8_portable.hpp"
+#include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
 namespace {
@@ -55,21 +56,11 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
   }
 }
 
-using TileFn = void (*)(std::size_t, const std::uint8_t*, std::size_t, const std::int8_t*,
-                        const std::int32_t*, const float*, const float*, const float*, float*,
-                        std::size_t, std::size_t);
-
-template <std::size_t... R>
-constexpr auto make_tiles(std::index_sequence<R...>) {
-  return std::array<TileFn, sizeof...(R)>{&tile<R + 1>...};
-}
-constexpr auto kTiles = make_tiles(std::make_index_sequence<kMR>());
-
-void ukernel(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
-             const std::int32_t* start, const float* sa, const float* sb, const float* bias,
-             float* c, std::size_t ldc, std::size_t m, std::size_t n) {
-  kTiles[m - 1](kq, a, lda, b, start, sa, sb, bias, c, ldc, n);
-}
+struct Tiles {
+  template <std::size_t ROWS>
+  static constexpr i8_tiles::TileFn fn = &tile<ROWS>;
+};
+using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
 // The scalar set's rule, in scalar code.
 void quantize(std::size_t k, const float* a, void* codes, float* scale) {
@@ -79,6 +70,6 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_neon_dot = {
-    "neon_dot", kMR, kNR, 1, 0, ukernel, quantize, ukernel_groups_portable<kNR, 1, 0>};
+    "neon_dot", kMR, kNR, 1, 0, Entries::ukernel, quantize, ukernel_groups_portable<kNR, 1, 0>};
 
 }  // namespace mha::detail

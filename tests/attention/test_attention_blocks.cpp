@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/attention_case.hpp"
+#include "attention/quant_case.hpp"
 #include "support/attention_reference.hpp"
 #include "support/reference.hpp"
 
@@ -22,7 +23,10 @@ namespace {
 
 using mha::test::AttentionCase;
 using mha::test::CaseData;
+using mha::test::forward;
+using mha::test::quant_case;
 using mha::test::RandomWeights;
+using mha::test::same_bits;
 
 // fp16 bits of 2^e * (1 + t / 64), t < 64: a normal fp16 value.
 std::uint16_t fp16(int e, int t) {
@@ -99,30 +103,6 @@ struct Layer {
   }
 };
 
-std::vector<float> forward(const mha_attention* a, const AttentionCase& c, const CaseData& d) {
-  std::vector<float> out(c.batch * c.q_len * c.config.embed_dim, NAN);
-  REQUIRE(mha_attention_forward(a, c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(),
-                                d.value.data(), d.mask_ptr(), out.data(), nullptr, 0) == MHA_OK);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-AttentionCase make_case(std::size_t E, std::size_t H, std::size_t kv_heads, std::size_t kdim,
-                        std::size_t q_len, std::size_t kv_len, std::uint64_t seed) {
-  AttentionCase c;
-  c.config = {E, H, kdim, kdim, kv_heads};
-  c.batch = 2;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.self = kdim == 0 && q_len == kv_len;
-  c.causal = c.self;
-  c.seed = seed;
-  return c;
-}
-
 mha_attention_options options(mha_block_format f, mha_dtype compute, mha_activations act) {
   mha_attention_options o{};
   o.struct_size = sizeof o;
@@ -139,7 +119,7 @@ TEST_CASE("llama.cpp blocks give the bits of create_ex on their weights", "[quan
   std::mt19937 rng(7);
   for (const mha_block_format f : {MHA_BLOCKS_Q8_0, MHA_BLOCKS_Q4_0}) {
     for (const AttentionCase& c :
-         {make_case(64, 4, 2, 0, 9, 9, 1), make_case(96, 3, 0, 64, 4, 7, 2)}) {
+         {quant_case(64, 4, 2, 0, 2, 9, 9, 1), quant_case(96, 3, 0, 64, 2, 4, 7, 2)}) {
       const CaseData d(c);
       const Layer layer(f, c, d, false, rng);
       const mha_block_weights bw = layer.view(f);
@@ -173,7 +153,7 @@ TEST_CASE("llama.cpp blocks give the bits of create_ex on their weights", "[quan
 TEST_CASE("Q4_0's code -8 gives the fp32 object's bits on the widened weights",
           "[quant][attention]") {
   std::mt19937 rng(8);
-  const AttentionCase c = make_case(64, 4, 2, 0, 5, 5, 3);
+  const AttentionCase c = quant_case(64, 4, 2, 0, 2, 5, 5, 3);
   const CaseData d(c);
   const Layer layer(MHA_BLOCKS_Q4_0, c, d, true, rng);
   const mha_block_weights bw = layer.view(MHA_BLOCKS_Q4_0);
@@ -189,7 +169,7 @@ TEST_CASE("Q4_0's code -8 gives the fp32 object's bits on the widened weights",
 TEST_CASE("mha_attention_create_blocks checks its arguments and writes nothing on failure",
           "[quant][attention]") {
   std::mt19937 rng(9);
-  const AttentionCase c = make_case(64, 4, 2, 0, 5, 5, 4);
+  const AttentionCase c = quant_case(64, 4, 2, 0, 2, 5, 5, 4);
   const CaseData d(c);
   const Layer layer(MHA_BLOCKS_Q8_0, c, d, false, rng);
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});

@@ -20,6 +20,7 @@
 
 #include "attention/attention_case.hpp"
 #include "attention/projection/projection.hpp"
+#include "attention/quant_case.hpp"
 #include "support/attention_reference.hpp"
 #include "support/reference.hpp"
 
@@ -28,7 +29,11 @@ namespace {
 using mha::detail::QuantCodes;
 using mha::test::AttentionCase;
 using mha::test::CaseData;
+using mha::test::forward;
+using mha::test::Handle;
+using mha::test::quant_case;
 using mha::test::RandomWeights;
+using mha::test::same_bits;
 
 // A quantized format as the options name it, and as the library's rules do.
 struct Format {
@@ -95,51 +100,13 @@ RandomWeights widened(Format f, const AttentionCase& c, const RandomWeights& w) 
   return x;
 }
 
-struct Handle {
-  mha_attention* a = nullptr;
-  Handle(const mha_config& cfg, const mha_weights& w, const mha_attention_options* o) {
-    REQUIRE(mha_attention_create_ex(&cfg, &w, o, &a) == MHA_OK);
-  }
-  ~Handle() { mha_attention_destroy(a); }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-};
-
-std::vector<float> forward(const mha_attention* a, const AttentionCase& c, const CaseData& d,
-                           std::vector<float>* weights = nullptr) {
-  std::vector<float> out(c.batch * c.q_len * c.config.embed_dim, NAN);
-  REQUIRE(mha_attention_forward(a, c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(),
-                                d.value.data(), d.mask_ptr(), out.data(),
-                                weights ? weights->data() : nullptr, 0) == MHA_OK);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-AttentionCase make_case(std::size_t E, std::size_t H, std::size_t kv_heads, std::size_t kdim,
-                        std::size_t batch, std::size_t q_len, std::size_t kv_len, bool biases,
-                        std::uint64_t seed) {
-  AttentionCase c;
-  c.config = {E, H, kdim, kdim, kv_heads};
-  c.biases = biases;
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.self = kdim == 0 && q_len == kv_len;
-  c.causal = c.self;
-  c.seed = seed;
-  return c;
-}
-
 // Shapes whose projections cover a row (decode), several rows and strips,
 // column counts off the strip width, and an input width past the GEMM's K
 // block (1100 > 1024 on AVX-512, 256 elsewhere).
 std::vector<AttentionCase> cases() {
-  return {make_case(64, 4, 0, 0, 2, 9, 9, true, 11), make_case(48, 3, 1, 0, 1, 1, 5, false, 12),
-          make_case(40, 5, 0, 23, 3, 4, 6, true, 13), make_case(96, 8, 2, 0, 1, 17, 17, true, 14),
-          make_case(24, 2, 0, 1100, 2, 3, 2, true, 15)};
+  return {quant_case(64, 4, 0, 0, 2, 9, 9, 11), quant_case(48, 3, 1, 0, 1, 1, 5, 12, false),
+          quant_case(40, 5, 0, 23, 3, 4, 6, 13), quant_case(96, 8, 2, 0, 1, 17, 17, 14),
+          quant_case(24, 2, 0, 1100, 2, 3, 2, 15)};
 }
 
 }  // namespace
@@ -256,7 +223,7 @@ TEST_CASE("quantized weights: KV-cache steps give the fp32 object's bits, one ro
   for (const Format f : kFormats) {
     const mha_attention_options o = quant_options(f);
     for (const std::size_t batch : {1, 3}) {
-      const AttentionCase c = make_case(64, 4, 2, 0, batch, 1, 1, true, 21 + batch);
+      const AttentionCase c = quant_case(64, 4, 2, 0, batch, 1, 1, 21 + batch);
       CAPTURE(static_cast<int>(f.f), f.group, batch);
       const CaseData d(c);
       const RandomWeights wide = widened(f, c, d.w);
@@ -283,7 +250,7 @@ TEST_CASE("quantized weights: KV-cache steps give the fp32 object's bits, one ro
 
 TEST_CASE("quantized weights: options are checked, and a failed create writes nothing",
           "[quant][attention]") {
-  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 41);
+  const AttentionCase c = quant_case(32, 4, 0, 0, 1, 6, 6, 41);
   const CaseData d(c);
   const mha_weights w = d.w.view();
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
@@ -324,7 +291,7 @@ TEST_CASE("the first version's mha_attention_options still works, padding unread
           "[quant][attention]") {
   // What a caller compiled against { struct_size, compute } passes: the
   // bytes past compute are its padding, which may hold anything.
-  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 42);
+  const AttentionCase c = quant_case(32, 4, 0, 0, 1, 6, 6, 42);
   const CaseData d(c);
   const mha_weights w = d.w.view();
   struct First {
@@ -430,7 +397,7 @@ TEST_CASE("int8 codes given (mha_attention_create_int8) give the bits of codes m
 
 TEST_CASE("mha_attention_create_int8 checks its arguments and writes nothing on failure",
           "[quant][attention]") {
-  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, true, 43);
+  const AttentionCase c = quant_case(32, 4, 0, 0, 1, 6, 6, 43);
   const CaseData d(c);
   const CodedWeights coded(c, d.w);
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});

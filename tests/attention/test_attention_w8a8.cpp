@@ -19,6 +19,7 @@
 
 #include "attention/attention_case.hpp"
 #include "attention/projection/projection.hpp"
+#include "attention/quant_case.hpp"
 #include "support/attention_reference.hpp"
 #include "support/reference.hpp"
 
@@ -26,7 +27,11 @@ namespace {
 
 using mha::test::AttentionCase;
 using mha::test::CaseData;
+using mha::test::forward;
+using mha::test::Handle;
+using mha::test::quant_case;
 using mha::test::RandomWeights;
+using mha::test::same_bits;
 
 // The weight formats int8 activations take: int8 per row or in groups,
 // int4 in groups or per row.
@@ -145,47 +150,12 @@ double scaled_error(const std::vector<double>& got, const std::vector<double>& w
   return scaled_error(std::vector<float>(got.begin(), got.end()), want);
 }
 
-struct Handle {
-  mha_attention* a = nullptr;
-  Handle(const mha_config& cfg, const mha_weights& w, const mha_attention_options* o) {
-    REQUIRE(mha_attention_create_ex(&cfg, &w, o, &a) == MHA_OK);
-  }
-  ~Handle() { mha_attention_destroy(a); }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-};
-
-std::vector<float> forward(const mha_attention* a, const AttentionCase& c, const CaseData& d) {
-  std::vector<float> out(c.batch * c.q_len * c.config.embed_dim, NAN);
-  REQUIRE(mha_attention_forward(a, c.batch, c.q_len, c.kv_len, d.query.data(), d.key.data(),
-                                d.value.data(), d.mask_ptr(), out.data(), nullptr, 0) == MHA_OK);
-  return out;
-}
-
-bool same_bits(const std::vector<float>& x, const std::vector<float>& y) {
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-AttentionCase make_case(std::size_t E, std::size_t H, std::size_t kv_heads, std::size_t kdim,
-                        std::size_t batch, std::size_t q_len, std::size_t kv_len,
-                        std::uint64_t seed) {
-  AttentionCase c;
-  c.config = {E, H, kdim, kdim, kv_heads};
-  c.batch = batch;
-  c.q_len = q_len;
-  c.kv_len = kv_len;
-  c.self = kdim == 0 && q_len == kv_len;
-  c.causal = c.self;
-  c.seed = seed;
-  return c;
-}
-
 // Self and cross attention, GQA, one query row, widths off every strip
 // width, and an input width past the fp32 GEMM's K block.
 std::vector<AttentionCase> cases() {
-  return {make_case(64, 4, 0, 0, 2, 9, 9, 11), make_case(48, 3, 1, 0, 1, 1, 5, 12),
-          make_case(40, 5, 0, 23, 3, 4, 6, 13), make_case(96, 8, 2, 0, 1, 17, 17, 14),
-          make_case(24, 2, 0, 1100, 2, 3, 2, 15)};
+  return {quant_case(64, 4, 0, 0, 2, 9, 9, 11), quant_case(48, 3, 1, 0, 1, 1, 5, 12),
+          quant_case(40, 5, 0, 23, 3, 4, 6, 13), quant_case(96, 8, 2, 0, 1, 17, 17, 14),
+          quant_case(24, 2, 0, 1100, 2, 3, 2, 15)};
 }
 
 }  // namespace
@@ -249,7 +219,7 @@ TEST_CASE("int8 activations: the same bits at any thread count and KV-step chunk
     // A sequence stepped through a cache in chunks of 5, 1, 1 and 3 rows,
     // and in one chunk of 10: each row's result does not depend on its
     // chunk-mates (the activations are quantized per row).
-    const AttentionCase c = make_case(64, 4, 2, 0, 2, 1, 1, 21);
+    const AttentionCase c = quant_case(64, 4, 2, 0, 2, 1, 1, 21);
     const CaseData d(c);
     const Handle h(c.config, d.w.view(), &o);
     const std::size_t E = 64, batch = 2, total = 10;
@@ -324,7 +294,7 @@ TEST_CASE("int8 activations: codes given give the bits of codes made at create",
 
 TEST_CASE("int8 activations: options are checked, and earlier structs still work",
           "[w8a8][attention]") {
-  const AttentionCase c = make_case(32, 4, 0, 0, 1, 6, 6, 41);
+  const AttentionCase c = quant_case(32, 4, 0, 0, 1, 6, 6, 41);
   const CaseData d(c);
   const mha_weights w = d.w.view();
   auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
