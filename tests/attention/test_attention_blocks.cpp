@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <mha/attention.hpp>
+#include <mha/error.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -210,4 +212,33 @@ TEST_CASE("mha_attention_create_blocks checks its arguments and writes nothing o
   fails(narrow, w, nullptr, "multiple of 32");
   REQUIRE(mha_attention_create_blocks(&c.config, nullptr, nullptr, &attn) == MHA_INVALID_ARGUMENT);
   REQUIRE(attn == sentinel);
+}
+
+TEST_CASE("the C++ class takes blocks and int8 codes as the C entries do", "[quant][attention]") {
+  std::mt19937 rng(10);
+  const AttentionCase c = quant_case(64, 4, 2, 0, 2, 5, 5, 5);
+  const CaseData d(c);
+  const Layer layer(MHA_BLOCKS_Q8_0, c, d, false, rng);
+  const mha_block_weights bw = layer.view(MHA_BLOCKS_Q8_0);
+  const mha_attention_options o = options(MHA_BLOCKS_Q8_0, MHA_BF16, MHA_ACTIVATIONS_INT8);
+  mha_attention* from_c = nullptr;
+  REQUIRE(mha_attention_create_blocks(&c.config, &bw, &o, &from_c) == MHA_OK);
+  const mha::MultiheadAttention from_cpp(c.config, bw, &o);
+  CHECK(same_bits(forward(from_cpp.handle(), c, d), forward(from_c, c, d)));
+  mha_attention_destroy(from_c);
+  mha_block_weights bad = bw;
+  bad.format = static_cast<mha_block_format>(1);
+  CHECK_THROWS_AS(mha::MultiheadAttention(c.config, bad), mha::Error);
+  // int8 codes: one per weight and a scale per row, as create quantizes them.
+  std::vector<std::int8_t> codes(64 * 64, 3);
+  const std::vector<float> scales(64, 0.01f);
+  const mha_int8_weights w8{sizeof w8,     codes.data(),  codes.data(),  codes.data(),
+                            codes.data(),  scales.data(), scales.data(), scales.data(),
+                            scales.data(), nullptr,       nullptr,       nullptr,
+                            nullptr};
+  mha_attention* int8_c = nullptr;
+  REQUIRE(mha_attention_create_int8(&c.config, &w8, nullptr, &int8_c) == MHA_OK);
+  const mha::MultiheadAttention int8_cpp(c.config, w8);
+  CHECK(same_bits(forward(int8_cpp.handle(), c, d), forward(int8_c, c, d)));
+  mha_attention_destroy(int8_c);
 }

@@ -407,6 +407,14 @@ MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_weigh
                                        const mha_attention_options& options)
     : handle_(make_handle(config, weights, &options).release()) {}
 
+MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_int8_weights& weights,
+                                       const mha_attention_options* options)
+    : handle_(make_int8_handle(config, weights, options).release()) {}
+
+MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_block_weights& weights,
+                                       const mha_attention_options* options)
+    : handle_(make_blocks_handle(config, weights, options).release()) {}
+
 MultiheadAttention::~MultiheadAttention() {
   delete handle_;
 }
