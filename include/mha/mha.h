@@ -1033,7 +1033,11 @@ typedef struct mha_mla mha_mla;
  * compute MHA_BF16: the weights stored in bf16 and every product a bf16
  * one (its input rounded to bf16, fp32 accumulation), Q, K and V rounded to
  * bf16 where they enter attention, RMSNorm and softmax in fp32.
- * weight_format MHA_WEIGHTS_INT8 is MHA_UNSUPPORTED in this version.
+ * Quantized weights (weight_format, weight_group, activations: as
+ * mha_attention_create_ex states them) quantize each product's weight as
+ * the layer packs it (after the query and latent reorderings, W_UK and W_UV
+ * per head), per output column and group of input rows; a NaN or infinite
+ * weight is then MHA_INVALID_ARGUMENT.
  * MHA_INVALID_ARGUMENT for a wrong struct_size, a size of 0 (q_lora_rank
  * aside), an odd qk_rope_head_dim, a negative or non-finite float, YaRN
  * without yarn_original_max_position, rope_theta 1 (no frequencies), q_proj

@@ -2052,9 +2052,16 @@ void fuzz_mla(Decoder& d) {
   if (broken == 11) opt.compute = static_cast<mha_dtype>(d.p.ConsumeIntegral<int>() | 2);
   if (broken == 12) opt.struct_size = d.coin() ? 0 : sizeof(mha_attention_options) + 4;
   const bool use_opt = how >= 12 || broken == 11 || broken == 12;
-  // A bf16 object's inputs to the norms carry bf16 rounding (2^-9): ranks
-  // from 16, where an rms near 0 does not occur.
-  if (config_ok && opt.compute == MHA_BF16) {
+  // How 12: int8 weights per row, weight-only or with int8 activations.
+  const bool quant = how == 12 && broken != 11 && broken != 12 && d.coin();
+  if (quant) {
+    opt.weight_format = MHA_WEIGHTS_INT8;
+    if (d.coin()) opt.activations = MHA_ACTIVATIONS_INT8;
+  }
+  // A bf16 or quantized object's inputs to the norms carry its rounding
+  // (2^-9, or a code step): ranks from 16, where an rms near 0 does not
+  // occur.
+  if (config_ok && (opt.compute == MHA_BF16 || quant)) {
     if (c.q_lora_rank != 0) c.q_lora_rank += 13;
     c.kv_lora_rank += 13;
   }
@@ -2124,6 +2131,13 @@ void fuzz_mla(Decoder& d) {
     m.bf16 = true;
     m.tol = kBf16MlaTol;
     m.step_tol = 2 * kBf16MlaTol;
+  }
+  // int8 codes, half a step of 1/254 of a row's range per weight (and per
+  // input with int8 activations): test_mla measured 7.6e-3 and 1.2e-2; a
+  // margin of 8 or more.
+  if (quant && valid) {
+    m.tol = 1e-1;
+    m.step_tol = 2e-1;
   }
   for (int op = 0; op < 4 && d.p.remaining_bytes() > 0; ++op) {
     switch (d.p.ConsumeIntegralInRange<int>(0, 3)) {

@@ -467,7 +467,7 @@ void run_cache(Scenario& s, bool four_threads, mha_kv_dtype dtype) {
 // An MLA layer's operations (mha_mla_*): create, forward (to its own buffer
 // and in place), and a latent cache of `dtype`, contiguous and paged:
 // create and steps. Sizes where every product packs and the core tiles.
-void run_mla(bool four_threads, mha_kv_dtype dtype) {
+void run_mla(bool four_threads, mha_kv_dtype dtype, const mha_attention_options* opt = nullptr) {
   constexpr std::size_t E = 48, B = 2, L = 64;
   mha_mla_config c{};
   c.struct_size = sizeof c;
@@ -488,7 +488,7 @@ void run_mla(bool four_threads, mha_kv_dtype dtype) {
   mha_mla* made = kNoHandle<mha_mla>;
   run_injection({"MLA create", [&] { made = kNoHandle<mha_mla>; },
                  [&] {
-                   const mha_status st = mha_mla_create(&layer.cfg, &weights, nullptr, &made);
+                   const mha_status st = mha_mla_create(&layer.cfg, &weights, opt, &made);
                    if (st == MHA_OK) {
                      mha_mla_destroy(made);
                      made = nullptr;
@@ -498,7 +498,7 @@ void run_mla(bool four_threads, mha_kv_dtype dtype) {
                  [&] { return std::vector<float>{made == kNoHandle<mha_mla> ? 1.f : 0.f}; }},
                 four_threads);
   mha_mla* mla = nullptr;
-  REQUIRE(mha_mla_create(&layer.cfg, &weights, nullptr, &mla) == MHA_OK);
+  REQUIRE(mha_mla_create(&layer.cfg, &weights, opt, &mla) == MHA_OK);
 
   constexpr std::size_t kSeq = 24;
   const std::vector<float> x = random_vector(B * L * E, 31);
@@ -901,6 +901,12 @@ TEST_CASE("allocation failures, MLA: out of memory, nothing changed, retry exact
     }
     mha_set_num_threads(four_threads ? 0 : 1);
     for (mha_kv_dtype dtype : {MHA_KV_DEFAULT, MHA_KV_INT8}) run_mla(four_threads, dtype);
+    // int8 weights and activations: the int8 products' packs and scratch.
+    mha_attention_options w8a8{};
+    w8a8.struct_size = sizeof w8a8;
+    w8a8.weight_format = MHA_WEIGHTS_INT8;
+    w8a8.activations = MHA_ACTIVATIONS_INT8;
+    run_mla(four_threads, MHA_KV_DEFAULT, &w8a8);
   }
   mha_set_num_threads(0);
 }

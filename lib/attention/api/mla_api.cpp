@@ -123,15 +123,9 @@ mha_mla* make_mla(const mha_mla_config* config, const mha_mla_weights* weights,
   const detail::MlaShape s = resolve(config);
   check_weights(weights, s);
   const detail::ObjectOptions o = detail::object_options(options, "mha_mla_create: ");
-  if (o.weights != detail::WeightFormat::as_compute) {
-    detail::fail(MHA_UNSUPPORTED,
-                 "mha_mla_create: options->weight_format: MLA layers take "
-                 "MHA_WEIGHTS_COMPUTE only in this version");
-  }
-  const bool bf16 = o.bf16;
   const Isa isa = detail::active_isa();
   auto handle = std::make_unique<mha_mla>();
-  handle->model = std::make_unique<detail::MlaModel>(isa, s, *weights, bf16);
+  handle->model = std::make_unique<detail::MlaModel>(isa, s, *weights, o);
   return handle.release();
 }
 

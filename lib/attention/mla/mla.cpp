@@ -307,8 +307,9 @@ std::vector<double> rope_frequencies(const MlaShape& s) {
 
 }  // namespace
 
-MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf16)
+MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, const ObjectOptions& o)
     : s_(s), inv_freq_(rope_frequencies(s)) {
+  const bool bf16 = o.bf16;
   double scale = 1.0 / std::sqrt(static_cast<double>(s.dn + s.dr));
   if (s.yarn_factor != 0.0) {
     amplitude_ =
@@ -322,8 +323,7 @@ MlaModel::MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf
   }
   scale_ = static_cast<float>(scale);
   const GemmKernels& g = gemm_kernels(isa);
-  weights_ = std::make_unique<MlaWeights>(
-      bf16 ? make_precision_bf16(g, gemm_bf16_kernels(isa)) : make_precision_fp32(g), s, w);
+  weights_ = std::make_unique<MlaWeights>(make_precision(isa, o), s, w);
 
   AttentionShape p;
   p.num_heads = p.num_kv_heads = s.H;

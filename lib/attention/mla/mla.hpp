@@ -41,7 +41,8 @@ class MlaWeights;
 
 class MlaModel {
  public:
-  MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, bool bf16);
+  // o: the compute type and weight format (mha_attention_options).
+  MlaModel(Isa isa, const MlaShape& s, const mha_mla_weights& w, const ObjectOptions& o);
   ~MlaModel();
   MlaModel(const MlaModel&) = delete;
   MlaModel& operator=(const MlaModel&) = delete;

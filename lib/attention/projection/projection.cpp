@@ -4,6 +4,7 @@
 
 #include "common/checked.hpp"
 #include "dispatch/dispatch.hpp"
+#include "gemm/gemm_i8.hpp"
 #include "reshape/kernels.hpp"
 
 namespace mha::detail {
@@ -40,6 +41,16 @@ void round_rows_bf16(std::size_t rows, std::size_t cols, float* x, std::size_t l
 std::size_t Projections::scratch_floats(bool fused, std::size_t q_rows, std::size_t kv_rows) const {
   const std::size_t in_cols = q_cols_ + k_cols_ + v_cols_;
   return round_up(fused ? q_rows * in_cols : q_rows * s_.embed_dim + 2 * kv_rows * s_.kv_dim(), 16);
+}
+
+std::unique_ptr<Precision> make_precision(Isa isa, const ObjectOptions& o) {
+  const GemmKernels& g = gemm_kernels(isa);
+  const QuantCodes type = o.weights == WeightFormat::int8   ? QuantCodes::int8
+                          : o.weights == WeightFormat::int4 ? QuantCodes::int4
+                                                            : QuantCodes::uint4;
+  if (o.int8_activations) return make_precision_i8(gemm_i8_kernels(isa), o.bf16, type, o.group);
+  if (o.weights != WeightFormat::as_compute) return make_precision_quant(g, type, o.group);
+  return o.bf16 ? make_precision_bf16(g, gemm_bf16_kernels(isa)) : make_precision_fp32(g);
 }
 
 }  // namespace mha::detail

@@ -162,5 +162,15 @@ class Precision {
 std::unique_ptr<Precision> make_precision_fp32(const GemmKernels& g);
 // Weights rounded to bf16 and packed as make_projections_bf16 packs them.
 std::unique_ptr<Precision> make_precision_bf16(const GemmKernels& g, const GemmBf16Kernels* g16);
+// Weights quantized per output column and group of `group` input rows (mha.h's
+// rules), as make_projections_quant (fp32 products on the widened codes) or
+// make_projections_i8 (int8 activations; with bf16, a bf16 core's rounding)
+// quantize theirs. A NaN or infinite weight is MHA_INVALID_ARGUMENT.
+std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, QuantCodes type,
+                                                std::size_t group);
+std::unique_ptr<Precision> make_precision_i8(const GemmI8Kernels& g8, bool bf16, QuantCodes type,
+                                             std::size_t group);
+// The precision that options o ask for (ObjectOptions, mha_attention_options).
+std::unique_ptr<Precision> make_precision(Isa isa, const ObjectOptions& o);
 
 }  // namespace mha::detail

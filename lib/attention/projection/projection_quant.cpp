@@ -122,7 +122,65 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
   AlignedFloats storage_;
 };
 
+// One weight op(B) [k x n] (an MLA layer's) quantized per output column
+// and group, as the four projections' rows are, for gemm_quant_b.
+class PackedWeightQuant final : public PackedWeight {
+ public:
+  PackedWeightQuant(const GemmKernels& g, QuantCodes type, std::size_t group, std::size_t k,
+                    std::size_t n, const float* b)
+      : g_(g) {
+    const bool zeros = type == QuantCodes::uint4;
+    const std::size_t code_bytes = packed_quant_b_bytes(g, type, k, n, "quantized weights");
+    const std::size_t scales = packed_quant_b_scales(g, k, n, group, "quantized weights");
+    const std::size_t code_floats = round_up(ceil_div(code_bytes, sizeof(float)), 16);
+    storage_ =
+        alloc_floats(checked_add(code_floats, (zeros ? 2 : 1) * scales, "quantized weights"));
+    std::vector<float> rows(checked_mul(k, n, "quantized weights"));
+    for (std::size_t p = 0; p < k; ++p) {
+      for (std::size_t j = 0; j < n; ++j) rows[j * k + p] = b[p * n + j];
+    }
+    const std::size_t groups = n * quant_groups(k, group);
+    std::vector<std::int8_t> codes(rows.size());
+    std::vector<float> sc(groups), zp(zeros ? groups : 0);
+    quantize_rows(type, group, n, k, rows.data(), codes.data(), sc.data(),
+                  zeros ? zp.data() : nullptr, "an MLA weight (output column, input row)");
+    float* sdst = storage_.get() + code_floats;
+    b_ = pack_quant_b(g, type, k, n, group, codes.data(), k, sc.data(), zeros ? zp.data() : nullptr,
+                      reinterpret_cast<std::int8_t*>(storage_.get()), sdst, sdst + scales);
+  }
+  void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
+             std::size_t ldc) const override {
+    gemm_quant_b(g_, rows, a, lda, b_, c, ldc);
+  }
+  void reserve(std::size_t rows) const override { reserve_gemm_quant_b(g_, rows, b_); }
+
+ private:
+  const GemmKernels& g_;
+  AlignedFloats storage_;
+  PackedQuantB b_;
+};
+
+class PrecisionQuant final : public Precision {
+ public:
+  PrecisionQuant(const GemmKernels& g, QuantCodes type, std::size_t group)
+      : g_(g), type_(type), group_(group) {}
+  std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n, const float* b) const override {
+    return std::make_unique<PackedWeightQuant>(g_, type_, group_, k, n, b);
+  }
+  void round(std::size_t, std::size_t, float*, std::size_t) const override {}
+
+ private:
+  const GemmKernels& g_;
+  QuantCodes type_;
+  std::size_t group_;
+};
+
 }  // namespace
+
+std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, QuantCodes type,
+                                                std::size_t group) {
+  return std::make_unique<PrecisionQuant>(g, type, group);
+}
 
 std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
                                                     QuantCodes type, std::size_t group,
