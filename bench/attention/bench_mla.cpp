@@ -11,7 +11,9 @@
 // our own step in the model's form over a cache of decompressed per-head K
 // and V (the prefill engine's, 2·H·192 values a token), the form the
 // absorbed one replaces. Caches are filled with random rows (their content
-// does not change the work). Names: mla/<config>/<impl>/threads:<t>.
+// does not change the work). w8a8_bf16 and w4a8_g128_bf16: bf16 objects
+// whose products take int8 activations on int8 weights, or int4 ones in
+// groups of 128. Names: mla/<config>/<impl>/threads:<t>.
 #include <benchmark/benchmark.h>
 #include <mha/mha.h>
 
@@ -49,6 +51,9 @@ struct Impl {
   mha_dtype compute;
   mha_kv_dtype kv;
   bool absorbed;
+  mha_weight_format format = MHA_WEIGHTS_COMPUTE;
+  std::size_t group = 0;
+  mha_activations activations = MHA_ACTIVATIONS_FLOAT;
 };
 constexpr Impl kImpls[] = {
     {"fp32", MHA_FP32, MHA_KV_DEFAULT, true},
@@ -56,6 +61,8 @@ constexpr Impl kImpls[] = {
     {"bf16_int8", MHA_BF16, MHA_KV_INT8, true},
     {"fp32_nonabsorbed", MHA_FP32, MHA_KV_DEFAULT, false},
     {"bf16_nonabsorbed", MHA_BF16, MHA_KV_DEFAULT, false},
+    {"w8a8_bf16", MHA_BF16, MHA_KV_DEFAULT, true, MHA_WEIGHTS_INT8, 0, MHA_ACTIVATIONS_INT8},
+    {"w4a8_g128_bf16", MHA_BF16, MHA_KV_DEFAULT, true, MHA_WEIGHTS_INT4, 128, MHA_ACTIVATIONS_INT8},
 };
 
 void check(mha_status s) {
@@ -105,7 +112,8 @@ struct Fixture {
     w.kv_a_layernorm = kv_a_norm.data();
     w.kv_b_proj = kv_b.data();
     w.o_proj = o.data();
-    const mha_attention_options ao{sizeof ao, impl.compute};
+    const mha_attention_options ao{sizeof ao, impl.compute, impl.format, impl.group,
+                                   impl.activations};
     mha_mla* m = nullptr;
     check(mha_mla_create(&cfg, &w, &ao, &m));
     mla.reset(m);
