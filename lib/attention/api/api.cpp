@@ -131,6 +131,26 @@ std::unique_ptr<mha_attention> make_handle(const mha_config& config, const mha_w
   return handle;
 }
 
+// An object on codes given (src) in `type` and groups of `group`, the
+// biases from w (mha_int8_weights, mha_block_weights), as o asks.
+template <class W>
+std::unique_ptr<mha_attention> coded_handle(const detail::AttentionShape& shape,
+                                            const detail::ObjectOptions& o, detail::QuantCodes type,
+                                            std::size_t group, const detail::QuantSource (&src)[4],
+                                            const W& w) {
+  mha_weights biases{};
+  biases.q_bias = w.q_bias;
+  biases.k_bias = w.k_bias;
+  biases.v_bias = w.v_bias;
+  biases.out_bias = w.out_bias;
+  const Isa isa = detail::active_isa();
+  auto handle = std::make_unique<mha_attention>();
+  handle->engine = std::make_unique<detail::AttentionEngine>(
+      isa, shape, detail::make_projections_coded(isa, shape, o, type, group, src, biases), o.bf16,
+      false);
+  return handle;
+}
+
 // mha_attention_create_int8: the checks, then the codes packed.
 std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const mha_int8_weights& w,
                                                 const mha_attention_options* options) {
@@ -152,22 +172,7 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
             "with a scale per row, got weight_format ",
             options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
             options != nullptr ? options->weight_group : 0);
-  const Isa isa = detail::active_isa();
-  mha_weights biases{};
-  biases.q_bias = w.q_bias;
-  biases.k_bias = w.k_bias;
-  biases.v_bias = w.v_bias;
-  biases.out_bias = w.out_bias;
-  const detail::GemmKernels& g = detail::gemm_kernels(isa);
-  auto handle = std::make_unique<mha_attention>();
-  handle->engine = std::make_unique<detail::AttentionEngine>(
-      isa, shape,
-      o.int8_activations
-          ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape, o.bf16,
-                                        detail::QuantCodes::int8, 0, src, biases)
-          : detail::make_projections_quant(g, shape, detail::QuantCodes::int8, 0, src, biases),
-      o.bf16, false);
-  return handle;
+  return coded_handle(shape, o, detail::QuantCodes::int8, 0, src, w);
 }
 
 // An fp16 bit pattern widened to fp32, exactly.
@@ -246,22 +251,8 @@ std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
       {nullptr, k.codes.data(), k.scales.data(), "weights->k_blocks"},
       {nullptr, v.codes.data(), v.scales.data(), "weights->v_blocks"},
       {nullptr, x.codes.data(), x.scales.data(), "weights->out_blocks"}};
-  mha_weights biases{};
-  biases.q_bias = w.q_bias;
-  biases.k_bias = w.k_bias;
-  biases.v_bias = w.v_bias;
-  biases.out_bias = w.out_bias;
-  const Isa isa = detail::active_isa();
-  const detail::GemmKernels& g = detail::gemm_kernels(isa);
-  const detail::QuantCodes type = q8 ? detail::QuantCodes::int8 : detail::QuantCodes::int4;
-  auto handle = std::make_unique<mha_attention>();
-  handle->engine = std::make_unique<detail::AttentionEngine>(
-      isa, shape,
-      o.int8_activations ? detail::make_projections_i8(g, detail::gemm_i8_kernels(isa), shape,
-                                                       o.bf16, type, 32, src, biases)
-                         : detail::make_projections_quant(g, shape, type, 32, src, biases),
-      o.bf16, false);
-  return handle;
+  return coded_handle(shape, o, q8 ? detail::QuantCodes::int8 : detail::QuantCodes::int4, 32, src,
+                      w);
 }
 
 const detail::AttentionEngine& engine_of(const mha_attention* handle) {

@@ -95,13 +95,8 @@ AttentionEngine::AttentionEngine(Isa isa, const AttentionShape& shape, const mha
                              {w.k_weight, nullptr, nullptr, "weights->k_weight"},
                              {w.v_weight, nullptr, nullptr, "weights->v_weight"},
                              {w.out_weight, nullptr, nullptr, "weights->out_weight"}};
-  const QuantCodes type = o.weights == WeightFormat::int8   ? QuantCodes::int8
-                          : o.weights == WeightFormat::int4 ? QuantCodes::int4
-                                                            : QuantCodes::uint4;
-  if (o.int8_activations) {
-    proj_ = make_projections_i8(gemm(), gemm_i8_kernels(isa), shape, o.bf16, type, o.group, src, w);
-  } else if (o.weights != WeightFormat::as_compute) {
-    proj_ = make_projections_quant(gemm(), shape, type, o.group, src, w);
+  if (o.int8_activations || o.weights != WeightFormat::as_compute) {
+    proj_ = make_projections_coded(isa, shape, o, quant_codes(o.weights), o.group, src, w);
   } else if (o.bf16) {
     proj_ = make_projections_bf16(gemm(), g16, shape, w);
   } else {

@@ -43,12 +43,27 @@ std::size_t Projections::scratch_floats(bool fused, std::size_t q_rows, std::siz
   return round_up(fused ? q_rows * in_cols : q_rows * s_.embed_dim + 2 * kv_rows * s_.kv_dim(), 16);
 }
 
+QuantCodes quant_codes(WeightFormat f) {
+  return f == WeightFormat::int8   ? QuantCodes::int8
+         : f == WeightFormat::int4 ? QuantCodes::int4
+                                   : QuantCodes::uint4;
+}
+
+std::unique_ptr<Projections> make_projections_coded(Isa isa, const AttentionShape& s,
+                                                    const ObjectOptions& o, QuantCodes type,
+                                                    std::size_t group, const QuantSource (&src)[4],
+                                                    const mha_weights& biases) {
+  const GemmKernels& g = gemm_kernels(isa);
+  if (o.int8_activations) {
+    return make_projections_i8(g, gemm_i8_kernels(isa), s, o.bf16, type, group, src, biases);
+  }
+  return make_projections_quant(g, s, type, group, src, biases);
+}
+
 std::unique_ptr<Precision> make_precision(Isa isa, const ObjectOptions& o) {
   const GemmKernels& g = gemm_kernels(isa);
-  const QuantCodes type = o.weights == WeightFormat::int8   ? QuantCodes::int8
-                          : o.weights == WeightFormat::int4 ? QuantCodes::int4
-                                                            : QuantCodes::uint4;
-  if (o.int8_activations) return make_precision_i8(gemm_i8_kernels(isa), o.bf16, type, o.group);
+  const QuantCodes type = quant_codes(o.weights);
+  if (o.int8_activations) return make_precision_i8(g, gemm_i8_kernels(isa), o.bf16, type, o.group);
   if (o.weights != WeightFormat::as_compute) return make_precision_quant(g, type, o.group);
   return o.bf16 ? make_precision_bf16(g, gemm_bf16_kernels(isa)) : make_precision_fp32(g);
 }

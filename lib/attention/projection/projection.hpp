@@ -121,6 +121,22 @@ std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const 
 // MHA_INVALID_ARGUMENT naming `name`[j][p].
 void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_t k, const float* w,
                    std::int8_t* codes, float* scales, float* zeros, const char* name);
+// quantize_rows on the columns of op(B) b [k x n] (row-major), an MLA
+// layer's weight: codes [n x k], scales and zeros [n x groups].
+void quantize_columns(const GemmKernels& g, QuantCodes type, std::size_t group, std::size_t k,
+                      std::size_t n, const float* b, std::int8_t* codes, float* scales,
+                      float* zeros);
+
+// The codes of a quantized weight format (not as_compute).
+QuantCodes quant_codes(WeightFormat f);
+
+// The quantized projections o asks for, on weights of `type` codes in groups
+// of `group` (from o, or from the codes given): make_projections_i8 with int8
+// activations, else make_projections_quant.
+std::unique_ptr<Projections> make_projections_coded(Isa isa, const AttentionShape& s,
+                                                    const ObjectOptions& o, QuantCodes type,
+                                                    std::size_t group, const QuantSource (&src)[4],
+                                                    const mha_weights& biases);
 
 // Wq, Wk, Wv and Wo as int8 or int4 codes (type) with a scale per output
 // row and group of `group` input features (quantized by quantize_rows, or
@@ -168,8 +184,8 @@ std::unique_ptr<Precision> make_precision_bf16(const GemmKernels& g, const GemmB
 // quantize theirs. A NaN or infinite weight is MHA_INVALID_ARGUMENT.
 std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, QuantCodes type,
                                                 std::size_t group);
-std::unique_ptr<Precision> make_precision_i8(const GemmI8Kernels& g8, bool bf16, QuantCodes type,
-                                             std::size_t group);
+std::unique_ptr<Precision> make_precision_i8(const GemmKernels& g, const GemmI8Kernels& g8,
+                                             bool bf16, QuantCodes type, std::size_t group);
 // The precision that options o ask for (ObjectOptions, mha_attention_options).
 std::unique_ptr<Precision> make_precision(Isa isa, const ObjectOptions& o);
 

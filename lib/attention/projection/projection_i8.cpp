@@ -127,19 +127,14 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
 // and group, as the four projections' rows are, for gemm_i8.
 class PackedWeightI8 final : public PackedWeight {
  public:
-  PackedWeightI8(const GemmI8Kernels& g8, QuantCodes type, std::size_t group, std::size_t k,
-                 std::size_t n, const float* b) {
+  PackedWeightI8(const GemmKernels& g, const GemmI8Kernels& g8, QuantCodes type, std::size_t group,
+                 std::size_t k, std::size_t n, const float* b) {
     const bool int4 = type == QuantCodes::int4;
     storage_ = alloc_floats(
         ceil_div(packed_i8_b_bytes(g8, k, n, group, int4, "int8 weights"), sizeof(float)));
-    std::vector<float> rows(checked_mul(k, n, "int8 weights"));
-    for (std::size_t p = 0; p < k; ++p) {
-      for (std::size_t j = 0; j < n; ++j) rows[j * k + p] = b[p * n + j];
-    }
-    std::vector<std::int8_t> codes(rows.size());
+    std::vector<std::int8_t> codes(k * n);
     std::vector<float> scales(n * quant_groups(k, group));
-    quantize_rows(type, group, n, k, rows.data(), codes.data(), scales.data(), nullptr,
-                  "an MLA weight (output column, input row)");
+    quantize_columns(g, type, group, k, n, b, codes.data(), scales.data(), nullptr);
     b_ = pack_i8_b(g8, k, n, group, int4, codes.data(), k, scales.data(), storage_.get());
   }
   void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
@@ -155,16 +150,18 @@ class PackedWeightI8 final : public PackedWeight {
 
 class PrecisionI8 final : public Precision {
  public:
-  PrecisionI8(const GemmI8Kernels& g8, bool bf16, QuantCodes type, std::size_t group)
-      : g8_(g8), bf16_(bf16), type_(type), group_(group) {}
+  PrecisionI8(const GemmKernels& g, const GemmI8Kernels& g8, bool bf16, QuantCodes type,
+              std::size_t group)
+      : g_(g), g8_(g8), bf16_(bf16), type_(type), group_(group) {}
   std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n, const float* b) const override {
-    return std::make_unique<PackedWeightI8>(g8_, type_, group_, k, n, b);
+    return std::make_unique<PackedWeightI8>(g_, g8_, type_, group_, k, n, b);
   }
   void round(std::size_t rows, std::size_t cols, float* x, std::size_t ld) const override {
     if (bf16_) round_rows_bf16(rows, cols, x, ld);
   }
 
  private:
+  const GemmKernels& g_;
   const GemmI8Kernels& g8_;
   bool bf16_;
   QuantCodes type_;
@@ -173,9 +170,9 @@ class PrecisionI8 final : public Precision {
 
 }  // namespace
 
-std::unique_ptr<Precision> make_precision_i8(const GemmI8Kernels& g8, bool bf16, QuantCodes type,
-                                             std::size_t group) {
-  return std::make_unique<PrecisionI8>(g8, bf16, type, group);
+std::unique_ptr<Precision> make_precision_i8(const GemmKernels& g, const GemmI8Kernels& g8,
+                                             bool bf16, QuantCodes type, std::size_t group) {
+  return std::make_unique<PrecisionI8>(g, g8, bf16, type, group);
 }
 
 std::unique_ptr<Projections> make_projections_i8(const GemmKernels& g, const GemmI8Kernels& g8,

@@ -50,6 +50,15 @@ void quantize_rows(QuantCodes type, std::size_t group, std::size_t n, std::size_
   }
 }
 
+void quantize_columns(const GemmKernels& g, QuantCodes type, std::size_t group, std::size_t k,
+                      std::size_t n, const float* b, std::int8_t* codes, float* scales,
+                      float* zeros) {
+  std::vector<float> rows(checked_mul(k, n, "quantized weights"));
+  g.transpose(n, k, b, n, rows.data(), k);
+  quantize_rows(type, group, n, k, rows.data(), codes, scales, zeros,
+                "an MLA weight (output column, input row)");
+}
+
 namespace {
 
 class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
@@ -135,15 +144,10 @@ class PackedWeightQuant final : public PackedWeight {
     const std::size_t code_floats = round_up(ceil_div(code_bytes, sizeof(float)), 16);
     storage_ =
         alloc_floats(checked_add(code_floats, (zeros ? 2 : 1) * scales, "quantized weights"));
-    std::vector<float> rows(checked_mul(k, n, "quantized weights"));
-    for (std::size_t p = 0; p < k; ++p) {
-      for (std::size_t j = 0; j < n; ++j) rows[j * k + p] = b[p * n + j];
-    }
     const std::size_t groups = n * quant_groups(k, group);
-    std::vector<std::int8_t> codes(rows.size());
+    std::vector<std::int8_t> codes(k * n);
     std::vector<float> sc(groups), zp(zeros ? groups : 0);
-    quantize_rows(type, group, n, k, rows.data(), codes.data(), sc.data(),
-                  zeros ? zp.data() : nullptr, "an MLA weight (output column, input row)");
+    quantize_columns(g, type, group, k, n, b, codes.data(), sc.data(), zeros ? zp.data() : nullptr);
     float* sdst = storage_.get() + code_floats;
     b_ = pack_quant_b(g, type, k, n, group, codes.data(), k, sc.data(), zeros ? zp.data() : nullptr,
                       reinterpret_cast<std::int8_t*>(storage_.get()), sdst, sdst + scales);
