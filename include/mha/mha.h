@@ -383,9 +383,8 @@ typedef struct {
    * group, the whole row), 32, 64 or 128. Must be 0 for MHA_WEIGHTS_COMPUTE. */
   size_t weight_group;
   /* MHA_ACTIVATIONS_FLOAT (the default), or MHA_ACTIVATIONS_INT8 with
-   * weight_format MHA_WEIGHTS_INT8 or MHA_WEIGHTS_INT4, per row or in groups
-   * (MHA_WEIGHTS_COMPUTE: MHA_INVALID_ARGUMENT; MHA_WEIGHTS_UINT4:
-   * MHA_UNSUPPORTED). */
+   * weight_format MHA_WEIGHTS_INT8, _INT4 or _UINT4, per row or in groups
+   * (MHA_WEIGHTS_COMPUTE: MHA_INVALID_ARGUMENT). */
   mha_activations activations;
 } mha_attention_options;
 
@@ -415,17 +414,19 @@ typedef struct {
  *    with those widened weights, on every path and at any thread count.
  * int8 activations (W8A8, W4A8), activations MHA_ACTIVATIONS_INT8, with
  * compute MHA_FP32 or MHA_BF16:
- *  - the weights are quantized as above, int8 or int4, per row or in groups
- *    (or int8 codes per row given: mha_attention_create_int8);
+ *  - the weights are quantized as above, int8, int4 or uint4, per row or in
+ *    groups (or their codes given: mha_attention_create_int8, _blocks and
+ *    _packed);
  *  - each projection quantizes each of its input rows (the query, key and
  *    value rows, and the merged heads) by itself: s_a = max|x| / 127 (an
  *    fp32 division), q = x / s_a rounded to nearest even and clamped to
  *    [-127, 127]; a row whose s_a is 0 gets zero codes; a row holding NaN
  *    or an infinity gets s_a = NaN, so its outputs are NaN;
- *  - the product sums q * code exactly in int32 (input widths up to
- *    131072). int8 per row: y = float(sum) * (s_a * s_w) + bias; in groups,
- *    or int4: t = 0, then t = fma(float(sum over group g), s_w[g], t) for
- *    each group in order, and y = t * s_a + bias; each operation rounded to
+ *  - the product sums q * code (uint4: q * (code - zero point)) exactly in
+ *    int32 (input widths up to 131072). int8 per row: y = float(sum) *
+ *    (s_a * s_w) + bias; in groups, or int4 or uint4: t = 0, then
+ *    t = fma(float(sum over group g), s_w[g], t) for each group in order,
+ *    and y = t * s_a + bias; each operation rounded to
  *    nearest even in the order written: the same bits on every kernel set
  *    (mha_kernel_name(MHA_INT8)) and at any thread count;
  *  - the attention core is the compute type's, as below: with MHA_BF16,

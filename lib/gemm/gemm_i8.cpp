@@ -115,13 +115,13 @@ void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::si
 
 namespace {
 
-// The sections of a packed B: codes, then start and scales per group and
-// column.
+// The sections of a packed B: codes, then start, scales and (uint4) zeros
+// per group and column.
 struct I8Layout {
-  std::size_t kq, group_kq, groups, strips, cols, strip_bytes, start_at, scales_at, total;
+  std::size_t kq, group_kq, groups, strips, cols, strip_bytes, start_at, scales_at, zeros_at, total;
 };
 I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
-                   bool int4, const char* what) {
+                   QuantCodes type, const char* what) {
   check_arg(k <= kI8MaxK, what, ": expected at most ", kI8MaxK,
             " input features for int8 activations (exact int32 sums), got ", k);
   I8Layout l{};
@@ -130,11 +130,13 @@ I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::si
   l.groups = std::max<std::size_t>(ceil_div(l.kq, l.group_kq), 1);
   l.cols = checked_round_up(n, g.nr, what);
   l.strips = l.cols / g.nr;
-  l.strip_bytes = (int4 ? ceil_div(l.kq, 2) : l.kq) * g.nr * 4;
-  const std::size_t per_group = round_up(checked_mul(l.cols, 4, what), kAlign);
+  l.strip_bytes = (type != QuantCodes::int8 ? ceil_div(l.kq, 2) : l.kq) * g.nr * 4;
+  const std::size_t section =
+      checked_mul(l.groups, round_up(checked_mul(l.cols, 4, what), kAlign), what);
   l.start_at = checked_round_up(checked_mul(l.strips, l.strip_bytes, what), kAlign, what);
-  l.scales_at = checked_add(l.start_at, checked_mul(l.groups, per_group, what), what);
-  l.total = checked_add(l.scales_at, checked_mul(l.groups, per_group, what), what);
+  l.scales_at = checked_add(l.start_at, section, what);
+  l.zeros_at = checked_add(l.scales_at, section, what);
+  l.total = type == QuantCodes::uint4 ? checked_add(l.zeros_at, section, what) : l.zeros_at;
   return l;
 }
 
@@ -145,23 +147,26 @@ PackedI8B PackedI8B::cols(std::size_t n0, std::size_t n1) const {
   r.codes = codes + n0 / g->nr * strip_stride;
   r.start = start + n0;
   r.scales = scales + n0;
+  if (zeros != nullptr) r.zeros = zeros + n0;
   r.n = n1 - n0;
   return r;
 }
 
 std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
-                              std::size_t group, bool int4, const char* what) {
-  return i8_layout(g, k, n, group, int4, what).total;
+                              std::size_t group, QuantCodes type, const char* what) {
+  return i8_layout(g, k, n, group, type, what).total;
 }
 
 PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
-                    bool int4, const std::int8_t* w, std::size_t ldw, const float* scales,
-                    void* dst) {
-  const I8Layout l = i8_layout(g, k, n, group, int4, "int8 weights");
+                    QuantCodes type, const std::int8_t* w, std::size_t ldw, const float* scales,
+                    const float* zeros, void* dst) {
+  const I8Layout l = i8_layout(g, k, n, group, type, "int8 weights");
+  const bool int4 = type != QuantCodes::int8, uint4 = type == QuantCodes::uint4;
   auto* base = static_cast<unsigned char*>(dst);
   auto* codes = reinterpret_cast<std::int8_t*>(base);
   auto* start = reinterpret_cast<std::int32_t*>(base + l.start_at);
   auto* sc = reinterpret_cast<float*>(base + l.scales_at);
+  auto* zp = uint4 ? reinterpret_cast<std::int32_t*>(base + l.zeros_at) : nullptr;
   const std::size_t nr = g.nr, stride = round_up(l.cols * 4, kAlign) / 4;
   const std::size_t steps = int4 ? round_up(l.kq, 2) : l.kq;
   for (std::size_t col = 0; col < l.cols; ++col) {
@@ -170,13 +175,14 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
     for (std::size_t q = 0; q < l.groups; ++q) {
       std::int32_t sum = 0;
       // The last group takes int4's padding step, whose code 0 is
-      // stored as 8.
+      // stored as 8. uint4 codes count as code - 8, their zero point as
+      // z - 8: the same differences.
       const std::size_t p1 = q + 1 == l.groups ? steps : (q + 1) * l.group_kq;
       for (std::size_t p = q * l.group_kq * 4; p < p1 * 4; ++p) {
-        const std::int8_t v = col < n && p < k ? w[col * ldw + p] : 0;
+        const int v = col < n && p < k ? w[col * ldw + p] - (uint4 ? 8 : 0) : 0;
         sum += v;
         if (!int4) {
-          strip[(p / 4 * nr + j) * 4 + p % 4] = v;
+          strip[(p / 4 * nr + j) * 4 + p % 4] = static_cast<std::int8_t>(v);
           continue;
         }
         auto& byte = reinterpret_cast<std::uint8_t&>(strip[(p / 8 * nr + j) * 4 + p % 4]);
@@ -186,21 +192,46 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
       }
       start[q * stride + col] = -g.a_offset * sum;
       sc[q * stride + col] = col < n ? scales[col * l.groups + q] : 0.0f;
+      if (uint4) {
+        zp[q * stride + col] =
+            col < n ? static_cast<std::int32_t>(zeros[col * l.groups + q]) - 8 : 0;
+      }
     }
   }
-  return {
-      &g, codes, start, sc, k, n, l.strip_bytes, l.group_kq, stride, int4, int4 || l.groups > 1};
+  PackedI8B r{&g, codes,         start,      sc,     zp,   k,
+              n,  l.strip_bytes, l.group_kq, stride, int4, int4 || l.groups > 1};
+  return r;
+}
+
+void i8_group_sums(const GemmI8Kernels& g, std::size_t k, std::size_t group_k,
+                   const std::uint8_t* codes, std::int32_t* sums) {
+  for (std::size_t p0 = 0, q = 0; p0 < k; p0 += group_k, ++q) {
+    std::int32_t sum = 0;
+    for (std::size_t p = p0; p < std::min(k, p0 + group_k); ++p) {
+      std::int16_t wide = 0;
+      if (g.a_bytes == 2) std::memcpy(&wide, codes + 2 * p, 2);
+      sum += g.a_bytes == 2    ? wide - g.a_offset
+             : g.a_offset != 0 ? codes[p] - g.a_offset
+                               : static_cast<std::int8_t>(codes[p]);
+    }
+    sums[q] = sum;
+  }
 }
 
 namespace {
 
-// Rows of A quantized, the codes' row pitch in bytes (64-byte aligned), and
-// where the scales start in the scratch.
-std::size_t code_pitch(const GemmI8Kernels& g, std::size_t k) {
-  return round_up(round_up(k, 8) * g.a_bytes, kAlign);
+// Rows of A quantized: the codes, then (uint4 weights) the int32 group
+// sums, the row pitch in bytes (64-byte aligned); where the scales start in
+// the scratch.
+std::size_t sums_at(const GemmI8Kernels& g, std::size_t k) {
+  return round_up(k, 8) * g.a_bytes;
 }
-std::size_t scratch_floats(const GemmI8Kernels& g, std::size_t m, std::size_t k) {
-  return checked_add(ceil_div(checked_mul(m, code_pitch(g, k), "int8 activations"), 4), m,
+std::size_t code_pitch(const PackedI8B& b) {
+  const std::size_t groups = b.zeros != nullptr ? ceil_div(ceil_div(b.k, 4), b.group_kq) : 0;
+  return round_up(sums_at(*b.g, b.k) + 4 * groups, kAlign);
+}
+std::size_t scratch_floats(const PackedI8B& b, std::size_t m) {
+  return checked_add(ceil_div(checked_mul(m, code_pitch(b), "int8 activations"), 4), m,
                      "int8 activations");
 }
 
@@ -211,7 +242,7 @@ constexpr std::size_t kBlockBytes = 256 * 1024;
 }  // namespace
 
 void reserve_gemm_i8(std::size_t m, const PackedI8B& b) {
-  if (m > 0 && b.n > 0) thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(*b.g, m, b.k));
+  if (m > 0 && b.n > 0) thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
 }
 
 void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b, float* c,
@@ -219,8 +250,8 @@ void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b,
   const GemmI8Kernels& g = *b.g;
   const std::size_t n = b.n, k = b.k, kq = round_up(k, 4) / 4;
   if (m == 0 || n == 0) return;
-  const std::size_t pitch = code_pitch(g, k);
-  float* scratch = thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(g, m, k));
+  const std::size_t pitch = code_pitch(b), sums = sums_at(g, k);
+  float* scratch = thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
   auto* codes = reinterpret_cast<std::uint8_t*>(scratch);
   float* sa = scratch + ceil_div(m * pitch, 4);
   // A quarter of an fp32 multiply-add's time per int8 one (vpdpbusd: 64 per
@@ -230,32 +261,39 @@ void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b,
   parallel_for(ceil_div(m, kRowsPerTask), threads, [&](std::size_t t) {
     for (std::size_t i = t * kRowsPerTask; i < std::min(m, (t + 1) * kRowsPerTask); ++i) {
       g.quantize(k, a + i * lda, codes + i * pitch, sa + i);
+      if (b.zeros != nullptr) {
+        i8_group_sums(g, k, b.group_kq * 4, codes + i * pitch,
+                      reinterpret_cast<std::int32_t*>(codes + i * pitch + sums));
+      }
     }
   });
   const std::size_t mc = std::max(g.mr, kBlockBytes / pitch / g.mr * g.mr);
-  run_gemm_blocks(g.mr, g.nr, m, n, threads,
-                  [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
-                    for (std::size_t ib = i0; ib < i0 + rows; ib += mc) {
-                      const std::size_t ie = std::min(i0 + rows, ib + mc);
-                      for (std::size_t j = j0; j < j0 + cols; j += g.nr) {
-                        const std::size_t nb = std::min(g.nr, j0 + cols - j);
-                        const std::int8_t* strip = b.codes + j / g.nr * b.strip_stride;
-                        const float* bj = bias != nullptr ? bias + j : nullptr;
-                        const I8Strip groups{strip,      b.start + j, b.scales + j, kq,
-                                             b.group_kq, b.stride,    b.int4};
-                        for (std::size_t i = ib; i < ie; i += g.mr) {
-                          const std::size_t mb = std::min(g.mr, ie - i);
-                          if (b.grouped) {
-                            g.ukernel_groups(groups, codes + i * pitch, pitch, sa + i, bj,
-                                             c + i * ldc + j, ldc, mb, nb);
-                          } else {
-                            g.ukernel(kq, codes + i * pitch, pitch, strip, b.start + j, sa + i,
-                                      b.scales + j, bj, c + i * ldc + j, ldc, mb, nb);
-                          }
-                        }
-                      }
-                    }
-                  });
+  run_gemm_blocks(
+      g.mr, g.nr, m, n, threads,
+      [&](std::size_t i0, std::size_t j0, std::size_t rows, std::size_t cols) {
+        for (std::size_t ib = i0; ib < i0 + rows; ib += mc) {
+          const std::size_t ie = std::min(i0 + rows, ib + mc);
+          for (std::size_t j = j0; j < j0 + cols; j += g.nr) {
+            const std::size_t nb = std::min(g.nr, j0 + cols - j);
+            const std::int8_t* strip = b.codes + j / g.nr * b.strip_stride;
+            const float* bj = bias != nullptr ? bias + j : nullptr;
+            const I8Strip groups{
+                strip,      b.start + j, b.scales + j, kq,
+                b.group_kq, b.stride,    b.int4,       b.zeros != nullptr ? b.zeros + j : nullptr,
+                sums};
+            for (std::size_t i = ib; i < ie; i += g.mr) {
+              const std::size_t mb = std::min(g.mr, ie - i);
+              if (b.grouped) {
+                g.ukernel_groups(groups, codes + i * pitch, pitch, sa + i, bj, c + i * ldc + j, ldc,
+                                 mb, nb);
+              } else {
+                g.ukernel(kq, codes + i * pitch, pitch, strip, b.start + j, sa + i, b.scales + j,
+                          bj, c + i * ldc + j, ldc, mb, nb);
+              }
+            }
+          }
+        }
+      });
 }
 
 }  // namespace mha::detail

@@ -12,8 +12,10 @@
 //   rounded to nearest even in the order written (no FMA), so a row with a
 //   NaN scale is NaN.
 // Weights in groups of k (32, 64 or 128 rows of op(B), a scale each), or
-// int4 codes (-8..7, per column or in groups): acc_g, the exact sum over
-// group g, then
+// int4 codes (-8..7, per column or in groups), or uint4 codes (0..15) with
+// a zero point z per column and group (an integer in 0..16, as GPTQ's and
+// AWQ's checkpoints hold): acc_g, the exact sum over group g of
+// q[p] * code[p][j] (uint4: q[p] * (code[p][j] - z)), then
 //   t = 0; t = fma(float(acc_g), s_b[g][j], t) for each g in order;
 //   C[i][j] = t * s_a[i] + bias[j] (rounded, then the sum rounded).
 // Every kernel set computes the same integers, so every set, at any thread
@@ -25,6 +27,8 @@
 #include <cstdint>
 #include <mha/isa.hpp>
 #include <vector>
+
+#include "gemm/kernels.hpp"
 
 namespace mha::detail {
 
@@ -58,15 +62,20 @@ struct GemmI8Kernels {
 
 // A packed strip of weights in groups (PackedI8B): codes [kq][nr][4] bytes,
 // or for int4 [ceil(kq / 2)][nr][4] bytes whose low nibbles are step 2t's
-// and high nibbles step 2t + 1's, each stored as code + 8; group g (group_kq
-// steps of four k, the last one shorter) starts its sums at start[g *
-// stride + j] and scales them by scales[g * stride + j].
+// and high nibbles step 2t + 1's, each stored as code + 8 (uint4: the code,
+// read as code - 8 against a zero point z - 8); group g (group_kq steps of
+// four k, the last one shorter) starts its sums at start[g * stride + j]
+// and scales them by scales[g * stride + j]. With zeros (uint4), row i's
+// sums also start less zeros[g * stride + j] times the int32 at byte
+// sums_at + 4g of the row's codes: the sum of its codes q over group g.
 struct I8Strip {
   const std::int8_t* codes;
   const std::int32_t* start;
   const float* scales;
   std::size_t kq, group_kq, stride;
   bool int4;
+  const std::int32_t* zeros;
+  std::size_t sums_at;
 };
 
 // The kernel sets; the scalar one is every set's emulation.
@@ -81,6 +90,12 @@ const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept;
 // Every set of this build that this CPU runs, the scalar one included.
 std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
 
+// The group sums I8Strip's zeros take: sums[g] = the sum of the row's codes
+// q over k steps [g * group_k, (g + 1) * group_k), of codes stored as the
+// set's quantize stores them.
+void i8_group_sums(const GemmI8Kernels& g, std::size_t k, std::size_t group_k,
+                   const std::uint8_t* codes, std::int32_t* sums);
+
 // The header's rules, for the sets' quantize: a row's scale from its
 // largest magnitude (finite: no NaN or infinity in it), and codes p0 .. k of
 // a row scaled by s (s > 0; else zero codes), then the padding up to
@@ -91,13 +106,15 @@ void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::si
 
 // op(B) [k x n] = wᵀ packed for one kernel set: strips of nr columns, strip s
 // at codes + s*strip_stride bytes, laid out [kq][nr][4] (four k of a column
-// side by side, zero past k and n), or as I8Strip says for int4; start and
-// scales per group and column, [groups][stride], zero past n.
+// side by side, zero past k and n), or as I8Strip says for int4 and uint4;
+// start, scales and (uint4) zeros per group and column, [groups][stride],
+// zero past n.
 struct PackedI8B {
   const GemmI8Kernels* g = nullptr;
   const std::int8_t* codes = nullptr;
   const std::int32_t* start = nullptr;
   const float* scales = nullptr;
+  const std::int32_t* zeros = nullptr;  // uint4's z - 8; null: none
   std::size_t k = 0, n = 0, strip_stride = 0;
   std::size_t group_kq = 0, stride = 0;  // steps of four k per group; floats between groups
   bool int4 = false, grouped = false;    // grouped: ukernel_groups' arithmetic
@@ -109,13 +126,14 @@ struct PackedI8B {
 // Bytes pack_i8_b writes for k x n, checked (messages name `what`); k <=
 // kI8MaxK; group 0 (one per column), 32, 64 or 128.
 std::size_t packed_i8_b_bytes(const GemmI8Kernels& g, std::size_t k, std::size_t n,
-                              std::size_t group, bool int4, const char* what);
-// Packs codes w [n x k] (row j, ldw apart, is column j of op(B); int4 codes
-// in -8..7) with scales [n x groups] into dst (packed_i8_b_bytes, 64-byte
-// aligned).
+                              std::size_t group, QuantCodes type, const char* what);
+// Packs codes w [n x k] of `type` (row j, ldw apart, is column j of op(B);
+// int4 codes in -8..7, uint4 in 0..15) with scales and, for uint4, zero
+// points (integers in 0..16), each [n x groups], into dst
+// (packed_i8_b_bytes, 64-byte aligned).
 PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::size_t group,
-                    bool int4, const std::int8_t* w, std::size_t ldw, const float* scales,
-                    void* dst);
+                    QuantCodes type, const std::int8_t* w, std::size_t ldw, const float* scales,
+                    const float* zeros, void* dst);
 
 // C [m x n] = A·B + bias (bias: n floats, or null) for A [m x k] fp32
 // row-major, quantized into this thread's ScratchSlot::kGemmI8A; threaded.

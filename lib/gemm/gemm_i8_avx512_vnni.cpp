@@ -34,6 +34,13 @@ std::uint32_t load_quad(const std::uint8_t* p) {
   return q;
 }
 
+// Row a's sum of its codes over group g (I8Strip::sums_at).
+std::int32_t row_sum(const std::uint8_t* a, const I8Strip& b, std::size_t g) {
+  std::int32_t s;
+  std::memcpy(&s, a + b.sums_at + 4 * g, 4);
+  return s;
+}
+
 template <std::size_t ROWS>
 MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda,
                           const std::int8_t* b, const std::int32_t* start, const float* sa,
@@ -102,9 +109,18 @@ MHA_NO_TREE_PRE void tile_groups(const I8Strip& b, std::size_t h, const std::uin
     __m512i acc[ROWS][kV];
 #pragma GCC unroll 16
     for (std::size_t v = 0; v < kV; ++v) {
-      const __m512i s = _mm512_loadu_si512(b.start + g * b.stride + (kV * h + v) * kW);
+      const std::size_t at = g * b.stride + (kV * h + v) * kW;
+      const __m512i s = _mm512_loadu_si512(b.start + at);
 #pragma GCC unroll 16
       for (std::size_t i = 0; i < ROWS; ++i) acc[i][v] = s;
+      if (b.zeros != nullptr) {
+        const __m512i z = _mm512_loadu_si512(b.zeros + at);
+#pragma GCC unroll 16
+        for (std::size_t i = 0; i < ROWS; ++i) {
+          acc[i][v] = _mm512_sub_epi32(
+              s, _mm512_mullo_epi32(z, _mm512_set1_epi32(row_sum(a + i * lda, b, g))));
+        }
+      }
     }
     if constexpr (kInt4) {
       // Pairs of steps; a group's odd last step pairs with a zero code.

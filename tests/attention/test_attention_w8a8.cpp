@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_case.hpp"
@@ -34,13 +35,16 @@ using mha::test::RandomWeights;
 using mha::test::same_bits;
 
 // The weight formats int8 activations take: int8 per row or in groups,
-// int4 in groups or per row.
+// int4 in groups or per row, uint4 (with zero points) in groups.
 struct Format {
   mha_weight_format f;
   std::size_t group;
 };
-constexpr Format kFormats[] = {
-    {MHA_WEIGHTS_INT8, 0}, {MHA_WEIGHTS_INT8, 32}, {MHA_WEIGHTS_INT4, 128}, {MHA_WEIGHTS_INT4, 0}};
+constexpr Format kFormats[] = {{MHA_WEIGHTS_INT8, 0},
+                               {MHA_WEIGHTS_INT8, 32},
+                               {MHA_WEIGHTS_INT4, 128},
+                               {MHA_WEIGHTS_INT4, 0},
+                               {MHA_WEIGHTS_UINT4, 64}};
 
 mha_attention_options w8a8(mha_dtype compute = MHA_FP32, Format f = kFormats[0]) {
   mha_attention_options o{};
@@ -52,20 +56,23 @@ mha_attention_options w8a8(mha_dtype compute = MHA_FP32, Format f = kFormats[0])
   return o;
 }
 
-// A weight [out x in] as the object quantizes it, widened: code * scale.
+// A weight [out x in] as the object quantizes it, widened: (code - zero
+// point) * scale.
 std::vector<double> dequantized(Format f, const std::vector<float>& w, std::size_t out,
                                 std::size_t in) {
-  const auto type =
-      f.f == MHA_WEIGHTS_INT8 ? mha::detail::QuantCodes::int8 : mha::detail::QuantCodes::int4;
+  const auto type = f.f == MHA_WEIGHTS_INT8   ? mha::detail::QuantCodes::int8
+                    : f.f == MHA_WEIGHTS_INT4 ? mha::detail::QuantCodes::int4
+                                              : mha::detail::QuantCodes::uint4;
   const std::size_t groups = mha::detail::quant_groups(in, f.group);
   const std::size_t len = groups == 1 ? in : f.group;
   std::vector<std::int8_t> codes(out * in);
-  std::vector<float> scales(out * groups);
-  mha::detail::quantize_rows(type, f.group, out, in, w.data(), codes.data(), scales.data(), nullptr,
-                             "w");
+  std::vector<float> scales(out * groups), zeros(out * groups, 0.0f);
+  mha::detail::quantize_rows(type, f.group, out, in, w.data(), codes.data(), scales.data(),
+                             zeros.data(), "w");
   std::vector<double> r(w.size());
   for (std::size_t i = 0; i < r.size(); ++i) {
-    r[i] = double(float(codes[i]) * scales[i / in * groups + i % in / len]);
+    const std::size_t g = i / in * groups + i % in / len;
+    r[i] = double((float(codes[i]) - zeros[g]) * scales[g]);
   }
   return r;
 }
@@ -202,9 +209,12 @@ TEST_CASE("int8 activations: the error against float64 fake-quant and the unquan
 
 TEST_CASE("int8 activations: the same bits at any thread count and KV-step chunking",
           "[w8a8][attention]") {
-  for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
-    // int8 per row and int4 in groups: the two kernels of each set.
-    const mha_attention_options o = w8a8(compute, compute == MHA_FP32 ? kFormats[0] : kFormats[2]);
+  // int8 per row, and int4 or uint4 in groups: the two kernels of each set,
+  // the second with and without zero points.
+  for (const auto& [compute, f] :
+       {std::pair{MHA_FP32, kFormats[0]}, std::pair{MHA_BF16, kFormats[2]},
+        std::pair{MHA_FP32, kFormats[4]}}) {
+    const mha_attention_options o = w8a8(compute, f);
     for (const AttentionCase& c : cases()) {
       const CaseData d(c);
       const Handle h(c.config, d.w.view(), &o);
@@ -310,9 +320,6 @@ TEST_CASE("int8 activations: options are checked, and earlier structs still work
   o = w8a8();
   o.weight_format = MHA_WEIGHTS_COMPUTE;
   fails(o, MHA_INVALID_ARGUMENT, "activations");
-  o = w8a8();
-  o.weight_format = MHA_WEIGHTS_UINT4;
-  fails(o, MHA_UNSUPPORTED, "MHA_ACTIVATIONS_INT8");
   o = w8a8(MHA_FP32, {MHA_WEIGHTS_INT4, 16});
   fails(o, MHA_INVALID_ARGUMENT, "weight_group");
   // The second version's struct (up to weight_group): the bytes past it are

@@ -1428,9 +1428,9 @@ void fuzz_attention(Decoder& d) {
     opt.weight_group = how == 8 ? 0 : std::size_t{32} << d.p.ConsumeIntegralInRange<int>(0, 2);
     if (how == 9 && d.coin()) opt.weight_group = 0;
   }
-  // int8 activations on int8 or int4 weights, fp32 or bf16 compute: codes
-  // made at create or int8 ones given (how 8).
-  const bool w8a8 = quant && fmt != 2 && d.coin();
+  // int8 activations on int8, int4 or uint4 weights, fp32 or bf16 compute:
+  // codes made at create or int8 ones given (how 8).
+  const bool w8a8 = quant && d.coin();
   if (w8a8) {
     opt.activations = MHA_ACTIVATIONS_INT8;
     if (d.coin()) opt.compute = MHA_BF16;

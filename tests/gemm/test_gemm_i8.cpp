@@ -26,25 +26,31 @@ using mha::test::same_bits;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// How B is quantized: per column (group 0) or in groups of k rows; int4
-// codes (-8..7) or int8.
+// How B is quantized: per column (group 0) or in groups of k rows; int8,
+// int4 (-8..7) or uint4 codes (0..15, with zero points 0..16).
 struct Format {
   std::size_t group;
-  bool int4;
+  d::QuantCodes type;
   std::size_t groups(std::size_t k) const {
     return group == 0 || group >= k ? 1 : (k + group - 1) / group;
   }
-  bool grouped(std::size_t k) const { return int4 || groups(k) > 1; }
+  bool grouped(std::size_t k) const { return type != d::QuantCodes::int8 || groups(k) > 1; }
+  bool uint4() const { return type == d::QuantCodes::uint4; }
+  int lo() const { return type == d::QuantCodes::int8 ? -128 : uint4() ? 0 : -8; }
+  int hi() const { return type == d::QuantCodes::int8 ? 127 : uint4() ? 15 : 7; }
 };
-constexpr Format kPerRow{0, false};
-constexpr Format kFormats[] = {kPerRow,   {32, false}, {128, false},
-                               {0, true}, {32, true},  {64, true}};
+constexpr auto kI8 = d::QuantCodes::int8, kI4 = d::QuantCodes::int4, kU4 = d::QuantCodes::uint4;
+constexpr Format kPerRow{0, kI8};
+constexpr Format kFormats[] = {kPerRow,   {32, kI8}, {128, kI8}, {0, kI4},
+                               {32, kI4}, {64, kI4}, {0, kU4},   {32, kU4}};
 
 // The header's rules, written out independently of the library: w [n x k]
 // codes, sw [n x groups] scales.
+// zw: uint4's zero points [n x groups].
 std::vector<float> emulate(std::size_t m, std::size_t n, std::size_t k, const float* a,
                            std::size_t lda, const std::vector<std::int8_t>& w,
-                           const std::vector<float>& sw, const float* bias, Format f = kPerRow) {
+                           const std::vector<float>& sw, const float* bias, Format f = kPerRow,
+                           const std::vector<float>& zw = {}) {
   const std::size_t groups = f.groups(k), len = groups == 1 ? k : f.group;
   std::vector<float> c(m * n);
   for (std::size_t i = 0; i < m; ++i) {
@@ -72,8 +78,9 @@ std::vector<float> emulate(std::size_t m, std::size_t n, std::size_t k, const fl
         float t = 0.0f;
         for (std::size_t g = 0; g < groups; ++g) {
           std::int64_t acc = 0;
+          const int z = f.uint4() ? static_cast<int>(zw[j * groups + g]) : 0;
           for (std::size_t p = g * len; p < std::min(k, (g + 1) * len); ++p)
-            acc += q[p] * w[j * k + p];
+            acc += q[p] * (w[j * k + p] - z);
           t = std::fma(static_cast<float>(acc), sw[j * groups + g], t);
         }
         y = t * sa;
@@ -88,17 +95,19 @@ struct Packed {
   d::AlignedFloats storage;
   d::PackedI8B b;
   Packed(const d::GemmI8Kernels& g, std::size_t k, std::size_t n, const std::vector<std::int8_t>& w,
-         const std::vector<float>& sw, Format f = kPerRow) {
-    storage = d::alloc_floats(d::packed_i8_b_bytes(g, k, n, f.group, f.int4, "B") / 4);
-    b = d::pack_i8_b(g, k, n, f.group, f.int4, w.data(), k, sw.data(), storage.get());
+         const std::vector<float>& sw, Format f = kPerRow, const std::vector<float>& zw = {}) {
+    storage = d::alloc_floats(d::packed_i8_b_bytes(g, k, n, f.group, f.type, "B") / 4);
+    b = d::pack_i8_b(g, k, n, f.group, f.type, w.data(), k, sw.data(),
+                     f.uint4() ? zw.data() : nullptr, storage.get());
   }
 };
 
 // C through gemm_i8 on g, ldc = n + 3 with the padding checked untouched.
 std::vector<float> run(const d::GemmI8Kernels& g, std::size_t m, std::size_t n, std::size_t k,
                        const float* a, std::size_t lda, const std::vector<std::int8_t>& w,
-                       const std::vector<float>& sw, const float* bias, Format f = kPerRow) {
-  const Packed p(g, k, n, w, sw, f);
+                       const std::vector<float>& sw, const float* bias, Format f = kPerRow,
+                       const std::vector<float>& zw = {}) {
+  const Packed p(g, k, n, w, sw, f, zw);
   const std::size_t ldc = n + 3;
   std::vector<float> c(m * ldc, 7.0f);
   d::gemm_i8(m, a, lda, p.b, c.data(), ldc, bias);
@@ -124,12 +133,17 @@ void extremes(std::size_t k, Format f) {
   for (std::size_t p = 0; p < k; ++p) a[4 * k + p] = std::ldexp(val(rng), -140);  // denormal
   a[5 * k + 9] = 1000.0f;  // an outlier channel: the others round to few codes
   std::vector<std::int8_t> w(n * k);
-  const std::int8_t lo = f.int4 ? -8 : -128, hi = f.int4 ? 7 : 127;
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = i % 2 == 0 ? lo : hi;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    w[i] = static_cast<std::int8_t>(i % 2 == 0 ? f.lo() : f.hi());
+  }
   std::vector<float> sw(n * groups, 1.0f / 64), bias(n, 0.5f);
   sw[3 * groups] = 0.0f;
   sw[4 * groups] = 1e30f;  // overflows to inf in the product of the scales
-  const std::vector<float> want = emulate(m, n, k, a.data(), k, w, sw, bias.data(), f);
+  // uint4: zero points at both ends (16: GPTQ's stored 15 plus one), so
+  // code - z spans -16..15.
+  std::vector<float> zw(n * groups);
+  for (std::size_t i = 0; i < zw.size(); ++i) zw[i] = i % 3 == 0 ? 16.0f : i % 3 == 1 ? 0.0f : 8.0f;
+  const std::vector<float> want = emulate(m, n, k, a.data(), k, w, sw, bias.data(), f, zw);
   for (std::size_t j = 0; j < n; ++j) {
     CHECK(want[1 * n + j] == 0.5f);
     CHECK(std::isnan(want[2 * n + j]));
@@ -137,7 +151,7 @@ void extremes(std::size_t k, Format f) {
   }
   for (const d::GemmI8Kernels* g : d::gemm_i8_kernel_sets()) {
     INFO(g->name);
-    CHECK(same_bits(run(*g, m, n, k, a.data(), k, w, sw, bias.data(), f), want));
+    CHECK(same_bits(run(*g, m, n, k, a.data(), k, w, sw, bias.data(), f, zw), want));
   }
 }
 
@@ -150,7 +164,7 @@ TEST_CASE("internal gemm_i8: every kernel set gives the emulation's bits", "[gem
   for (std::size_t threads : {1, 2}) {
     mha_set_num_threads(threads);
     for (const Format f : kFormats) {
-      std::uniform_int_distribution<int> code(f.int4 ? -8 : -128, f.int4 ? 7 : 127);
+      std::uniform_int_distribution<int> code(f.lo(), f.hi()), zero(0, 16);
       for (std::size_t m : {1, 2, 5, 15, 33, 130}) {
         for (std::size_t n : {1, 3, 17, 40, 70}) {
           for (std::size_t k : {1, 3, 4, 7, 70, 301}) {
@@ -161,17 +175,18 @@ TEST_CASE("internal gemm_i8: every kernel set gives the emulation's bits", "[gem
             const float* a = abuf.data() + 1;
             std::vector<std::int8_t> w(n * k);
             for (auto& x : w) x = static_cast<std::int8_t>(code(rng));
-            std::vector<float> sw(n * groups), bias(n);
+            std::vector<float> sw(n * groups), bias(n), zw(n * groups);
+            for (float& z : zw) z = static_cast<float>(zero(rng));
             for (std::size_t j = 0; j < sw.size(); ++j) {
               sw[j] = std::ldexp(1.0f + val(rng) / 4, -8 + static_cast<int>(j % 5));
             }
             for (float& x : bias) x = val(rng);
             const float* bp = m % 2 == 0 ? bias.data() : nullptr;
-            const std::vector<float> want = emulate(m, n, k, a, lda, w, sw, bp, f);
+            const std::vector<float> want = emulate(m, n, k, a, lda, w, sw, bp, f, zw);
             for (const d::GemmI8Kernels* g : sets) {
-              INFO(g->name << " group " << f.group << " int4 " << f.int4 << " threads " << threads
-                           << " m " << m << " n " << n << " k " << k);
-              CHECK(same_bits(run(*g, m, n, k, a, lda, w, sw, bp, f), want));
+              INFO(g->name << " group " << f.group << " codes " << static_cast<int>(f.type)
+                           << " threads " << threads << " m " << m << " n " << n << " k " << k);
+              CHECK(same_bits(run(*g, m, n, k, a, lda, w, sw, bp, f, zw), want));
             }
           }
         }
@@ -185,7 +200,7 @@ TEST_CASE("internal gemm_i8: extreme codes and values", "[gemm][i8]") {
   // k 21: the NaN below falls in the quantizers' scalar tail.
   for (const std::size_t k : {2000, 21}) {
     for (const Format f : kFormats) {
-      CAPTURE(k, f.group, f.int4);
+      CAPTURE(k, f.group, static_cast<int>(f.type));
       extremes(k, f);
     }
   }
@@ -212,7 +227,7 @@ TEST_CASE("internal gemm_i8: the packed layout, and k past exact int32 sums", "[
       CHECK(p.b.start[col] == -g->a_offset * sum);
       CHECK(p.b.scales[col] == (col < n ? 2.0f : 0.0f));
     }
-    CHECK_NOTHROW(d::packed_i8_b_bytes(*g, d::kI8MaxK, 1, 0, false, "B"));
-    CHECK_THROWS(d::packed_i8_b_bytes(*g, d::kI8MaxK + 1, 1, 0, false, "B"));
+    CHECK_NOTHROW(d::packed_i8_b_bytes(*g, d::kI8MaxK, 1, 0, kI8, "B"));
+    CHECK_THROWS(d::packed_i8_b_bytes(*g, d::kI8MaxK + 1, 1, 0, kI8, "B"));
   }
 }

@@ -856,10 +856,12 @@ TEST_CASE("allocation failures, quantized weights: out of memory, nothing change
     mha_set_num_threads(four_threads ? 0 : 1);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_UINT4, 32);
-    // int8 activations: the int8 products' scratch (the quantized rows) on
-    // both cores, per-row int8 and grouped int4 weights.
+    // int8 activations: the int8 products' scratch (the quantized rows, and
+    // uint4's group sums) on both cores, per-row int8 and grouped int4 and
+    // uint4 weights.
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8, 0, MHA_ACTIVATIONS_INT8);
     run_attention(four_threads, MHA_BF16, MHA_WEIGHTS_INT4, 128, MHA_ACTIVATIONS_INT8);
+    run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_UINT4, 64, MHA_ACTIVATIONS_INT8);
   }
   mha_set_num_threads(0);
 }

@@ -324,11 +324,6 @@ ObjectOptions object_options(const mha_attention_options* options, const char* p
                                       : WeightFormat::uint4;
   o.group = group;
   if (act == MHA_ACTIVATIONS_INT8) {
-    if (f == MHA_WEIGHTS_UINT4) {
-      fail(MHA_UNSUPPORTED, prefix,
-           "options->activations: MHA_ACTIVATIONS_INT8 takes weight_format MHA_WEIGHTS_INT8 or "
-           "MHA_WEIGHTS_INT4 in this version, got MHA_WEIGHTS_UINT4");
-    }
     o.int8_activations = true;
     return o;
   }

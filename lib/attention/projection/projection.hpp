@@ -99,13 +99,15 @@ std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const G
                                                    const AttentionShape& s, const mha_weights& w);
 
 // One quantized weight [out, in]: fp32 values w to quantize (mha.h's rules),
-// or codes (a byte each) and their scales [out x groups] given
-// (mha_int8_weights, mha_block_weights); name: the weight's, for messages.
+// or codes (a byte each) and their scales, and for uint4 zero points,
+// [out x groups] given (mha_int8_weights, mha_block_weights,
+// mha_packed_weights); name: the weight's, for messages.
 struct QuantSource {
   const float* w = nullptr;
   const std::int8_t* codes = nullptr;
   const float* scales = nullptr;
   const char* name = "";
+  const float* zeros = nullptr;
 };
 // Wq, Wk, Wv and Wo so, in `type` codes with a scale per output row and
 // group of `group` input features (0: the whole row), packed for

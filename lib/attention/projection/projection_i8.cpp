@@ -1,7 +1,7 @@
 // The projections with int8 activations (W8A8 and W4A8,
 // mha_attention_options' MHA_ACTIVATIONS_INT8): each weight's rows quantized
-// to int8 or int4 codes with a scale per row or group (quantize_rows' rules,
-// or the int8 codes given), packed for the
+// to int8, int4 or uint4 codes with a scale (and zero point) per row or
+// group (quantize_rows' rules, or the codes given), packed for the
 // int8 GEMM's kernel set, and each input row quantized per token as the
 // product reads it (gemm_i8.hpp). A bf16 object then rounds Q, K and V to
 // bf16 where they enter its core, as its own projections do.
@@ -33,7 +33,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
                 QuantCodes type, std::size_t group, const QuantSource (&src)[4],
                 const mha_weights& biases)
       : PackedProjections(g, s), bf16_(bf16) {
-    const bool int4 = type == QuantCodes::int4;
+    const bool uint4 = type == QuantCodes::uint4;
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // Sections on whole strips of both kernel sets' (the fp32 ones lay out
     // the biases), so that Wq|Wk|Wv is one packed B whose column views are
@@ -51,7 +51,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
     std::size_t bytes[4] = {}, total = 0;
     for (std::size_t i = 0; i < packs; ++i) {
       const std::size_t w = fused_ ? (i == 0 ? 0 : 3) : i;
-      bytes[i] = packed_i8_b_bytes(g8, in[w], fused_ && i == 0 ? qkv : out[w], group, int4,
+      bytes[i] = packed_i8_b_bytes(g8, in[w], fused_ && i == 0 ? qkv : out[w], group, type,
                                    "int8 weights");
       total = checked_add(total, bytes[i], "int8 weights");
     }
@@ -71,18 +71,21 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
       const std::size_t k = in[first], rows = fused_ && i == 0 ? qkv : out[first];
       const std::size_t groups = quant_groups(k, group);
       std::vector<std::int8_t> codes(rows * k, 0);
-      std::vector<float> scales(rows * groups, 0.0f);
+      std::vector<float> scales(rows * groups, 0.0f), zeros(uint4 ? rows * groups : 0, 0.0f);
       for (std::size_t w = first; w < last; ++w) {
         const std::size_t row0 = fused_ ? at[w] : 0;
+        float* zp = uint4 ? zeros.data() + row0 * groups : nullptr;
         if (src[w].w != nullptr) {
           quantize_rows(type, group, out[w], k, src[w].w, codes.data() + row0 * k,
-                        scales.data() + row0 * groups, nullptr, src[w].name);
+                        scales.data() + row0 * groups, zp, src[w].name);
         } else {
           std::copy_n(src[w].codes, out[w] * k, codes.data() + row0 * k);
           std::copy_n(src[w].scales, out[w] * groups, scales.data() + row0 * groups);
+          if (uint4) std::copy_n(src[w].zeros, out[w] * groups, zp);
         }
       }
-      packed[i] = pack_i8_b(g8, k, rows, group, int4, codes.data(), k, scales.data(), dst);
+      packed[i] = pack_i8_b(g8, k, rows, group, type, codes.data(), k, scales.data(),
+                            uint4 ? zeros.data() : nullptr, dst);
       dst += bytes[i];
     }
     if (fused_) {
@@ -129,13 +132,15 @@ class PackedWeightI8 final : public PackedWeight {
  public:
   PackedWeightI8(const GemmKernels& g, const GemmI8Kernels& g8, QuantCodes type, std::size_t group,
                  std::size_t k, std::size_t n, const float* b) {
-    const bool int4 = type == QuantCodes::int4;
+    const bool uint4 = type == QuantCodes::uint4;
     storage_ = alloc_floats(
-        ceil_div(packed_i8_b_bytes(g8, k, n, group, int4, "int8 weights"), sizeof(float)));
+        ceil_div(packed_i8_b_bytes(g8, k, n, group, type, "int8 weights"), sizeof(float)));
     std::vector<std::int8_t> codes(k * n);
-    std::vector<float> scales(n * quant_groups(k, group));
-    quantize_columns(g, type, group, k, n, b, codes.data(), scales.data(), nullptr);
-    b_ = pack_i8_b(g8, k, n, group, int4, codes.data(), k, scales.data(), storage_.get());
+    std::vector<float> scales(n * quant_groups(k, group)), zeros(uint4 ? scales.size() : 0);
+    quantize_columns(g, type, group, k, n, b, codes.data(), scales.data(),
+                     uint4 ? zeros.data() : nullptr);
+    b_ = pack_i8_b(g8, k, n, group, type, codes.data(), k, scales.data(),
+                   uint4 ? zeros.data() : nullptr, storage_.get());
   }
   void apply(std::size_t rows, const float* a, std::size_t lda, float* c,
              std::size_t ldc) const override {

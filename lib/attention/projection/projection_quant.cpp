@@ -102,14 +102,15 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
     for (std::size_t i = 0; i < 4; ++i) {
       const std::int8_t* c = src[i].codes;
       const float* sc = src[i].scales;
+      const float* zp = zeros ? src[i].zeros : nullptr;
       if (src[i].w != nullptr) {
         quantize_rows(type, group, out[i], in[i], src[i].w, quantized.data(), row_scales.data(),
                       zeros ? row_zeros.data() : nullptr, src[i].name);
         c = quantized.data();
         sc = row_scales.data();
+        zp = zeros ? row_zeros.data() : nullptr;
       }
-      *dst[i] = pack_quant_b(g, type, in[i], out[i], group, c, in[i], sc,
-                             zeros ? row_zeros.data() : nullptr, cdst, sdst, zdst);
+      *dst[i] = pack_quant_b(g, type, in[i], out[i], group, c, in[i], sc, zp, cdst, sdst, zdst);
       cdst += packed_quant_b_bytes(g, type, in[i], out[i], "");
       const std::size_t n_scales = packed_quant_b_scales(g, in[i], out[i], group, "");
       sdst += n_scales;
