@@ -23,12 +23,15 @@ class MHA_API MultiheadAttention {
   // With options (compute = MHA_BF16: see mha_attention_create_ex).
   MultiheadAttention(const mha_config& config, const mha_weights& weights,
                      const mha_attention_options& options);
-  // On int8 codes (mha_attention_create_int8) or llama.cpp's blocks
-  // (mha_attention_create_blocks), with options as those take them (NULL:
-  // fp32 compute, weight-only).
+  // On int8 codes (mha_attention_create_int8), llama.cpp's blocks
+  // (mha_attention_create_blocks) or a GPTQ or AWQ checkpoint's layers
+  // (mha_attention_create_checkpoint), with options as those take them
+  // (NULL: fp32 compute, weight-only).
   MultiheadAttention(const mha_config& config, const mha_int8_weights& weights,
                      const mha_attention_options* options = nullptr);
   MultiheadAttention(const mha_config& config, const mha_block_weights& weights,
+                     const mha_attention_options* options = nullptr);
+  MultiheadAttention(const mha_config& config, const mha_checkpoint_weights& weights,
                      const mha_attention_options* options = nullptr);
   ~MultiheadAttention();
   MultiheadAttention(MultiheadAttention&& other) noexcept;

@@ -416,7 +416,7 @@ typedef struct {
  * compute MHA_FP32 or MHA_BF16:
  *  - the weights are quantized as above, int8, int4 or uint4, per row or in
  *    groups (or their codes given: mha_attention_create_int8, _blocks and
- *    _packed);
+ *    _checkpoint);
  *  - each projection quantizes each of its input rows (the query, key and
  *    value rows, and the merged heads) by itself: s_a = max|x| / 127 (an
  *    fp32 division), q = x / s_a rounded to nearest even and clamped to
@@ -524,6 +524,68 @@ MHA_API mha_status mha_attention_create_blocks(const mha_config* config,
                                                const mha_block_weights* weights,
                                                const mha_attention_options* options,
                                                mha_attention** out);
+
+/* 4-bit checkpoints with zero points, as GPTQ's and AWQ's safetensors hold
+ * a linear layer of `in` input and `out` output features (PyTorch's weight
+ * [out, in]) in groups of `group` input features, G = ceil(in / group) (1
+ * with group 0). Weight = (code - zero point) * scale, each code 0..15. */
+typedef enum {
+  /* AutoGPTQ's (quantize_config checkpoint_format "gptq", the default):
+   * qweight int32 [in / 8, out], input feature 8i + t of output j in bits
+   * 4t .. 4t + 3 of qweight[i][j]; qzeros int32 [G, out / 8], output
+   * 8i + t's stored zero in bits 4t .. 4t + 3 of qzeros[g][i], the zero
+   * point being the stored value plus 1 (so 1..16) */
+  MHA_CHECKPOINT_GPTQ = 0,
+  /* GPTQModel's "gptq_v2": GPTQ's layout, the zero point as stored (0..15) */
+  MHA_CHECKPOINT_GPTQ_V2 = 1,
+  /* AutoAWQ's GEMM layout: qweight int32 [in, out / 8], output 8j + t of
+   * input feature i in bits 4u .. 4u + 3 of qweight[i][j], u = {0, 4, 1, 5,
+   * 2, 6, 3, 7}[t]; qzeros int32 [G, out / 8] in the same order, the zero
+   * point as stored */
+  MHA_CHECKPOINT_AWQ = 2,
+  /* Not layouts: every int value is valid in C++ (see mha_dtype); an
+   * unknown one is MHA_INVALID_ARGUMENT. */
+  MHA_CHECKPOINT_MIN_ENUM = -0x7fffffff - 1,
+  MHA_CHECKPOINT_MAX_ENUM = 0x7fffffff
+} mha_checkpoint_layout;
+
+/* One linear layer's tensors, as the checkpoint names them. */
+typedef struct {
+  const int32_t* qweight;
+  const int32_t* qzeros;
+  const uint16_t* scales; /* [G, out], IEEE fp16 bits, as stored */
+  /* GPTQ only: NULL, or [in] with g_idx[p] == p / group for every p
+   * (desc_act=False); an act-order g_idx (any other, each in [0, G)) is
+   * MHA_UNSUPPORTED in this version, and AWQ's must be NULL */
+  const int32_t* g_idx;
+  const float* bias; /* [out], or NULL */
+} mha_checkpoint_matrix;
+
+/* The four projections (q_proj: in E, out E; k_proj and v_proj: in kdim or
+ * vdim, out kv_heads*head_dim; o_proj: in E, out E). Every in and out must
+ * be a multiple of 8. */
+typedef struct {
+  size_t struct_size; /* sizeof(mha_checkpoint_weights) */
+  mha_checkpoint_layout layout;
+  size_t group; /* 32, 64 or 128, or 0 (GPTQ's group_size -1: whole rows) */
+  mha_checkpoint_matrix q, k, v, out;
+} mha_checkpoint_weights;
+
+/* An object on a GPTQ or AWQ checkpoint's codes, read as they are: the
+ * object that mha_attention_create_ex makes with weight_format
+ * MHA_WEIGHTS_UINT4 and weight_group `group` from weights whose
+ * quantization gives these codes, zero points and scales (widened from
+ * fp16, exactly), bit for bit; a GPTQ zero point of 16, which create never
+ * makes, gives the widened weights' bits as well (weight-only: the fp32
+ * object's on them). options: NULL (fp32 compute, weight-only), or
+ * weight_format MHA_WEIGHTS_UINT4 and weight_group `group` with the compute
+ * type and activations of mha_attention_create_ex (int8 activations
+ * included; others: MHA_INVALID_ARGUMENT). A scale that is NaN or infinite
+ * is MHA_INVALID_ARGUMENT, naming it. */
+MHA_API mha_status mha_attention_create_checkpoint(const mha_config* config,
+                                                   const mha_checkpoint_weights* weights,
+                                                   const mha_attention_options* options,
+                                                   mha_attention** out);
 
 /* out = MultiheadAttention(query, key, value), PyTorch semantics (eval mode,
  * batch_first=True), except that a query row whose keys are all masked gets

@@ -1552,8 +1552,10 @@ void fuzz_blocks(Decoder& d) {
     for (auto& b : bytes) b = static_cast<unsigned char>(d.rng());
     for (std::size_t b = 0; b < blocks; ++b) {
       unsigned char* blk = bytes.data() + b * size;
-      // A sane exponent (2^-14 .. 2^-3) unless this input asks for bad ones.
-      if (!bad_scales) blk[1] = static_cast<unsigned char>((blk[1] & 0x83u) | 0x04u);
+      // A sane exponent (2^-14 .. 2^-7) unless this input asks for bad ones.
+      if (!bad_scales) {
+        blk[1] = static_cast<unsigned char>((blk[1] & 0x83u) | (1u + (blk[1] >> 2 & 7u)) << 2);
+      }
       const float scale = fp16_value(static_cast<std::uint16_t>(blk[0] | blk[1] << 8));
       finite = finite && std::isfinite(scale);
       for (std::size_t j = 0; j < 32; ++j) {
@@ -1607,6 +1609,124 @@ void fuzz_blocks(Decoder& d) {
                "fp32 forward failed");
     mha_attention_destroy(fp32);
     FUZZ_CHECK(same_bits(out, ref), "blocks object differs from the fp32 one on its weights");
+  }
+  mha_attention_destroy(attn);
+}
+
+// mha_attention_create_checkpoint on a random GPTQ, GPTQ v2 or AWQ layer
+// set: random nibbles (every code and zero is valid), scales of random fp16
+// bits (now and then NaN or infinite), widths on and off the packing's 8, a
+// group now and then off the list, and g_idx absent, the identity, or one
+// swap (act order). It must fail, writing nothing, exactly where mha.h
+// says; a weight-only object then gives the bits of an fp32 object on the
+// weights decoded as mha.h states the layouts, and one with int8
+// activations runs a forward.
+void fuzz_checkpoint(Decoder& d) {
+  const auto layout = static_cast<mha_checkpoint_layout>(d.p.ConsumeIntegralInRange<int>(0, 2));
+  const bool awq = layout == MHA_CHECKPOINT_AWQ;
+  mha_config c{};
+  c.num_heads = 1 + d.p.ConsumeIntegralInRange<std::size_t>(0, 3);
+  c.embed_dim = c.num_heads * (d.coin(6) ? 12 : 32);
+  c.kdim = d.coin() ? 0 : 32 * d.p.ConsumeIntegralInRange<std::size_t>(1, 3) + (d.coin(6) ? 4 : 0);
+  c.vdim = c.kdim;
+  c.num_kv_heads = 1;
+  const std::size_t E = c.embed_dim, kdim = c.kdim ? c.kdim : E, kv = E / c.num_heads;
+  static constexpr std::size_t kGroups[] = {0, 32, 64, 128, 16};
+  const std::size_t group = kGroups[d.p.ConsumeIntegralInRange<int>(0, d.coin(6) ? 4 : 3)];
+  const bool bad_scales = d.coin(6);
+  const int g_idx_kind = d.p.ConsumeIntegralInRange<int>(0, 2);  // none, identity, one swap
+  bool finite = true, identity = true;
+  struct Layer {
+    std::vector<std::int32_t> qweight, qzeros, g_idx;
+    std::vector<std::uint16_t> scales;
+    std::vector<float> w;
+  };
+  // One layer [rows x in], and its weights decoded (when the sizes allow).
+  const auto make = [&](std::size_t rows, std::size_t in, Layer& l) {
+    const std::size_t groups = group == 0 || group >= in ? 1 : (in + group - 1) / group;
+    const std::size_t len = groups == 1 ? in : group;
+    l.qweight.resize(std::max<std::size_t>(in * rows / 8, 1));
+    l.qzeros.resize(std::max<std::size_t>(groups * rows / 8, 1));
+    l.scales.resize(groups * rows);
+    for (auto& x : l.qweight) x = static_cast<std::int32_t>(d.rng());
+    for (auto& x : l.qzeros) x = static_cast<std::int32_t>(d.rng());
+    for (auto& h : l.scales) {
+      h = static_cast<std::uint16_t>(d.rng());
+      // A sane exponent (2^-14 .. 2^-7) unless this input asks for bad ones.
+      if (!bad_scales) h = static_cast<std::uint16_t>((h & 0x83FFu) | (1u + (h >> 10 & 7u)) << 10);
+      finite = finite && std::isfinite(fp16_value(h));
+    }
+    for (std::size_t p = 0; p < in; ++p) l.g_idx.push_back(static_cast<std::int32_t>(p / len));
+    if (g_idx_kind == 2 && groups > 1) {
+      std::swap(l.g_idx[0], l.g_idx[in - 1]);
+      identity = false;
+    }
+    if (in % 8 != 0 || rows % 8 != 0) return;
+    const auto nib = [](std::int32_t word, unsigned t) {
+      return static_cast<int>(static_cast<std::uint32_t>(word) >> (4 * t) & 15u);
+    };
+    static constexpr unsigned kAwq[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    l.w.resize(rows * in);
+    for (std::size_t j = 0; j < rows; ++j) {
+      for (std::size_t p = 0; p < in; ++p) {
+        const std::size_t g = p / len;
+        const int code = awq ? nib(l.qweight[p * (rows / 8) + j / 8], kAwq[j % 8])
+                             : nib(l.qweight[p / 8 * rows + j], static_cast<unsigned>(p % 8));
+        const int stored =
+            nib(l.qzeros[g * (rows / 8) + j / 8], awq ? kAwq[j % 8] : static_cast<unsigned>(j % 8));
+        const int z = layout == MHA_CHECKPOINT_GPTQ ? stored + 1 : stored;
+        l.w[j * in + p] = static_cast<float>(code - z) * fp16_value(l.scales[g * rows + j]);
+      }
+    }
+  };
+  Layer q, k, v, o;
+  make(E, E, q);
+  make(kv, kdim, k);
+  make(kv, kdim, v);
+  make(E, E, o);
+  const auto matrix = [&](const Layer& l) {
+    return mha_checkpoint_matrix{l.qweight.data(), l.qzeros.data(), l.scales.data(),
+                                 g_idx_kind == 0 ? nullptr : l.g_idx.data(), nullptr};
+  };
+  const mha_checkpoint_weights cw{sizeof cw, layout,    group,    matrix(q),
+                                  matrix(k), matrix(v), matrix(o)};
+  mha_attention_options opt{};
+  opt.struct_size = sizeof opt;
+  opt.weight_format = MHA_WEIGHTS_UINT4;
+  opt.weight_group = group;
+  const bool int8 = d.coin();
+  if (int8) {
+    opt.activations = MHA_ACTIVATIONS_INT8;
+    opt.compute = d.coin() ? MHA_BF16 : MHA_FP32;
+  }
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  prime_error();
+  const mha_status st =
+      mha_attention_create_checkpoint(&c, &cw, int8 || d.coin() ? &opt : nullptr, &attn);
+  const bool valid = E % 8 == 0 && kdim % 8 == 0 && kv % 8 == 0 && finite && group != 16 &&
+                     (g_idx_kind == 0 || (!awq && identity));
+  check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_attention_create_checkpoint");
+  if (st != MHA_OK) {
+    FUZZ_CHECK(attn == sentinel, "mha_attention_create_checkpoint failed but wrote *out");
+    return;
+  }
+  const std::size_t L = 1 + d.p.ConsumeIntegralInRange<std::size_t>(0, 4), S = L + 1;
+  const std::vector<float> x = d.values(L * E), kvx = d.values(S * kdim);
+  std::vector<float> out(L * E, NAN), ref(L * E, NAN);
+  FUZZ_CHECK(mha_attention_forward(attn, 1, L, S, x.data(), kvx.data(), kvx.data(), nullptr,
+                                   out.data(), nullptr, 0) == MHA_OK,
+             "forward on a checkpoint object failed: %s", mha_last_error());
+  if (!int8) {
+    const mha_weights w{q.w.data(), k.w.data(), v.w.data(), o.w.data(),
+                        nullptr,    nullptr,    nullptr,    nullptr};
+    mha_attention* fp32 = nullptr;
+    FUZZ_CHECK(mha_attention_create(&c, &w, &fp32) == MHA_OK, "fp32 create failed");
+    FUZZ_CHECK(mha_attention_forward(fp32, 1, L, S, x.data(), kvx.data(), kvx.data(), nullptr,
+                                     ref.data(), nullptr, 0) == MHA_OK,
+               "fp32 forward failed");
+    mha_attention_destroy(fp32);
+    FUZZ_CHECK(same_bits(out, ref), "checkpoint object differs from the fp32 one on its weights");
   }
   mha_attention_destroy(attn);
 }
@@ -2173,9 +2293,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static constexpr std::size_t kThreads[] = {1, 0, 2};
   mha_set_num_threads(kThreads[p.ConsumeIntegralInRange<int>(0, 2)]);
   for (int op = 0; op < kMaxOps && p.remaining_bytes() > 0; ++op) {
-    // One byte: 250..255 pick MLA, 244..249 llama.cpp's blocks, the rest
-    // `% 5` as this byte did before they joined, so that most of the
-    // committed corpus keeps its meaning.
+    // One byte: 250..255 pick MLA, 244..249 llama.cpp's blocks, 238..243
+    // GPTQ and AWQ checkpoints, the rest `% 5` as this byte did before they
+    // joined, so that most of the committed corpus keeps its meaning.
     const int pick = p.ConsumeIntegralInRange<int>(0, 255);
     if (pick >= 250) {
       fuzz_mla(d);
@@ -2183,6 +2303,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     if (pick >= 244) {
       fuzz_blocks(d);
+      continue;
+    }
+    if (pick >= 238) {
+      fuzz_checkpoint(d);
       continue;
     }
     switch (pick % 5) {

@@ -696,6 +696,22 @@ void run_attention(bool four_threads, mha_dtype compute,
     });
   }
 
+  if (format == MHA_WEIGHTS_UINT4) {
+    // A GPTQ checkpoint of this scenario's group: every E x E layer the
+    // same nibbles, scales 1/64 (fp16 0x2400), stored zeros 7.
+    const std::size_t groups = group == 0 ? 1 : E / group;
+    std::vector<std::int32_t> qweight(E / 8 * E), qzeros(groups * E / 8, 0x77777777);
+    for (std::size_t i = 0; i < qweight.size(); ++i) {
+      qweight[i] = static_cast<std::int32_t>(0x9E3779B9u * static_cast<std::uint32_t>(i + 1));
+    }
+    const std::vector<std::uint16_t> scales(groups * E, 0x2400);
+    const mha_checkpoint_matrix m{qweight.data(), qzeros.data(), scales.data(), nullptr, nullptr};
+    const mha_checkpoint_weights wc{sizeof wc, MHA_CHECKPOINT_GPTQ, group, m, m, m, m};
+    run_create("attention create from a GPTQ checkpoint", [&](mha_attention** out) {
+      return mha_attention_create_checkpoint(&s.cfg, &wc, &s.options, out);
+    });
+  }
+
   const float* x = s.x.data();
   run_injection({"forward self", reset_out,
                  [&] {

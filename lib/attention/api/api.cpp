@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/api/checks.hpp"
+#include "attention/api/coded_weights.hpp"
 #include "attention/engine/engine.hpp"
 #include "common/checked.hpp"
 #include "common/error.hpp"
@@ -175,52 +176,6 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
   return coded_handle(shape, o, detail::QuantCodes::int8, 0, src, w);
 }
 
-// An fp16 bit pattern widened to fp32, exactly.
-float fp16_to_float(std::uint16_t h) {
-  const int exponent = h >> 10 & 31, mantissa = h & 1023;
-  const float sign = (h & 0x8000u) != 0 ? -1.0f : 1.0f;
-  if (exponent == 31) {
-    return mantissa != 0 ? std::numeric_limits<float>::quiet_NaN()
-                         : sign * std::numeric_limits<float>::infinity();
-  }
-  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
-  return sign * std::ldexp(static_cast<float>(1024 + mantissa), exponent - 25);
-}
-
-// One matrix [rows x in] of Q4_0 or Q8_0 blocks as codes (a byte each) and a
-// scale per row and block; every scale checked finite.
-struct Decoded {
-  std::vector<std::int8_t> codes;
-  std::vector<float> scales;
-};
-Decoded decode_blocks(mha_block_format format, const void* blocks, std::size_t rows, std::size_t in,
-                      const char* name) {
-  check_arg(blocks != nullptr, name, ": expected an array of blocks, got NULL");
-  check_arg(in % 32 == 0, name, ": expected an input width that is a multiple of 32, got ", in);
-  const bool q8 = format == MHA_BLOCKS_Q8_0;
-  const std::size_t per_row = in / 32, block_bytes = q8 ? 34 : 18;
-  const std::size_t count = detail::checked_mul(rows, per_row, name);
-  detail::checked_mul(count, block_bytes, name);
-  Decoded d;
-  d.codes.resize(detail::checked_mul(rows, in, name));
-  d.scales.resize(count);
-  const auto* bytes = static_cast<const unsigned char*>(blocks);
-  for (std::size_t b = 0; b < count; ++b) {
-    const unsigned char* block = bytes + b * block_bytes;
-    const float scale = fp16_to_float(static_cast<std::uint16_t>(block[0] | block[1] << 8));
-    check_arg(std::isfinite(scale), name, ": block [", b / per_row, "][", b % per_row,
-              "]: expected a finite scale, got ", scale);
-    d.scales[b] = scale;
-    std::int8_t* out = d.codes.data() + b * 32;
-    for (std::size_t j = 0; j < 32; ++j) {
-      out[j] =
-          q8 ? static_cast<std::int8_t>(block[2 + j])
-             : static_cast<std::int8_t>((j < 16 ? block[2 + j] & 15 : block[2 + j - 16] >> 4) - 8);
-    }
-  }
-  return d;
-}
-
 // mha_attention_create_blocks: the checks, the blocks decoded, then packed
 // as given codes of their format in groups of 32.
 std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
@@ -242,10 +197,11 @@ std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
             options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
             options != nullptr ? options->weight_group : 0);
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
-  const Decoded q = decode_blocks(w.format, w.q_blocks, E, E, "weights->q_blocks");
-  const Decoded k = decode_blocks(w.format, w.k_blocks, kv, shape.kdim, "weights->k_blocks");
-  const Decoded v = decode_blocks(w.format, w.v_blocks, kv, shape.vdim, "weights->v_blocks");
-  const Decoded x = decode_blocks(w.format, w.out_blocks, E, E, "weights->out_blocks");
+  using detail::decode_blocks;
+  const auto q = decode_blocks(w.format, w.q_blocks, E, E, "weights->q_blocks");
+  const auto k = decode_blocks(w.format, w.k_blocks, kv, shape.kdim, "weights->k_blocks");
+  const auto v = decode_blocks(w.format, w.v_blocks, kv, shape.vdim, "weights->v_blocks");
+  const auto x = decode_blocks(w.format, w.out_blocks, E, E, "weights->out_blocks");
   const detail::QuantSource src[] = {
       {nullptr, q.codes.data(), q.scales.data(), "weights->q_blocks"},
       {nullptr, k.codes.data(), k.scales.data(), "weights->k_blocks"},
@@ -253,6 +209,45 @@ std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
       {nullptr, x.codes.data(), x.scales.data(), "weights->out_blocks"}};
   return coded_handle(shape, o, q8 ? detail::QuantCodes::int8 : detail::QuantCodes::int4, 32, src,
                       w);
+}
+
+// mha_attention_create_checkpoint: the checks, the layers decoded, then
+// packed as given uint4 codes with zero points.
+std::unique_ptr<mha_attention> make_checkpoint_handle(const mha_config& config,
+                                                      const mha_checkpoint_weights& w,
+                                                      const mha_attention_options* options) {
+  const detail::AttentionShape shape = resolve_shape(config);
+  check_arg(w.struct_size == sizeof(mha_checkpoint_weights),
+            "weights->struct_size: expected sizeof(mha_checkpoint_weights) (",
+            sizeof(mha_checkpoint_weights), "), got ", w.struct_size);
+  check_arg(w.layout == MHA_CHECKPOINT_GPTQ || w.layout == MHA_CHECKPOINT_GPTQ_V2 ||
+                w.layout == MHA_CHECKPOINT_AWQ,
+            "weights->layout: expected MHA_CHECKPOINT_GPTQ, MHA_CHECKPOINT_GPTQ_V2 or "
+            "MHA_CHECKPOINT_AWQ, got ",
+            static_cast<long>(w.layout));
+  check_arg(w.group == 0 || w.group == 32 || w.group == 64 || w.group == 128,
+            "weights->group: expected 0, 32, 64 or 128, got ", w.group);
+  const detail::ObjectOptions o = detail::object_options(options, "");
+  check_arg(options == nullptr || (o.weights == detail::WeightFormat::uint4 && o.group == w.group),
+            "options: expected weight_format MHA_WEIGHTS_UINT4 and weight_group ", w.group,
+            " (weights->group), got weight_format ",
+            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
+            options != nullptr ? options->weight_group : 0);
+  const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
+  using detail::decode_checkpoint;
+  const auto q = decode_checkpoint(w.layout, w.q, E, E, w.group, "weights->q");
+  const auto k = decode_checkpoint(w.layout, w.k, kv, shape.kdim, w.group, "weights->k");
+  const auto v = decode_checkpoint(w.layout, w.v, kv, shape.vdim, w.group, "weights->v");
+  const auto x = decode_checkpoint(w.layout, w.out, E, E, w.group, "weights->out");
+  const detail::QuantSource src[] = {
+      {nullptr, q.codes.data(), q.scales.data(), "weights->q", q.zeros.data()},
+      {nullptr, k.codes.data(), k.scales.data(), "weights->k", k.zeros.data()},
+      {nullptr, v.codes.data(), v.scales.data(), "weights->v", v.zeros.data()},
+      {nullptr, x.codes.data(), x.scales.data(), "weights->out", x.zeros.data()}};
+  struct {
+    const float *q_bias, *k_bias, *v_bias, *out_bias;
+  } biases{w.q.bias, w.k.bias, w.v.bias, w.out.bias};
+  return coded_handle(shape, o, detail::QuantCodes::uint4, w.group, src, biases);
 }
 
 const detail::AttentionEngine& engine_of(const mha_attention* handle) {
@@ -401,6 +396,11 @@ MultiheadAttention::MultiheadAttention(const mha_config& config, const mha_block
                                        const mha_attention_options* options)
     : handle_(make_blocks_handle(config, weights, options).release()) {}
 
+MultiheadAttention::MultiheadAttention(const mha_config& config,
+                                       const mha_checkpoint_weights& weights,
+                                       const mha_attention_options* options)
+    : handle_(make_checkpoint_handle(config, weights, options).release()) {}
+
 MultiheadAttention::~MultiheadAttention() {
   delete handle_;
 }
@@ -508,6 +508,19 @@ MHA_API mha_status mha_attention_create_blocks(const mha_config* config,
     mha::detail::check_arg(weights != nullptr, "weights: expected an mha_block_weights, got NULL");
     mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
     *out = mha::make_blocks_handle(*config, *weights, options).release();
+  });
+}
+
+MHA_API mha_status mha_attention_create_checkpoint(const mha_config* config,
+                                                   const mha_checkpoint_weights* weights,
+                                                   const mha_attention_options* options,
+                                                   mha_attention** out) {
+  return mha::detail::guarded([&] {
+    mha::detail::check_arg(config != nullptr, "config: expected an mha_config, got NULL");
+    mha::detail::check_arg(weights != nullptr,
+                           "weights: expected an mha_checkpoint_weights, got NULL");
+    mha::detail::check_arg(out != nullptr, "out: expected a place for the handle, got NULL");
+    *out = mha::make_checkpoint_handle(*config, *weights, options).release();
   });
 }
 

@@ -101,7 +101,7 @@ std::unique_ptr<Projections> make_projections_bf16(const GemmKernels& g, const G
 // One quantized weight [out, in]: fp32 values w to quantize (mha.h's rules),
 // or codes (a byte each) and their scales, and for uint4 zero points,
 // [out x groups] given (mha_int8_weights, mha_block_weights,
-// mha_packed_weights); name: the weight's, for messages.
+// mha_checkpoint_weights); name: the weight's, for messages.
 struct QuantSource {
   const float* w = nullptr;
   const std::int8_t* codes = nullptr;
