@@ -43,6 +43,9 @@ set(MHA_ISA_FLAGS_avx2_i8 ${MHA_ISA_FLAGS_avx2})
 set(MHA_EXTENSION_BASE_avx2_i8 avx2)
 set(MHA_ISA_FLAGS_neon_dot -march=armv8.2-a+dotprod)
 set(MHA_EXTENSION_BASE_neon_dot neon)
+# SMMLA (FEAT_I8MM: Armv8.6-A, optional from Armv8.2-A).
+set(MHA_ISA_FLAGS_neon_i8mm -march=armv8.2-a+i8mm)
+set(MHA_EXTENSION_BASE_neon_i8mm neon)
 # FEAT_BF16 (BFDOT, BFCVTN): Armv8.6-A, optional from Armv8.2-A.
 set(MHA_ISA_FLAGS_neon_bf16 -march=armv8.2-a+bf16)
 set(MHA_EXTENSION_BASE_neon_bf16 neon)

@@ -179,8 +179,8 @@ typedef enum {
  * CPU cannot run makes every bf16 computation fail with MHA_UNSUPPORTED and
  * a message listing the names it can. For MHA_INT8, the int8 products'
  * set (chosen from the CPU alone): "avx512_vnni" (vpdpbusd), "avx2"
- * (vpmaddwd on int16 codes, which cannot saturate), "neon_dot" (SDOT) or
- * "scalar". For MHA_FP32, the ISA name. "invalid"
+ * (vpmaddwd on int16 codes, which cannot saturate), "neon_i8mm" (SMMLA),
+ * "neon_dot" (SDOT) or "scalar". For MHA_FP32, the ISA name. "invalid"
  * for an unknown dtype, an unusable MHA_ISA (see mha_isa_name) or, for
  * MHA_BF16, an unusable MHA_BF16_KERNEL. */
 MHA_API const char* mha_kernel_name(mha_dtype dtype);

@@ -105,6 +105,9 @@ CpuFeatures detect() {
 #if defined(__aarch64__) && defined(__linux__) && !defined(HWCAP_ASIMDDP)
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#if defined(__aarch64__) && defined(__linux__) && !defined(HWCAP2_I8MM)
+#define HWCAP2_I8MM (1 << 13)
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -113,6 +116,7 @@ CpuFeatures detect() {
 #if defined(__linux__)
   f.neon_bf16 = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
   f.neon_dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  f.neon_i8mm = (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
 #endif
 #endif
   return f;

@@ -21,6 +21,7 @@ struct CpuFeatures {
   bool neon = false;       // Advanced SIMD (always true on aarch64)
   bool neon_bf16 = false;  // neon plus FEAT_BF16 (BFDOT, BFCVTN)
   bool neon_dot = false;   // neon plus FEAT_DotProd (SDOT, UDOT)
+  bool neon_i8mm = false;  // neon plus FEAT_I8MM (SMMLA, UMMLA, USMMLA)
 };
 
 // Detected once; cheap afterwards.

@@ -39,7 +39,9 @@ void ukernel_scalar(std::size_t kq, const std::uint8_t* a, std::size_t lda, cons
   }
 }
 
-void quantize_scalar(std::size_t k, const float* a, void* codes, float* scale) {
+}  // namespace
+
+void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale) {
   float amax = 0.0f;
   bool finite = true;
   for (std::size_t p = 0; p < k; ++p) {
@@ -50,10 +52,14 @@ void quantize_scalar(std::size_t k, const float* a, void* codes, float* scale) {
   quantize_i8_from(1, 0, 0, k, a, *scale, codes);
 }
 
-}  // namespace
+void ukernel_groups_nr16(const I8Strip& b, const std::uint8_t* a, std::size_t lda, const float* sa,
+                         const float* bias, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n) {
+  ukernel_groups_portable<16, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
+}
 
 const GemmI8Kernels gemm_i8_kernels_scalar = {
-    "scalar", 4, 4, 1, 0, ukernel_scalar, quantize_scalar, ukernel_groups_portable<4, 1, 0>};
+    "scalar", 4, 4, 1, 0, ukernel_scalar, quantize_i8_scalar, ukernel_groups_portable<4, 1, 0>};
 
 const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
   [[maybe_unused]] const CpuFeatures& f = cpu_features();
@@ -69,6 +75,9 @@ const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
 #endif
 #if MHA_BUILD_NEON_DOT
     case Isa::neon:
+#if MHA_BUILD_NEON_I8MM
+      if (f.neon_i8mm) return gemm_i8_kernels_neon_i8mm;
+#endif
       if (f.neon_dot) return gemm_i8_kernels_neon_dot;
       break;
 #endif
@@ -89,6 +98,9 @@ std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
 #endif
 #if MHA_BUILD_NEON_DOT
   if (f.neon_dot) r.push_back(&gemm_i8_kernels_neon_dot);
+#endif
+#if MHA_BUILD_NEON_I8MM
+  if (f.neon_i8mm) r.push_back(&gemm_i8_kernels_neon_i8mm);
 #endif
   return r;
 }
@@ -130,7 +142,9 @@ I8Layout i8_layout(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::si
   l.groups = std::max<std::size_t>(ceil_div(l.kq, l.group_kq), 1);
   l.cols = checked_round_up(n, g.nr, what);
   l.strips = l.cols / g.nr;
-  l.strip_bytes = (type != QuantCodes::int8 ? ceil_div(l.kq, 2) : l.kq) * g.nr * 4;
+  // An even number of k steps (int4: a byte holds two; int8: SMMLA reads
+  // two at a time), the padding step zero.
+  l.strip_bytes = ceil_div(l.kq, 2) * (type != QuantCodes::int8 ? 1 : 2) * g.nr * 4;
   const std::size_t section =
       checked_mul(l.groups, round_up(checked_mul(l.cols, 4, what), kAlign), what);
   l.start_at = checked_round_up(checked_mul(l.strips, l.strip_bytes, what), kAlign, what);
@@ -168,13 +182,13 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
   auto* sc = reinterpret_cast<float*>(base + l.scales_at);
   auto* zp = uint4 ? reinterpret_cast<std::int32_t*>(base + l.zeros_at) : nullptr;
   const std::size_t nr = g.nr, stride = round_up(l.cols * 4, kAlign) / 4;
-  const std::size_t steps = int4 ? round_up(l.kq, 2) : l.kq;
+  const std::size_t steps = round_up(l.kq, 2);
   for (std::size_t col = 0; col < l.cols; ++col) {
     std::int8_t* strip = codes + col / nr * l.strip_bytes;
     const std::size_t j = col % nr;
     for (std::size_t q = 0; q < l.groups; ++q) {
       std::int32_t sum = 0;
-      // The last group takes int4's padding step, whose code 0 is
+      // The last group takes the padding step, whose int4 code 0 is
       // stored as 8. uint4 codes count as code - 8, their zero point as
       // z - 8: the same differences.
       const std::size_t p1 = q + 1 == l.groups ? steps : (q + 1) * l.group_kq;

@@ -83,6 +83,7 @@ extern const GemmI8Kernels gemm_i8_kernels_scalar;
 extern const GemmI8Kernels gemm_i8_kernels_avx2;
 extern const GemmI8Kernels gemm_i8_kernels_avx512_vnni;
 extern const GemmI8Kernels gemm_i8_kernels_neon_dot;
+extern const GemmI8Kernels gemm_i8_kernels_neon_i8mm;
 
 // The fastest set this CPU runs under `isa` (the scalar set where the ISA
 // has none).

@@ -62,14 +62,9 @@ struct Tiles {
 };
 using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
-// The scalar set's rule, in scalar code.
-void quantize(std::size_t k, const float* a, void* codes, float* scale) {
-  gemm_i8_kernels_scalar.quantize(k, a, codes, scale);
-}
-
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_neon_dot = {
-    "neon_dot", kMR, kNR, 1, 0, Entries::ukernel, quantize, ukernel_groups_portable<kNR, 1, 0>};
+    "neon_dot", kMR, kNR, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16};
 
 }  // namespace mha::detail

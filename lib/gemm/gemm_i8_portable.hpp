@@ -56,4 +56,13 @@ void ukernel_groups_portable(const I8Strip& b, const std::uint8_t* a, std::size_
   }
 }
 
+// The Arm sets' grouped kernel (strips of 16, signed byte codes) and the
+// scalar set's quantize, which they share, compiled once for the baseline
+// in gemm_i8.cpp so that neither set's extension flags reach the copy the
+// other calls.
+void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale);
+void ukernel_groups_nr16(const I8Strip& b, const std::uint8_t* a, std::size_t lda, const float* sa,
+                         const float* bias, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n);
+
 }  // namespace mha::detail
