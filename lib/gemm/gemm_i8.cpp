@@ -52,14 +52,26 @@ void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale
   quantize_i8_from(1, 0, 0, k, a, *scale, codes);
 }
 
-void ukernel_groups_nr16(const I8Strip& b, const std::uint8_t* a, std::size_t lda, const float* sa,
-                         const float* bias, float* c, std::size_t ldc, std::size_t m,
-                         std::size_t n) {
-  ukernel_groups_portable<16, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
+void ukernel_groups_nr16_k4(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                            const float* sa, const float* bias, float* c, std::size_t ldc,
+                            std::size_t m, std::size_t n) {
+  ukernel_groups_portable<16, 4, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
+}
+void ukernel_groups_nr16_k8(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                            const float* sa, const float* bias, float* c, std::size_t ldc,
+                            std::size_t m, std::size_t n) {
+  ukernel_groups_portable<16, 8, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
 }
 
-const GemmI8Kernels gemm_i8_kernels_scalar = {
-    "scalar", 4, 4, 1, 0, ukernel_scalar, quantize_i8_scalar, ukernel_groups_portable<4, 1, 0>};
+const GemmI8Kernels gemm_i8_kernels_scalar = {"scalar",
+                                              4,
+                                              4,
+                                              4,
+                                              1,
+                                              0,
+                                              ukernel_scalar,
+                                              quantize_i8_scalar,
+                                              ukernel_groups_portable<4, 4, 1, 0>};
 
 const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
   [[maybe_unused]] const CpuFeatures& f = cpu_features();
@@ -196,7 +208,7 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
         const int v = col < n && p < k ? w[col * ldw + p] - (uint4 ? 8 : 0) : 0;
         sum += v;
         if (!int4) {
-          strip[(p / 4 * nr + j) * 4 + p % 4] = static_cast<std::int8_t>(v);
+          strip[(p / g.k_group * nr + j) * g.k_group + p % g.k_group] = static_cast<std::int8_t>(v);
           continue;
         }
         auto& byte = reinterpret_cast<std::uint8_t&>(strip[(p / 8 * nr + j) * 4 + p % 4]);

@@ -39,14 +39,17 @@ constexpr std::size_t kI8MaxK = 131072;
 struct GemmI8Kernels {
   const char* name;    // for mha_kernel_name(MHA_INT8), e.g. "avx512_vnni"
   std::size_t mr, nr;  // register tile (C block mr x nr); B strips of nr columns
+  // int8 codes of a column side by side in a strip: kg = 4 (vpdpbusd,
+  // SDOT) or 8 (SMMLA), [ceil(k / kg)][nr][kg] bytes (PackedI8B).
+  std::size_t k_group;
   // Activation codes as the kernels read them: a_bytes each (1: a byte,
   // 2: an int16), stored as q + a_offset (128: vpdpbusd's unsigned operand),
   // in rows of round_up(k, 4) codes, the padding the code of 0.
   std::size_t a_bytes;
   int a_offset;
   // C[m x n] for 1 <= m <= mr, 1 <= n <= nr, from kq = ceil(k / 4) groups of
-  // four codes: a rows lda bytes apart; b a packed strip ([kq][nr][4]
-  // bytes); start[j] the integer each sum starts from (-a_offset times the
+  // four codes: a rows lda bytes apart; b a packed strip (k_group);
+  // start[j] the integer each sum starts from (-a_offset times the
   // column's code sum); sa[i], sb[j] the scales; bias: n floats, or null.
   void (*ukernel)(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
                   const std::int32_t* start, const float* sa, const float* sb, const float* bias,
@@ -60,14 +63,13 @@ struct GemmI8Kernels {
                          std::size_t m, std::size_t n);
 };
 
-// A packed strip of weights in groups (PackedI8B): codes [kq][nr][4] bytes,
-// or for int4 [ceil(kq / 2)][nr][4] bytes whose low nibbles are step 2t's
-// and high nibbles step 2t + 1's, each stored as code + 8 (uint4: the code,
-// read as code - 8 against a zero point z - 8); group g (group_kq steps of
-// four k, the last one shorter) starts its sums at start[g * stride + j]
-// and scales them by scales[g * stride + j]. With zeros (uint4), row i's
-// sums also start less zeros[g * stride + j] times the int32 at byte
-// sums_at + 4g of the row's codes: the sum of its codes q over group g.
+// A packed strip of weights in groups (PackedI8B): int8 codes as
+// GemmI8Kernels::k_group says, or for int4 [ceil(kq / 2)][nr][4] bytes whose low nibbles are step
+// 2t's and high nibbles step 2t + 1's, each stored as code + 8 (uint4: the code, read as code - 8
+// against a zero point z - 8); group g (group_kq steps of four k, the last one shorter) starts its
+// sums at start[g * stride + j] and scales them by scales[g * stride + j]. With zeros (uint4), row
+// i's sums also start less zeros[g * stride + j] times the int32 at byte sums_at + 4g of the row's
+// codes: the sum of its codes q over group g.
 struct I8Strip {
   const std::int8_t* codes;
   const std::int32_t* start;
@@ -106,8 +108,9 @@ void quantize_i8_from(std::size_t a_bytes, int a_offset, std::size_t p0, std::si
                       const float* a, float s, void* codes);
 
 // op(B) [k x n] = wᵀ packed for one kernel set: strips of nr columns, strip s
-// at codes + s*strip_stride bytes, laid out [kq][nr][4] (four k of a column
-// side by side, zero past k and n), or as I8Strip says for int4 and uint4;
+// at codes + s*strip_stride bytes, laid out [ceil(k / kg)][nr][kg] (kg =
+// k_group: kg k of a column side by side; an even number of four-k steps,
+// zero past k and n), or as I8Strip says for int4 and uint4;
 // start, scales and (uint4) zeros per group and column, [groups][stride],
 // zero past n.
 struct PackedI8B {

@@ -196,7 +196,7 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_avx2 = {"avx2",           kMR,      kNR,           2, 0,
+const GemmI8Kernels gemm_i8_kernels_avx2 = {"avx2",           kMR,      kNR,           4, 2, 0,
                                             Entries::ukernel, quantize, ukernel_groups};
 
 }  // namespace mha::detail

@@ -234,6 +234,6 @@ void quantize(std::size_t k, const float* a, void* codes, float* scale) {
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_avx512_vnni = {
-    "avx512_vnni", kMR, kNR, 1, 128, Entries::ukernel, quantize, ukernel_groups};
+    "avx512_vnni", kMR, kNR, 4, 1, 128, Entries::ukernel, quantize, ukernel_groups};
 
 }  // namespace mha::detail

@@ -65,6 +65,6 @@ using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_neon_dot = {
-    "neon_dot", kMR, kNR, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16};
+    "neon_dot", kMR, kNR, 4, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16_k4};
 
 }  // namespace mha::detail

@@ -1,12 +1,16 @@
 // Arm FEAT_I8MM int8 kernels: SMMLA (vmmlaq_s32), two rows of eight codes
 // against two columns of eight into a 2 x 2 block of int32 sums, 32
 // multiply-adds an instruction against SDOT's 16.
-// B keeps the SDOT set's packed layout ([kq][nr][4], an even number of
-// steps): zipping two k steps of four columns by 32-bit lanes gives two
-// columns' eight codes each, SMMLA's column operands; two rows' eight codes
-// side by side are its row operand, an odd last row paired with zeros.
+// B in k groups of 8 (k_group 8: [ceil(k / 8)][nr][8]), so that two
+// columns' eight codes are one 16-byte load, SMMLA's column operand; two
+// rows' eight codes side by side are its row operand (a 64-bit load and a
+// lane insert), an odd last row paired with zeros.
 // Tile 4 x 16: 16 q accumulators (2 row pairs x 8 column pairs) + 8 column
-// operands + 2 row operands of the 32.
+// operands + 2 row operands of the 32; per eight k, 16 SMMLAs against 8 B
+// loads, 4 A loads and 2 inserts, bound by the vector pipes: 219 int8
+// operations a cycle on Neoverse V1 and V2 and 112 on N2 (llvm-mca 19,
+// bench/mca/run-mca), 2.2x SDOT's 4 x 16. On the SDOT layout, zipped into
+// column pairs in registers (8 more vector operations), it ran 155 and 78.
 #include <arm_neon.h>
 
 #include <algorithm>
@@ -47,15 +51,10 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
       acc[r][2 * v + 1] = vcombine_s32(vget_high_s32(s), vget_high_s32(s));
     }
   }
-  for (std::size_t p = 0; p < kq; p += 2, b += 2 * kNR * 4) {
+  for (std::size_t p = 0; p < kq; p += 2, b += kNR * 8) {
     int8x16_t bv[2 * kNV];
 #pragma GCC unroll 16
-    for (std::size_t v = 0; v < kNV; ++v) {
-      const int32x4_t s0 = vreinterpretq_s32_s8(vld1q_s8(b + v * 16));
-      const int32x4_t s1 = vreinterpretq_s32_s8(vld1q_s8(b + kNR * 4 + v * 16));
-      bv[2 * v] = vreinterpretq_s8_s32(vzip1q_s32(s0, s1));
-      bv[2 * v + 1] = vreinterpretq_s8_s32(vzip2q_s32(s0, s1));
-    }
+    for (std::size_t u = 0; u < 2 * kNV; ++u) bv[u] = vld1q_s8(b + u * 16);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < kPairs; ++r) {
       const int8x16_t ar = row_pair(a + 2 * r * lda, lda, p, 2 * r + 1 < ROWS);
@@ -92,6 +91,6 @@ using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 }  // namespace
 
 const GemmI8Kernels gemm_i8_kernels_neon_i8mm = {
-    "neon_i8mm", kMR, kNR, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16};
+    "neon_i8mm", kMR, kNR, 8, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16_k8};
 
 }  // namespace mha::detail

@@ -11,9 +11,9 @@
 
 namespace mha::detail {
 
-// NR: the set's strip width; ABYTES, AOFF: its activation codes' bytes and
-// offset (gemm_i8.hpp).
-template <std::size_t NR, std::size_t ABYTES, int AOFF>
+// NR, KG: the set's strip width and k_group; ABYTES, AOFF: its activation
+// codes' bytes and offset (gemm_i8.hpp).
+template <std::size_t NR, std::size_t KG, std::size_t ABYTES, int AOFF>
 void ukernel_groups_portable(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
                              const float* sa, const float* bias, float* c, std::size_t ldc,
                              std::size_t m, std::size_t n) {
@@ -30,7 +30,7 @@ void ukernel_groups_portable(const I8Strip& b, const std::uint8_t* a, std::size_
     }
   };
   const auto b_code = [&](std::size_t p, std::size_t j, std::size_t r) -> int {
-    if (!b.int4) return b.codes[(p * NR + j) * 4 + r];
+    if (!b.int4) return b.codes[((4 * p + r) / KG * NR + j) * KG + (4 * p + r) % KG];
     const auto byte = static_cast<std::uint8_t>(b.codes[(p / 2 * NR + j) * 4 + r]);
     return (p % 2 != 0 ? byte >> 4 : byte & 15) - 8;
   };
@@ -56,13 +56,16 @@ void ukernel_groups_portable(const I8Strip& b, const std::uint8_t* a, std::size_
   }
 }
 
-// The Arm sets' grouped kernel (strips of 16, signed byte codes) and the
-// scalar set's quantize, which they share, compiled once for the baseline
-// in gemm_i8.cpp so that neither set's extension flags reach the copy the
-// other calls.
+// The Arm sets' grouped kernels (strips of 16, signed byte codes; k_group
+// 4 and 8) and the scalar set's quantize, which they share, compiled for
+// the baseline in gemm_i8.cpp so that no set's extension flags reach a copy
+// another set calls.
 void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale);
-void ukernel_groups_nr16(const I8Strip& b, const std::uint8_t* a, std::size_t lda, const float* sa,
-                         const float* bias, float* c, std::size_t ldc, std::size_t m,
-                         std::size_t n);
+void ukernel_groups_nr16_k4(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                            const float* sa, const float* bias, float* c, std::size_t ldc,
+                            std::size_t m, std::size_t n);
+void ukernel_groups_nr16_k8(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                            const float* sa, const float* bias, float* c, std::size_t ldc,
+                            std::size_t m, std::size_t n);
 
 }  // namespace mha::detail

@@ -218,8 +218,9 @@ TEST_CASE("internal gemm_i8: the packed layout, and k past exact int32 sums", "[
     for (std::size_t col = 0; col < 2 * nr; ++col) {
       int sum = 0;
       for (std::size_t q = 0; q < 8; ++q) {
+        const std::size_t kg = g->k_group;
         const std::int8_t got =
-            p.b.codes[col / nr * p.b.strip_stride + (q / 4 * nr + col % nr) * 4 + q % 4];
+            p.b.codes[col / nr * p.b.strip_stride + (q / kg * nr + col % nr) * kg + q % kg];
         const std::int8_t want = col < n && q < k ? w[col * k + q] : 0;
         CHECK(got == want);
         sum += want;
