@@ -13,7 +13,6 @@
 #include "common/scratch.hpp"
 #include "dispatch/cpu_features.hpp"
 #include "gemm/gemm.hpp"
-#include "gemm/gemm_i8_portable.hpp"
 
 namespace mha::detail {
 namespace {
@@ -39,6 +38,40 @@ void ukernel_scalar(std::size_t kq, const std::uint8_t* a, std::size_t lda, cons
   }
 }
 
+// The scalar set's grouped kernel (I8Strip's arithmetic, one element at a
+// time in int64): every set's emulation.
+void ukernel_groups_scalar(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
+                           const float* sa, const float* bias, float* c, std::size_t ldc,
+                           std::size_t m, std::size_t n) {
+  constexpr std::size_t kNR = 4;
+  const auto b_code = [&](std::size_t p, std::size_t j, std::size_t r) -> int {
+    if (!b.int4) return b.codes[(p * kNR + j) * 4 + r];
+    const auto byte = static_cast<std::uint8_t>(b.codes[(p / 2 * kNR + j) * 4 + r]);
+    return (p % 2 != 0 ? byte >> 4 : byte & 15) - 8;
+  };
+  for (std::size_t i = 0; i < m; ++i) {
+    const auto* ai = reinterpret_cast<const std::int8_t*>(a + i * lda);
+    for (std::size_t j = 0; j < n; ++j) {
+      float t = 0.0f;
+      for (std::size_t g = 0, p0 = 0; p0 < b.kq; ++g, p0 += b.group_kq) {
+        std::int64_t acc = b.start[g * b.stride + j];
+        if (b.zeros != nullptr) {
+          std::int32_t sum;
+          std::memcpy(&sum, a + i * lda + b.sums_at + 4 * g, 4);
+          acc -= static_cast<std::int64_t>(b.zeros[g * b.stride + j]) * sum;
+        }
+        for (std::size_t p = p0; p < p0 + b.group_kq && p < b.kq; ++p) {
+          for (std::size_t r = 0; r < 4; ++r) acc += ai[4 * p + r] * b_code(p, j, r);
+        }
+        t = std::fma(static_cast<float>(static_cast<std::int32_t>(acc)), b.scales[g * b.stride + j],
+                     t);
+      }
+      const float y = t * sa[i];
+      c[i * ldc + j] = bias != nullptr ? y + bias[j] : y;
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale) {
@@ -52,26 +85,8 @@ void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale
   quantize_i8_from(1, 0, 0, k, a, *scale, codes);
 }
 
-void ukernel_groups_nr16_k4(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
-                            const float* sa, const float* bias, float* c, std::size_t ldc,
-                            std::size_t m, std::size_t n) {
-  ukernel_groups_portable<16, 4, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
-}
-void ukernel_groups_nr16_k8(const I8Strip& b, const std::uint8_t* a, std::size_t lda,
-                            const float* sa, const float* bias, float* c, std::size_t ldc,
-                            std::size_t m, std::size_t n) {
-  ukernel_groups_portable<16, 8, 1, 0>(b, a, lda, sa, bias, c, ldc, m, n);
-}
-
-const GemmI8Kernels gemm_i8_kernels_scalar = {"scalar",
-                                              4,
-                                              4,
-                                              4,
-                                              1,
-                                              0,
-                                              ukernel_scalar,
-                                              quantize_i8_scalar,
-                                              ukernel_groups_portable<4, 4, 1, 0>};
+const GemmI8Kernels gemm_i8_kernels_scalar = {
+    "scalar", 4, 4, 4, 1, 0, ukernel_scalar, quantize_i8_scalar, ukernel_groups_scalar};
 
 const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
   [[maybe_unused]] const CpuFeatures& f = cpu_features();

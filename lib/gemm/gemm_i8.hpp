@@ -82,6 +82,9 @@ struct I8Strip {
 
 // The kernel sets; the scalar one is every set's emulation.
 extern const GemmI8Kernels gemm_i8_kernels_scalar;
+// The scalar set's quantize, which the Arm sets share: compiled for the
+// baseline, so that no set's extension flags reach the copy another calls.
+void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale);
 extern const GemmI8Kernels gemm_i8_kernels_avx2;
 extern const GemmI8Kernels gemm_i8_kernels_avx512_vnni;
 extern const GemmI8Kernels gemm_i8_kernels_neon_dot;

@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
-#include "gemm/gemm_i8_portable.hpp"
+#include "gemm/gemm_i8_neon_groups.hpp"
 #include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
@@ -90,7 +90,14 @@ using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_neon_i8mm = {
-    "neon_i8mm", kMR, kNR, 8, 1, 0, Entries::ukernel, quantize_i8_scalar, ukernel_groups_nr16_k8};
+const GemmI8Kernels gemm_i8_kernels_neon_i8mm = {"neon_i8mm",
+                                                 kMR,
+                                                 kNR,
+                                                 8,
+                                                 1,
+                                                 0,
+                                                 Entries::ukernel,
+                                                 quantize_i8_scalar,
+                                                 neon_groups::ukernel_groups<true>};
 
 }  // namespace mha::detail
