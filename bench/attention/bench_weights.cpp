@@ -14,6 +14,8 @@
 //   w8a8        int8 weights and int8 activations (per token), fp32 core
 //   w8a8_bf16   the same, bf16 core
 //   w4a8_g128_bf16  int4 weights (groups of 128) and int8 activations, bf16 core
+//   w4a8_uint4_g128_bf16  the same on uint4 weights with zero points (GPTQ,
+//                   AWQ)
 //   bf16        bf16 weights and products
 // each with its default KV cache (bf16 for bf16 compute, fp32 for the
 // others).
@@ -69,6 +71,8 @@ constexpr Impl kImpls[] = {
     {"w8a8", MHA_FP32, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
     {"w8a8_bf16", MHA_BF16, MHA_WEIGHTS_INT8, 0, 1 + 8.0 / 2048, MHA_ACTIVATIONS_INT8},
     {"w4a8_g128_bf16", MHA_BF16, MHA_WEIGHTS_INT4, 128, 0.5 + 8.0 / 128, MHA_ACTIVATIONS_INT8},
+    {"w4a8_uint4_g128_bf16", MHA_BF16, MHA_WEIGHTS_UINT4, 128, 0.5 + 12.0 / 128,
+     MHA_ACTIVATIONS_INT8},
     {"bf16", MHA_BF16, MHA_WEIGHTS_COMPUTE, 0, 2}};
 
 void check(mha_status s) {
