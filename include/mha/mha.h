@@ -554,9 +554,11 @@ typedef struct {
   const int32_t* qweight;
   const int32_t* qzeros;
   const uint16_t* scales; /* [G, out], IEEE fp16 bits, as stored */
-  /* GPTQ only: NULL, or [in] with g_idx[p] == p / group for every p
-   * (desc_act=False); an act-order g_idx (any other, each in [0, G)) is
-   * MHA_UNSUPPORTED in this version, and AWQ's must be NULL */
+  /* GPTQ only (AWQ's must be NULL): NULL, or [in], input feature p's
+   * group, each group holding `group` features (the last one the rest):
+   * g_idx[p] == p / group (desc_act=False), or act order (desc_act=True),
+   * where the object takes the features in group order, each group's in
+   * ascending order, gathering each input row so before the product */
   const int32_t* g_idx;
   const float* bias; /* [out], or NULL */
 } mha_checkpoint_matrix;
@@ -577,11 +579,11 @@ typedef struct {
  * quantization gives these codes, zero points and scales (widened from
  * fp16, exactly), bit for bit; a GPTQ zero point of 16, which create never
  * makes, gives the widened weights' bits as well (weight-only: the fp32
- * object's on them). options: NULL (fp32 compute, weight-only), or
- * weight_format MHA_WEIGHTS_UINT4 and weight_group `group` with the compute
- * type and activations of mha_attention_create_ex (int8 activations
- * included; others: MHA_INVALID_ARGUMENT). A scale that is NaN or infinite
- * is MHA_INVALID_ARGUMENT, naming it. */
+ * object's on them). With act order, that object's weights are the layer's
+ * in group order, and its results those on input rows gathered alike. options: NULL (fp32 compute,
+ * weight-only), or weight_format MHA_WEIGHTS_UINT4 and weight_group `group` with the compute type
+ * and activations of mha_attention_create_ex (int8 activations included; others:
+ * MHA_INVALID_ARGUMENT). A scale that is NaN or infinite is MHA_INVALID_ARGUMENT, naming it. */
 MHA_API mha_status mha_attention_create_checkpoint(const mha_config* config,
                                                    const mha_checkpoint_weights* weights,
                                                    const mha_attention_options* options,

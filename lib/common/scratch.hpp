@@ -20,11 +20,12 @@ enum class ScratchSlot : unsigned {
   kGemmA,
   kGemmB,
   kGemmTransposedB,
-  kGemmQuantB,    // a quantized B strip widened to fp32 (gemm_quant_b)
-  kGemmI8A,       // an fp32 A quantized to int8 codes (gemm_i8)
-  kBf16AsFp32A,   // a bf16 GEMM's operands converted to fp32 for sgemm, which
-  kBf16AsFp32B,   // then packs into the kGemm slots
-  kBf16RoundedA,  // an fp32 A rounded to bf16 for a packed bf16 B
+  kGemmQuantB,     // a quantized B strip widened to fp32 (gemm_quant_b)
+  kGemmI8A,        // an fp32 A quantized to int8 codes (gemm_i8)
+  kGemmGatheredA,  // A's columns in a weight's input order (gemm_i8, gemm_quant_b)
+  kBf16AsFp32A,    // a bf16 GEMM's operands converted to fp32 for sgemm, which
+  kBf16AsFp32B,    // then packs into the kGemm slots
+  kBf16RoundedA,   // an fp32 A rounded to bf16 for a packed bf16 B
   kAttention,
   kAttentionTask,
   kRagged,   // a ragged pass's per-sequence arrays (offsets, plan, K/V views)

@@ -760,7 +760,7 @@ PackedQuantB pack_quant_b(const GemmKernels& g, QuantCodes type, std::size_t k, 
       if (zeros != nullptr) zeros_dst[q * cols + col] = col < n ? zeros[col * groups + q] : 0.0f;
     }
   }
-  return {type, codes,     scales_dst, zeros != nullptr ? zeros_dst : nullptr, k, n, nr,
+  return {type, codes,     scales_dst, zeros != nullptr ? zeros_dst : nullptr, nullptr, k, n, nr,
           grp,  rows * nr, cols};
 }
 
@@ -813,7 +813,24 @@ void gemm_serial_quant_b(const GemmKernels& g, std::size_t m, const float* a, st
 
 }  // namespace
 
+const float* gathered_a(std::size_t m, std::size_t k, const float* a, std::size_t lda,
+                        const std::uint32_t* perm, std::size_t* lda_out) {
+  *lda_out = lda;
+  if (perm == nullptr) return a;
+  float* dst = thread_scratch(ScratchSlot::kGemmGatheredA, m * k);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t p = 0; p < k; ++p) dst[i * k + p] = a[i * lda + perm[p]];
+  }
+  *lda_out = k;
+  return dst;
+}
+
+void reserve_gathered_a(std::size_t m, std::size_t k, const std::uint32_t* perm) {
+  if (perm != nullptr && m != 0) thread_scratch(ScratchSlot::kGemmGatheredA, m * k);
+}
+
 void reserve_gemm_quant_b(const GemmKernels& g, std::size_t m, const PackedQuantB& b) {
+  reserve_gathered_a(m, b.k, b.perm);
   if (m > 1 && b.n != 0 && b.k != 0) {
     const std::size_t kc = std::min(b.k, g.kc);
     thread_scratch(ScratchSlot::kGemmA, std::min(round_up(m, g.mr), g.mc) * kc);
@@ -821,10 +838,12 @@ void reserve_gemm_quant_b(const GemmKernels& g, std::size_t m, const PackedQuant
   }
 }
 
-void gemm_quant_b(const GemmKernels& g, std::size_t m, const float* a, std::size_t lda,
+void gemm_quant_b(const GemmKernels& g, std::size_t m, const float* a_in, std::size_t lda_in,
                   const PackedQuantB& b, float* c, std::size_t ldc, const float* bias) {
   const std::size_t n = b.n, k = b.k;
   if (m == 0 || n == 0) return;
+  std::size_t lda;
+  const float* a = gathered_a(m, k, a_in, lda_in, b.perm, &lda);
   const std::size_t threads = call_threads(m, n, k);
   if (threads <= 1) {
     gemm_serial_quant_b(g, m, a, lda, b, c, ldc, bias);

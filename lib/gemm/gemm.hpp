@@ -114,6 +114,9 @@ struct PackedQuantB {
   const std::int8_t* codes = nullptr;
   const float* scales = nullptr;
   const float* zeros = nullptr;  // null: all zero
+  // Null, or row p of op(B) weighs A's column perm[p] (a GPTQ act-order
+  // layer's inputs in group order): C = A[:, perm]·B.
+  const std::uint32_t* perm = nullptr;
   std::size_t k = 0, n = 0, nr = 0, group = 0;
   std::size_t strip_stride = 0;  // bytes between strips
   std::size_t scale_stride = 0;  // floats between groups
@@ -152,6 +155,13 @@ void gemm_quant_b(const GemmKernels& g, std::size_t m, const float* a, std::size
 // Grows the calling thread's scratch to what gemm_quant_b over m rows of b
 // takes on it (at most); throws std::bad_alloc.
 void reserve_gemm_quant_b(const GemmKernels& g, std::size_t m, const PackedQuantB& b);
+
+// A [m x k] with its columns in perm's order, into the calling thread's
+// ScratchSlot::kGemmGatheredA ([m x k], lda k) when perm is non-null; else
+// a itself. reserve_gathered_a takes that scratch first.
+const float* gathered_a(std::size_t m, std::size_t k, const float* a, std::size_t lda,
+                        const std::uint32_t* perm, std::size_t* lda_out);
+void reserve_gathered_a(std::size_t m, std::size_t k, const std::uint32_t* perm);
 
 // ---- Kernels the attention core calls directly, not planned ------------
 // Single-threaded (the core's tasks are the threads), each for the form its

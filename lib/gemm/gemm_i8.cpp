@@ -239,8 +239,19 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
       }
     }
   }
-  PackedI8B r{&g, codes,         start,      sc,     zp,   k,
-              n,  l.strip_bytes, l.group_kq, stride, int4, int4 || l.groups > 1};
+  PackedI8B r;
+  r.g = &g;
+  r.codes = codes;
+  r.start = start;
+  r.scales = sc;
+  r.zeros = zp;
+  r.k = k;
+  r.n = n;
+  r.strip_stride = l.strip_bytes;
+  r.group_kq = l.group_kq;
+  r.stride = stride;
+  r.int4 = int4;
+  r.grouped = int4 || l.groups > 1;
   return r;
 }
 
@@ -283,14 +294,19 @@ constexpr std::size_t kBlockBytes = 256 * 1024;
 }  // namespace
 
 void reserve_gemm_i8(std::size_t m, const PackedI8B& b) {
-  if (m > 0 && b.n > 0) thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
+  if (m > 0 && b.n > 0) {
+    reserve_gathered_a(m, b.k, b.perm);
+    thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
+  }
 }
 
-void gemm_i8(std::size_t m, const float* a, std::size_t lda, const PackedI8B& b, float* c,
+void gemm_i8(std::size_t m, const float* a_in, std::size_t lda_in, const PackedI8B& b, float* c,
              std::size_t ldc, const float* bias) {
   const GemmI8Kernels& g = *b.g;
   const std::size_t n = b.n, k = b.k, kq = round_up(k, 4) / 4;
   if (m == 0 || n == 0) return;
+  std::size_t lda;
+  const float* a = gathered_a(m, k, a_in, lda_in, b.perm, &lda);
   const std::size_t pitch = code_pitch(b), sums = sums_at(g, k);
   float* scratch = thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
   auto* codes = reinterpret_cast<std::uint8_t*>(scratch);

@@ -122,6 +122,7 @@ struct PackedI8B {
   const std::int32_t* start = nullptr;
   const float* scales = nullptr;
   const std::int32_t* zeros = nullptr;  // uint4's z - 8; null: none
+  const std::uint32_t* perm = nullptr;  // as PackedQuantB::perm
   std::size_t k = 0, n = 0, strip_stride = 0;
   std::size_t group_kq = 0, stride = 0;  // steps of four k per group; floats between groups
   bool int4 = false, grouped = false;    // grouped: ukernel_groups' arithmetic

@@ -7,6 +7,7 @@
 // argument checks.
 #include <mha/mha.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstddef>
@@ -15,6 +16,7 @@
 #include <mha/error.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_case.hpp"
@@ -37,22 +39,27 @@ constexpr mha_checkpoint_layout kLayouts[] = {MHA_CHECKPOINT_GPTQ, MHA_CHECKPOIN
 constexpr unsigned kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
 // One layer [out x in] in a layout, and its weights (code - z) * scale in
-// fp32 (exact: a 5-bit integer times an fp16 value).
+// fp32 (exact: a 5-bit integer times an fp16 value), in input order (w) and
+// in group order (w_grouped).
 struct Layer4 {
   std::vector<std::int32_t> qweight, qzeros, g_idx;
   std::vector<std::uint16_t> scales;
-  std::vector<float> w;
+  std::vector<float> w, w_grouped;
   // Zero points from zlo to zhi; every group of every row holds the codes 0
   // and 15, so that create's quantization of w finds this scale and zero
-  // point again when 0 <= z <= 15.
+  // point again when 0 <= z <= 15. perm: empty, or the group order's input
+  // q is input feature perm[q] (GPTQ's act order, g_idx[perm[q]] = q /
+  // group).
   Layer4(mha_checkpoint_layout layout, std::size_t out, std::size_t in, std::size_t group, int zlo,
-         int zhi, std::mt19937& rng) {
+         int zhi, std::mt19937& rng, const std::vector<std::size_t>& perm = {}) {
     const bool awq = layout == MHA_CHECKPOINT_AWQ;
     const std::size_t groups = group == 0 || group >= in ? 1 : (in + group - 1) / group;
     const std::size_t len = groups == 1 ? in : group;
     std::vector<std::uint32_t> qw(in * out / 8, 0), qz(groups * out / 8, 0);
     scales.resize(groups * out);
     w.resize(out * in);
+    w_grouped.resize(out * in);
+    g_idx.resize(in);
     std::uniform_int_distribution<int> code(0, 15), zero(zlo, zhi), t(0, 63), e(-10, -7);
     for (std::size_t g = 0; g < groups; ++g) {
       for (std::size_t j = 0; j < out; ++j) {
@@ -61,9 +68,11 @@ struct Layer4 {
         const float s = std::ldexp(1.0f + static_cast<float>(tb) / 64, eb);
         const auto stored = static_cast<std::uint32_t>(layout == MHA_CHECKPOINT_GPTQ ? z - 1 : z);
         qz[g * (out / 8) + j / 8] |= (stored & 15u) << 4 * (awq ? kAwqNibble[j % 8] : j % 8);
-        for (std::size_t p = g * len; p < std::min(in, (g + 1) * len); ++p) {
-          const int c = p == g * len ? 0 : p == g * len + 1 ? 15 : code(rng);
-          w[j * in + p] = static_cast<float>(c - z) * s;
+        for (std::size_t q = g * len; q < std::min(in, (g + 1) * len); ++q) {
+          const std::size_t p = perm.empty() ? q : perm[q];
+          const int c = q == g * len ? 0 : q == g * len + 1 ? 15 : code(rng);
+          w[j * in + p] = w_grouped[j * in + q] = static_cast<float>(c - z) * s;
+          g_idx[p] = static_cast<std::int32_t>(g);
           const auto u = static_cast<std::uint32_t>(c);
           if (awq) {
             qw[p * (out / 8) + j / 8] |= u << 4 * kAwqNibble[j % 8];
@@ -75,7 +84,6 @@ struct Layer4 {
     }
     qweight.assign(qw.begin(), qw.end());
     qzeros.assign(qz.begin(), qz.end());
-    for (std::size_t p = 0; p < in; ++p) g_idx.push_back(static_cast<std::int32_t>(p / len));
   }
   mha_checkpoint_matrix view(const std::vector<float>& bias, bool with_g_idx) const {
     return {qweight.data(), qzeros.data(), scales.data(), with_g_idx ? g_idx.data() : nullptr,
@@ -185,6 +193,88 @@ TEST_CASE("GPTQ's zero point 16 gives the fp32 object's bits on the widened weig
   mha_attention_destroy(fp32);
 }
 
+TEST_CASE("GPTQ act order: the object on the layers in group order, inputs gathered alike",
+          "[quant][attention]") {
+  std::mt19937 rng(21);
+  const AttentionCase c = quant_case(64, 4, 2, 0, 2, 7, 7, 6);
+  const CaseData d(c);
+  const std::size_t E = 64, kv = d.w.k.size() / E;
+  // Q, K and V share one act order (GPTQ's, from the same inputs' Hessian);
+  // o_proj's input is the merged heads, here in its own order.
+  std::vector<std::size_t> identity(E);
+  for (std::size_t p = 0; p < E; ++p) identity[p] = p;
+  for (const std::size_t group : {32, 0}) {
+    // Inputs dealt to groups at random, each group's in ascending order, as
+    // mha.h orders them (group 0: one group, the identity).
+    std::vector<std::size_t> order = identity;
+    std::shuffle(order.begin(), order.end(), rng);
+    const std::size_t len = group == 0 ? E : group;
+    for (std::size_t g0 = 0; g0 < E; g0 += len) {
+      std::sort(order.begin() + static_cast<std::ptrdiff_t>(g0),
+                order.begin() + static_cast<std::ptrdiff_t>(std::min(E, g0 + len)));
+    }
+    const Layer4 q(MHA_CHECKPOINT_GPTQ, E, E, group, 1, 15, rng, order),
+        k(MHA_CHECKPOINT_GPTQ, kv, E, group, 1, 15, rng, order),
+        v(MHA_CHECKPOINT_GPTQ, kv, E, group, 1, 15, rng, order),
+        o(MHA_CHECKPOINT_GPTQ, E, E, group, 1, 15, rng, identity);
+    const mha_checkpoint_weights cw{sizeof cw,
+                                    MHA_CHECKPOINT_GPTQ,
+                                    group,
+                                    q.view(d.w.qb, true),
+                                    k.view(d.w.kb, true),
+                                    v.view(d.w.vb, true),
+                                    o.view(d.w.ob, true)};
+    // The reference: create_ex on the weights in group order, every input
+    // row gathered in that order.
+    RandomWeights grouped(d.w);
+    grouped.q = q.w_grouped;
+    grouped.k = k.w_grouped;
+    grouped.v = v.w_grouped;
+    grouped.o = o.w;
+    CaseData gathered(d);
+    for (std::vector<float>* x : {&gathered.query, &gathered.key, &gathered.value}) {
+      for (std::size_t r = 0; r < x->size() / E; ++r) {
+        for (std::size_t p = 0; p < E; ++p) (*x)[r * E + p] = d.query[r * E + order[p]];
+      }
+    }
+    const mha_weights gw = grouped.view();
+    for (const auto& [compute, act] :
+         {std::pair{MHA_FP32, MHA_ACTIVATIONS_FLOAT}, std::pair{MHA_FP32, MHA_ACTIVATIONS_INT8},
+          std::pair{MHA_BF16, MHA_ACTIVATIONS_INT8}}) {
+      CAPTURE(group, static_cast<int>(compute), static_cast<int>(act));
+      const mha_attention_options opt = options(group, compute, act);
+      mha_attention *from_checkpoint = nullptr, *made = nullptr;
+      REQUIRE(mha_attention_create_checkpoint(&c.config, &cw, &opt, &from_checkpoint) == MHA_OK);
+      REQUIRE(mha_attention_create_ex(&c.config, &gw, &opt, &made) == MHA_OK);
+      const std::vector<float> got = forward(from_checkpoint, c, d);
+      CHECK(same_bits(got, forward(made, c, gathered)));
+      // Against the fp32 object on the weights in input order, which sums
+      // in another order: within fp32 rounding (a wrong gather is off by
+      // the weights' own scale).
+      if (act == MHA_ACTIVATIONS_FLOAT) {
+        RandomWeights plain(d.w);
+        plain.q = q.w;
+        plain.k = k.w;
+        plain.v = v.w;
+        plain.o = o.w;
+        mha_attention* fp32 = nullptr;
+        const mha_weights pw = plain.view();
+        REQUIRE(mha_attention_create(&c.config, &pw, &fp32) == MHA_OK);
+        const std::vector<float> want = forward(fp32, c, d);
+        double err = 0, scale = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          err = std::max(err, std::fabs(double(got[i]) - double(want[i])));
+          scale = std::max(scale, std::fabs(double(want[i])));
+        }
+        CHECK(err <= 1e-5 * scale);
+        mha_attention_destroy(fp32);
+      }
+      mha_attention_destroy(from_checkpoint);
+      mha_attention_destroy(made);
+    }
+  }
+}
+
 TEST_CASE("mha_attention_create_checkpoint checks its arguments and writes nothing on failure",
           "[quant][attention]") {
   std::mt19937 rng(19);
@@ -226,12 +316,12 @@ TEST_CASE("mha_attention_create_checkpoint checks its arguments and writes nothi
     w.k.scales = bad.data();
     fails(c.config, w, nullptr, "weights->k.scales[1][3]");
   }
-  // An act-order g_idx (in range): unsupported; one out of range: invalid.
+  // A g_idx whose groups are not `group` inputs each, and one out of range.
   std::vector<std::int32_t> g_idx = layer.q.g_idx;
-  std::swap(g_idx[0], g_idx[40]);
+  g_idx[0] = 1;
   w = layer.view(true);
   w.q.g_idx = g_idx.data();
-  fails(c.config, w, nullptr, "act-order", MHA_UNSUPPORTED);
+  fails(c.config, w, nullptr, "weights->q.g_idx: group 0 holds 31 input features, expected 32");
   g_idx[0] = 2;
   fails(c.config, w, nullptr, "weights->q.g_idx[0]");
   // AWQ takes no g_idx.

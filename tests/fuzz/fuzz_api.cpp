@@ -1616,11 +1616,12 @@ void fuzz_blocks(Decoder& d) {
 // mha_attention_create_checkpoint on a random GPTQ, GPTQ v2 or AWQ layer
 // set: random nibbles (every code and zero is valid), scales of random fp16
 // bits (now and then NaN or infinite), widths on and off the packing's 8, a
-// group now and then off the list, and g_idx absent, the identity, or one
-// swap (act order). It must fail, writing nothing, exactly where mha.h
-// says; a weight-only object then gives the bits of an fp32 object on the
-// weights decoded as mha.h states the layouts, and one with int8
-// activations runs a forward.
+// group now and then off the list, and g_idx absent, the identity, or (q,
+// k and v) act order: the first and last inputs' groups swapped. It must
+// fail, writing nothing, exactly where mha.h says; a weight-only object
+// then gives the bits of an fp32 object on the weights decoded as mha.h
+// states the layouts, in group order (each group's inputs ascending), with
+// the inputs gathered alike; one with int8 activations runs a forward.
 void fuzz_checkpoint(Decoder& d) {
   const auto layout = static_cast<mha_checkpoint_layout>(d.p.ConsumeIntegralInRange<int>(0, 2));
   const bool awq = layout == MHA_CHECKPOINT_AWQ;
@@ -1634,15 +1635,16 @@ void fuzz_checkpoint(Decoder& d) {
   static constexpr std::size_t kGroups[] = {0, 32, 64, 128, 16};
   const std::size_t group = kGroups[d.p.ConsumeIntegralInRange<int>(0, d.coin(6) ? 4 : 3)];
   const bool bad_scales = d.coin(6);
-  const int g_idx_kind = d.p.ConsumeIntegralInRange<int>(0, 2);  // none, identity, one swap
-  bool finite = true, identity = true;
+  const int g_idx_kind = d.p.ConsumeIntegralInRange<int>(0, 2);  // none, identity, act order
+  bool finite = true;
   struct Layer {
     std::vector<std::int32_t> qweight, qzeros, g_idx;
     std::vector<std::uint16_t> scales;
-    std::vector<float> w;
+    std::vector<float> w;            // decoded, in group order
+    std::vector<std::size_t> order;  // group order's input q is input order[q]
   };
   // One layer [rows x in], and its weights decoded (when the sizes allow).
-  const auto make = [&](std::size_t rows, std::size_t in, Layer& l) {
+  const auto make = [&](std::size_t rows, std::size_t in, bool act_order, Layer& l) {
     const std::size_t groups = group == 0 || group >= in ? 1 : (in + group - 1) / group;
     const std::size_t len = groups == 1 ? in : group;
     l.qweight.resize(std::max<std::size_t>(in * rows / 8, 1));
@@ -1657,9 +1659,12 @@ void fuzz_checkpoint(Decoder& d) {
       finite = finite && std::isfinite(fp16_value(h));
     }
     for (std::size_t p = 0; p < in; ++p) l.g_idx.push_back(static_cast<std::int32_t>(p / len));
-    if (g_idx_kind == 2 && groups > 1) {
-      std::swap(l.g_idx[0], l.g_idx[in - 1]);
-      identity = false;
+    if (act_order && groups > 1) std::swap(l.g_idx[0], l.g_idx[in - 1]);
+    // Group order: each group's inputs ascending.
+    for (std::size_t g = 0; g < groups; ++g) {
+      for (std::size_t p = 0; p < in; ++p) {
+        if (static_cast<std::size_t>(l.g_idx[p]) == g) l.order.push_back(p);
+      }
     }
     if (in % 8 != 0 || rows % 8 != 0) return;
     const auto nib = [](std::int32_t word, unsigned t) {
@@ -1668,22 +1673,23 @@ void fuzz_checkpoint(Decoder& d) {
     static constexpr unsigned kAwq[8] = {0, 4, 1, 5, 2, 6, 3, 7};
     l.w.resize(rows * in);
     for (std::size_t j = 0; j < rows; ++j) {
-      for (std::size_t p = 0; p < in; ++p) {
-        const std::size_t g = p / len;
+      for (std::size_t q = 0; q < in; ++q) {
+        const std::size_t p = l.order[q], g = static_cast<std::size_t>(l.g_idx[p]);
         const int code = awq ? nib(l.qweight[p * (rows / 8) + j / 8], kAwq[j % 8])
                              : nib(l.qweight[p / 8 * rows + j], static_cast<unsigned>(p % 8));
         const int stored =
             nib(l.qzeros[g * (rows / 8) + j / 8], awq ? kAwq[j % 8] : static_cast<unsigned>(j % 8));
         const int z = layout == MHA_CHECKPOINT_GPTQ ? stored + 1 : stored;
-        l.w[j * in + p] = static_cast<float>(code - z) * fp16_value(l.scales[g * rows + j]);
+        l.w[j * in + q] = static_cast<float>(code - z) * fp16_value(l.scales[g * rows + j]);
       }
     }
   };
+  const bool act_order = g_idx_kind == 2;
   Layer q, k, v, o;
-  make(E, E, q);
-  make(kv, kdim, k);
-  make(kv, kdim, v);
-  make(E, E, o);
+  make(E, E, act_order, q);
+  make(kv, kdim, act_order, k);
+  make(kv, kdim, act_order, v);
+  make(E, E, false, o);
   const auto matrix = [&](const Layer& l) {
     return mha_checkpoint_matrix{l.qweight.data(), l.qzeros.data(), l.scales.data(),
                                  g_idx_kind == 0 ? nullptr : l.g_idx.data(), nullptr};
@@ -1705,7 +1711,7 @@ void fuzz_checkpoint(Decoder& d) {
   const mha_status st =
       mha_attention_create_checkpoint(&c, &cw, int8 || d.coin() ? &opt : nullptr, &attn);
   const bool valid = E % 8 == 0 && kdim % 8 == 0 && kv % 8 == 0 && finite && group != 16 &&
-                     (g_idx_kind == 0 || (!awq && identity));
+                     (g_idx_kind == 0 || !awq);
   check_expectation(st, valid ? Expect::ok : Expect::fail, "mha_attention_create_checkpoint");
   if (st != MHA_OK) {
     FUZZ_CHECK(attn == sentinel, "mha_attention_create_checkpoint failed but wrote *out");
@@ -1718,11 +1724,20 @@ void fuzz_checkpoint(Decoder& d) {
                                    out.data(), nullptr, 0) == MHA_OK,
              "forward on a checkpoint object failed: %s", mha_last_error());
   if (!int8) {
+    // The inputs gathered in q's and k's group order.
+    const auto gather = [](const std::vector<float>& in, const std::vector<std::size_t>& order) {
+      std::vector<float> r(in.size());
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        r[i] = in[i / order.size() * order.size() + order[i % order.size()]];
+      }
+      return r;
+    };
+    const std::vector<float> xg = gather(x, q.order), kvg = gather(kvx, k.order);
     const mha_weights w{q.w.data(), k.w.data(), v.w.data(), o.w.data(),
                         nullptr,    nullptr,    nullptr,    nullptr};
     mha_attention* fp32 = nullptr;
     FUZZ_CHECK(mha_attention_create(&c, &w, &fp32) == MHA_OK, "fp32 create failed");
-    FUZZ_CHECK(mha_attention_forward(fp32, 1, L, S, x.data(), kvx.data(), kvx.data(), nullptr,
+    FUZZ_CHECK(mha_attention_forward(fp32, 1, L, S, xg.data(), kvg.data(), kvg.data(), nullptr,
                                      ref.data(), nullptr, 0) == MHA_OK,
                "fp32 forward failed");
     mha_attention_destroy(fp32);

@@ -710,6 +710,28 @@ void run_attention(bool four_threads, mha_dtype compute,
     run_create("attention create from a GPTQ checkpoint", [&](mha_attention** out) {
       return mha_attention_create_checkpoint(&s.cfg, &wc, &s.options, out);
     });
+    if (groups > 1) {
+      // Act order: the first and last inputs' groups swapped.
+      std::vector<std::int32_t> g_idx(E);
+      for (std::size_t p = 0; p < E; ++p) g_idx[p] = static_cast<std::int32_t>(p / group);
+      std::swap(g_idx[0], g_idx[E - 1]);
+      mha_checkpoint_weights act = wc;
+      act.q.g_idx = act.k.g_idx = act.v.g_idx = act.out.g_idx = g_idx.data();
+      run_create("attention create from an act-order GPTQ checkpoint", [&](mha_attention** out) {
+        return mha_attention_create_checkpoint(&s.cfg, &act, &s.options, out);
+      });
+      // Its products gather each input row first (their own scratch).
+      mha_attention* ordered = nullptr;
+      REQUIRE(mha_attention_create_checkpoint(&s.cfg, &act, &s.options, &ordered) == MHA_OK);
+      run_injection({"forward self, act-order checkpoint", reset_out,
+                     [&] {
+                       return mha_attention_forward(ordered, B, L, L, s.x.data(), s.x.data(),
+                                                    s.x.data(), nullptr, s.out.data(), nullptr, 0);
+                     },
+                     outputs},
+                    four_threads);
+      mha_attention_destroy(ordered);
+    }
   }
 
   const float* x = s.x.data();

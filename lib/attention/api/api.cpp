@@ -239,11 +239,14 @@ std::unique_ptr<mha_attention> make_checkpoint_handle(const mha_config& config,
   const auto k = decode_checkpoint(w.layout, w.k, kv, shape.kdim, w.group, "weights->k");
   const auto v = decode_checkpoint(w.layout, w.v, kv, shape.vdim, w.group, "weights->v");
   const auto x = decode_checkpoint(w.layout, w.out, E, E, w.group, "weights->out");
+  const auto perm = [](const detail::DecodedWeight& d) {
+    return d.perm.empty() ? nullptr : d.perm.data();
+  };
   const detail::QuantSource src[] = {
-      {nullptr, q.codes.data(), q.scales.data(), "weights->q", q.zeros.data()},
-      {nullptr, k.codes.data(), k.scales.data(), "weights->k", k.zeros.data()},
-      {nullptr, v.codes.data(), v.scales.data(), "weights->v", v.zeros.data()},
-      {nullptr, x.codes.data(), x.scales.data(), "weights->out", x.zeros.data()}};
+      {nullptr, q.codes.data(), q.scales.data(), "weights->q", q.zeros.data(), perm(q)},
+      {nullptr, k.codes.data(), k.scales.data(), "weights->k", k.zeros.data(), perm(k)},
+      {nullptr, v.codes.data(), v.scales.data(), "weights->v", v.zeros.data(), perm(v)},
+      {nullptr, x.codes.data(), x.scales.data(), "weights->out", x.zeros.data(), perm(x)}};
   struct {
     const float *q_bias, *k_bias, *v_bias, *out_bias;
   } biases{w.q.bias, w.k.bias, w.v.bias, w.out.bias};

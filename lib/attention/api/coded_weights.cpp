@@ -1,5 +1,6 @@
 #include "attention/api/coded_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -70,22 +71,33 @@ DecodedWeight decode_checkpoint(mha_checkpoint_layout layout, const mha_checkpoi
   check_arg(in % 8 == 0, name, ": expected input features in a multiple of 8, got ", in);
   check_arg(rows % 8 == 0, name, ": expected output features in a multiple of 8, got ", rows);
   const std::size_t groups = quant_groups(in, group), len = groups == 1 ? in : group;
+  DecodedWeight d;
   if (m.g_idx != nullptr) {
     check_arg(!awq, name, ".g_idx: expected NULL for an AWQ layer");
+    std::vector<std::size_t> count(groups, 0);
+    bool identity = true;
     for (std::size_t p = 0; p < in; ++p) {
       const std::int32_t gi = m.g_idx[p];
       check_arg(gi >= 0 && static_cast<std::size_t>(gi) < groups, name, ".g_idx[", p,
                 "]: expected a group in [0, ", groups, "), got ", gi);
+      ++count[static_cast<std::size_t>(gi)];
+      identity = identity && static_cast<std::size_t>(gi) == p / len;
     }
-    for (std::size_t p = 0; p < in; ++p) {
-      if (static_cast<std::size_t>(m.g_idx[p]) != p / len) {
-        fail(MHA_UNSUPPORTED, name, ".g_idx[", p, "]: ", m.g_idx[p],
-             " is an act-order (desc_act) grouping; this version takes g_idx[p] == p / group (",
-             p / len, ")");
+    for (std::size_t g = 0; g < groups && !identity; ++g) {
+      const std::size_t want = std::min(len, in - g * len);
+      check_arg(count[g] == want, name, ".g_idx: group ", g, " holds ", count[g],
+                " input features, expected ", want);
+    }
+    if (!identity) {
+      // The inputs in group order, each group's in their own order.
+      std::vector<std::size_t> next(groups);
+      for (std::size_t g = 0; g < groups; ++g) next[g] = g * len;
+      d.perm.resize(in);
+      for (std::size_t p = 0; p < in; ++p) {
+        d.perm[next[static_cast<std::size_t>(m.g_idx[p])]++] = static_cast<std::uint32_t>(p);
       }
     }
   }
-  DecodedWeight d;
   d.codes.resize(checked_mul(rows, in, name));
   d.scales.resize(checked_mul(rows, groups, name));
   d.zeros.resize(d.scales.size());
@@ -100,11 +112,12 @@ DecodedWeight decode_checkpoint(mha_checkpoint_layout layout, const mha_checkpoi
       d.zeros[j * groups + g] = static_cast<float>(layout == MHA_CHECKPOINT_GPTQ ? z + 1 : z);
     }
   }
-  for (std::size_t p = 0; p < in; ++p) {
+  for (std::size_t q = 0; q < in; ++q) {
+    const std::size_t p = d.perm.empty() ? q : d.perm[q];
     for (std::size_t j = 0; j < rows; ++j) {
       const int code = awq ? nibble(m.qweight[p * (rows / 8) + j / 8], kAwqNibble[j % 8])
                            : nibble(m.qweight[p / 8 * rows + j], static_cast<unsigned>(p % 8));
-      d.codes[j * in + p] = static_cast<std::int8_t>(code);
+      d.codes[j * in + q] = static_cast<std::int8_t>(code);
     }
   }
   return d;

@@ -13,10 +13,12 @@
 namespace mha::detail {
 
 // One matrix [rows x in]: codes, and scales and zero points per row and
-// group [rows x groups] (zeros empty where the format has none).
+// group [rows x groups] (zeros empty where the format has none); perm
+// empty, or the codes' column p is input feature perm[p] (QuantSource).
 struct DecodedWeight {
   std::vector<std::int8_t> codes;
   std::vector<float> scales, zeros;
+  std::vector<std::uint32_t> perm;
 };
 
 // An fp16 bit pattern widened to fp32, exactly.
@@ -29,8 +31,9 @@ DecodedWeight decode_blocks(mha_block_format format, const void* blocks, std::si
 
 // One GPTQ or AWQ layer (mha_checkpoint_matrix) of `rows` output features:
 // uint4 codes, zero points 0..16, in groups of `group` (0: whole rows); in
-// and rows multiples of 8, scales finite, g_idx the identity grouping
-// (MHA_UNSUPPORTED otherwise); messages name `name`.
+// and rows multiples of 8, scales finite; an act-order g_idx (each group
+// `group` inputs, the last one the rest) gives the inputs in group order,
+// stable (perm); messages name `name`.
 DecodedWeight decode_checkpoint(mha_checkpoint_layout layout, const mha_checkpoint_matrix& m,
                                 std::size_t rows, std::size_t in, std::size_t group,
                                 const char* name);

@@ -108,6 +108,9 @@ struct QuantSource {
   const float* scales = nullptr;
   const char* name = "";
   const float* zeros = nullptr;
+  // Null, or the codes' column p is input feature perm[p] (a GPTQ act-order
+  // layer's, in group order): the product gathers its input so.
+  const std::uint32_t* perm = nullptr;
 };
 // Wq, Wk, Wv and Wo so, in `type` codes with a scale per output row and
 // group of `group` input features (0: the whole row), packed for

@@ -41,7 +41,8 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
     const std::size_t step = std::lcm(g.nr, g8.nr);
     q_cols_ = checked_round_up(E, step, "embed_dim (in whole strips)");
     k_cols_ = v_cols_ = checked_round_up(kv, step, "num_kv_heads*head_dim (in whole strips)");
-    fused_ = s.kdim == E && s.vdim == E;
+    fused_ = s.kdim == E && s.vdim == E && src[0].perm == nullptr && src[1].perm == nullptr &&
+             src[2].perm == nullptr;
     const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
     const std::size_t at[] = {0, q_cols_, q_cols_ + k_cols_, 0};
     const std::size_t qkv = q_cols_ + k_cols_ + v_cols_;
@@ -86,6 +87,10 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
       }
       packed[i] = pack_i8_b(g8, k, rows, group, type, codes.data(), k, scales.data(),
                             uint4 ? zeros.data() : nullptr, dst);
+      if (src[first].perm != nullptr) {
+        perms_[first].assign(src[first].perm, src[first].perm + k);
+        packed[i].perm = perms_[first].data();
+      }
       dst += bytes[i];
     }
     if (fused_) {
@@ -124,6 +129,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
  private:
   bool bf16_;
   AlignedFloats storage_;
+  std::vector<std::uint32_t> perms_[4];  // QuantSource::perm, copied
 };
 
 // One weight op(B) [k x n] (an MLA layer's) quantized per output column

@@ -111,6 +111,10 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
         zp = zeros ? row_zeros.data() : nullptr;
       }
       *dst[i] = pack_quant_b(g, type, in[i], out[i], group, c, in[i], sc, zp, cdst, sdst, zdst);
+      if (src[i].perm != nullptr) {
+        perms_[i].assign(src[i].perm, src[i].perm + in[i]);
+        dst[i]->perm = perms_[i].data();
+      }
       cdst += packed_quant_b_bytes(g, type, in[i], out[i], "");
       const std::size_t n_scales = packed_quant_b_scales(g, in[i], out[i], group, "");
       sdst += n_scales;
@@ -119,7 +123,8 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
     // One product for Wq|Wk|Wv: their strips follow each other with the
     // same stride, and so do their scales, group by group, when there is
     // one group (whole rows).
-    fused_ = s.kdim == E && s.vdim == E && quant_groups(E, group) == 1;
+    fused_ = s.kdim == E && s.vdim == E && quant_groups(E, group) == 1 && src[0].perm == nullptr &&
+             src[1].perm == nullptr && src[2].perm == nullptr;
     if (fused_) {
       wqkv_ = wq_;
       wqkv_.n = q_cols_ + k_cols_ + v_cols_;
@@ -130,6 +135,7 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
 
  private:
   AlignedFloats storage_;
+  std::vector<std::uint32_t> perms_[4];  // QuantSource::perm, copied
 };
 
 // One weight op(B) [k x n] (an MLA layer's) quantized per output column
