@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
-#include "gemm/gemm_i8_neon_groups.hpp"
+#include "gemm/gemm_i8_neon.hpp"
 #include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
@@ -46,12 +46,9 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
     const float32x4_t vsa = vdupq_n_f32(sa[i]);
     for (std::size_t v = 0; v < kNV && v * kW < n; ++v) {
       const float32x4_t s = vmulq_f32(vsa, vld1q_f32(sb + v * kW));
-      float y[kW];
-      vst1q_f32(y, vmulq_f32(vcvtq_f32_s32(acc[i][v]), s));
-      const std::size_t lanes = std::min(kW, n - v * kW);
-      for (std::size_t l = 0; l < lanes; ++l) {
-        c[i * ldc + v * kW + l] = bias != nullptr ? y[l] + bias[v * kW + l] : y[l];
-      }
+      neon_i8::store_lanes(vmulq_f32(vcvtq_f32_s32(acc[i][v]), s),
+                           bias != nullptr ? bias + v * kW : nullptr, c + i * ldc + v * kW,
+                           std::min(kW, n - v * kW));
     }
   }
 }
@@ -72,6 +69,6 @@ const GemmI8Kernels gemm_i8_kernels_neon_dot = {"neon_dot",
                                                 0,
                                                 Entries::ukernel,
                                                 quantize_i8_scalar,
-                                                neon_groups::ukernel_groups<false>};
+                                                neon_i8::ukernel_groups<false>};
 
 }  // namespace mha::detail

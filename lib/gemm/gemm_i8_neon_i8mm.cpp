@@ -19,20 +19,13 @@
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
-#include "gemm/gemm_i8_neon_groups.hpp"
+#include "gemm/gemm_i8_neon.hpp"
 #include "gemm/gemm_i8_tiles.hpp"
 
 namespace mha::detail {
 namespace {
 
 constexpr std::size_t kMR = 4, kNV = 4, kW = 4, kNR = kNV * kW;
-
-// Rows i and i + 1's codes for k steps p and p + 1 (row i + 1 zero when
-// `pair` is false).
-int8x16_t row_pair(const std::uint8_t* a, std::size_t lda, std::size_t p, bool pair) {
-  const auto* r = reinterpret_cast<const std::int8_t*>(a + 4 * p);
-  return vcombine_s8(vld1_s8(r), pair ? vld1_s8(r + lda) : vdup_n_s8(0));
-}
 
 template <std::size_t ROWS>
 void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int8_t* b,
@@ -57,7 +50,7 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
     for (std::size_t u = 0; u < 2 * kNV; ++u) bv[u] = vld1q_s8(b + u * 16);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < kPairs; ++r) {
-      const int8x16_t ar = row_pair(a + 2 * r * lda, lda, p, 2 * r + 1 < ROWS);
+      const int8x16_t ar = neon_i8::row_pair(a + 2 * r * lda, lda, 4 * p, 2 * r + 1 < ROWS);
 #pragma GCC unroll 16
       for (std::size_t u = 0; u < 2 * kNV; ++u) acc[r][u] = vmmlaq_s32(acc[r][u], ar, bv[u]);
     }
@@ -72,12 +65,9 @@ void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda, const std::int
       const int32x4_t sum =
           vreinterpretq_s32_s64(i % 2 == 0 ? vzip1q_s64(lo, hi) : vzip2q_s64(lo, hi));
       const float32x4_t s = vmulq_f32(vsa, vld1q_f32(sb + v * kW));
-      float y[kW];
-      vst1q_f32(y, vmulq_f32(vcvtq_f32_s32(sum), s));
-      const std::size_t lanes = std::min(kW, n - v * kW);
-      for (std::size_t l = 0; l < lanes; ++l) {
-        c[i * ldc + v * kW + l] = bias != nullptr ? y[l] + bias[v * kW + l] : y[l];
-      }
+      neon_i8::store_lanes(vmulq_f32(vcvtq_f32_s32(sum), s),
+                           bias != nullptr ? bias + v * kW : nullptr, c + i * ldc + v * kW,
+                           std::min(kW, n - v * kW));
     }
   }
 }
@@ -98,6 +88,6 @@ const GemmI8Kernels gemm_i8_kernels_neon_i8mm = {"neon_i8mm",
                                                  0,
                                                  Entries::ukernel,
                                                  quantize_i8_scalar,
-                                                 neon_groups::ukernel_groups<true>};
+                                                 neon_i8::ukernel_groups<true>};
 
 }  // namespace mha::detail

@@ -1,11 +1,13 @@
-// The Arm sets' grouped int8 kernels (GemmI8Kernels::ukernel_groups, the
-// arithmetic of I8Strip), on SDOT (k_group 4) or SMMLA (k_group 8): each
-// group's integer sums start at the group's start (less the zero point
-// times the row's group sum, for uint4) and take the group's k steps, int4
-// codes unpacked in registers (a mask and a shift, less the stored 8); then
-// t = fma(float(sum), scale, t), and y = t * s_a (+ bias) at the end. Each
-// set's file includes it: its templates have internal linkage there, so no
-// set's extension flags reach a copy another set calls (check_symbols).
+// What the Arm int8 sets share (gemm_i8_neon_dot.cpp, gemm_i8_neon_i8mm.cpp):
+// the store of a C row's four columns, and the grouped kernels
+// (GemmI8Kernels::ukernel_groups, the arithmetic of I8Strip) on SDOT
+// (k_group 4) or SMMLA (k_group 8): each group's integer sums start at the
+// group's start (less the zero point times the row's group sum, for uint4)
+// and take the group's k steps, int4 codes unpacked in registers (a mask
+// and a shift, less the stored 8); then t = fma(float(sum), scale, t), and
+// y = t * s_a (+ bias) at the end. Each set's file includes it: its
+// functions have internal linkage there, so no set's extension flags reach
+// a copy another set calls (check_symbols).
 #pragma once
 
 #include <arm_neon.h>
@@ -20,9 +22,16 @@
 namespace mha::detail {
 namespace {  // NOLINT(build/namespaces): one copy per set, under its own flags
 
-namespace neon_groups {
+namespace neon_i8 {
 
 constexpr std::size_t kW = 4, kNR = 16, kMR = 4;
+
+// y's first `lanes` columns into c, each plus its bias (if any).
+inline void store_lanes(float32x4_t y, const float* bias, float* c, std::size_t lanes) {
+  float v[kW];
+  vst1q_f32(v, y);
+  for (std::size_t l = 0; l < lanes; ++l) c[l] = bias != nullptr ? v[l] + bias[l] : v[l];
+}
 
 // The row's sum of its codes over group g (I8Strip::sums_at).
 inline std::int32_t group_sum(const std::uint8_t* row, const I8Strip& b, std::size_t g) {
@@ -190,11 +199,8 @@ void tile_groups(const I8Strip& b, std::size_t h, const std::uint8_t* a, std::si
     for (std::size_t v = 0; v < kV; ++v) {
       const std::size_t col = col0 + v * kW;
       if (col >= n) break;
-      float y[kW];
-      vst1q_f32(y, vmulq_f32(t[i][v], vsa));
-      for (std::size_t l = 0; l < std::min(kW, n - col); ++l) {
-        c[i * ldc + col + l] = bias != nullptr ? y[l] + bias[col + l] : y[l];
-      }
+      store_lanes(vmulq_f32(t[i][v], vsa), bias != nullptr ? bias + col : nullptr,
+                  c + i * ldc + col, std::min(kW, n - col));
     }
   }
 }
@@ -219,6 +225,6 @@ void ukernel_groups(const I8Strip& b, const std::uint8_t* a, std::size_t lda, co
   for (std::size_t h = 0; h * cols < n; ++h) fn(b, h, a, lda, sa, bias, c, ldc, n);
 }
 
-}  // namespace neon_groups
+}  // namespace neon_i8
 }  // namespace
 }  // namespace mha::detail
