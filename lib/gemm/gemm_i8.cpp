@@ -257,16 +257,22 @@ PackedI8B pack_i8_b(const GemmI8Kernels& g, std::size_t k, std::size_t n, std::s
 
 void i8_group_sums(const GemmI8Kernels& g, std::size_t k, std::size_t group_k,
                    const std::uint8_t* codes, std::int32_t* sums) {
+  // One loop per code storage, each a plain sum the compiler vectorizes.
   for (std::size_t p0 = 0, q = 0; p0 < k; p0 += group_k, ++q) {
+    const std::size_t p1 = std::min(k, p0 + group_k);
     std::int32_t sum = 0;
-    for (std::size_t p = p0; p < std::min(k, p0 + group_k); ++p) {
-      std::int16_t wide = 0;
-      if (g.a_bytes == 2) std::memcpy(&wide, codes + 2 * p, 2);
-      sum += g.a_bytes == 2    ? wide - g.a_offset
-             : g.a_offset != 0 ? codes[p] - g.a_offset
-                               : static_cast<std::int8_t>(codes[p]);
+    if (g.a_bytes == 2) {
+      for (std::size_t p = p0; p < p1; ++p) {
+        std::int16_t v;
+        std::memcpy(&v, codes + 2 * p, 2);
+        sum += v;
+      }
+    } else if (g.a_offset != 0) {
+      for (std::size_t p = p0; p < p1; ++p) sum += codes[p];
+    } else {
+      for (std::size_t p = p0; p < p1; ++p) sum += static_cast<std::int8_t>(codes[p]);
     }
-    sums[q] = sum;
+    sums[q] = sum - g.a_offset * static_cast<std::int32_t>(p1 - p0);
   }
 }
 

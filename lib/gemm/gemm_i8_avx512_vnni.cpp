@@ -113,14 +113,6 @@ MHA_NO_TREE_PRE void tile_groups(const I8Strip& b, std::size_t h, const std::uin
       const __m512i s = _mm512_loadu_si512(b.start + at);
 #pragma GCC unroll 16
       for (std::size_t i = 0; i < ROWS; ++i) acc[i][v] = s;
-      if (b.zeros != nullptr) {
-        const __m512i z = _mm512_loadu_si512(b.zeros + at);
-#pragma GCC unroll 16
-        for (std::size_t i = 0; i < ROWS; ++i) {
-          acc[i][v] = _mm512_sub_epi32(
-              s, _mm512_mullo_epi32(z, _mm512_set1_epi32(row_sum(a + i * lda, b, g))));
-        }
-      }
     }
     if constexpr (kInt4) {
       // Pairs of steps; a group's odd last step pairs with a zero code.
@@ -162,9 +154,17 @@ MHA_NO_TREE_PRE void tile_groups(const I8Strip& b, std::size_t h, const std::uin
     }
 #pragma GCC unroll 16
     for (std::size_t v = 0; v < kV; ++v) {
-      const __m512 s = _mm512_loadu_ps(b.scales + g * b.stride + (kV * h + v) * kW);
+      const std::size_t at = g * b.stride + (kV * h + v) * kW;
+      const __m512 s = _mm512_loadu_ps(b.scales + at);
+      // uint4: less z - 8 times the row's group sum, after the sums rather
+      // than in their start, so that vpmulld's latency stays off the chain.
+      const __m512i z = b.zeros != nullptr ? _mm512_loadu_si512(b.zeros + at) : __m512i{};
 #pragma GCC unroll 16
       for (std::size_t i = 0; i < ROWS; ++i) {
+        if (b.zeros != nullptr) {
+          acc[i][v] = _mm512_sub_epi32(
+              acc[i][v], _mm512_mullo_epi32(z, _mm512_set1_epi32(row_sum(a + i * lda, b, g))));
+        }
         t[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), s, t[i][v]);
       }
     }
