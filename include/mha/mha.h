@@ -580,10 +580,12 @@ typedef struct {
  * fp16, exactly), bit for bit; a GPTQ zero point of 16, which create never
  * makes, gives the widened weights' bits as well (weight-only: the fp32
  * object's on them). With act order, that object's weights are the layer's
- * in group order, and its results those on input rows gathered alike. options: NULL (fp32 compute,
- * weight-only), or weight_format MHA_WEIGHTS_UINT4 and weight_group `group` with the compute type
- * and activations of mha_attention_create_ex (int8 activations included; others:
- * MHA_INVALID_ARGUMENT). A scale that is NaN or infinite is MHA_INVALID_ARGUMENT, naming it. */
+ * in group order, and its results those on input rows gathered alike.
+ * options: NULL (fp32 compute, weight-only), or weight_format
+ * MHA_WEIGHTS_UINT4 and weight_group `group` with the compute type and
+ * activations of mha_attention_create_ex (int8 activations included;
+ * others: MHA_INVALID_ARGUMENT). A scale that is NaN or infinite, or a
+ * g_idx group of the wrong size, is MHA_INVALID_ARGUMENT, naming it. */
 MHA_API mha_status mha_attention_create_checkpoint(const mha_config* config,
                                                    const mha_checkpoint_weights* weights,
                                                    const mha_attention_options* options,
