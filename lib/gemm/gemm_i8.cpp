@@ -56,9 +56,8 @@ void ukernel_groups_scalar(const I8Strip& b, const std::uint8_t* a, std::size_t 
       for (std::size_t g = 0, p0 = 0; p0 < b.kq; ++g, p0 += b.group_kq) {
         std::int64_t acc = b.start[g * b.stride + j];
         if (b.zeros != nullptr) {
-          std::int32_t sum;
-          std::memcpy(&sum, a + i * lda + b.sums_at + 4 * g, 4);
-          acc -= static_cast<std::int64_t>(b.zeros[g * b.stride + j]) * sum;
+          acc -=
+              static_cast<std::int64_t>(b.zeros[g * b.stride + j]) * group_sum(a + i * lda, b, g);
         }
         for (std::size_t p = p0; p < p0 + b.group_kq && p < b.kq; ++p) {
           for (std::size_t r = 0; r < 4; ++r) acc += ai[4 * p + r] * b_code(p, j, r);

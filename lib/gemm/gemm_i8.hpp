@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mha/isa.hpp>
 #include <vector>
 
@@ -64,12 +65,14 @@ struct GemmI8Kernels {
 };
 
 // A packed strip of weights in groups (PackedI8B): int8 codes as
-// GemmI8Kernels::k_group says, or for int4 [ceil(kq / 2)][nr][4] bytes whose low nibbles are step
-// 2t's and high nibbles step 2t + 1's, each stored as code + 8 (uint4: the code, read as code - 8
-// against a zero point z - 8); group g (group_kq steps of four k, the last one shorter) starts its
-// sums at start[g * stride + j] and scales them by scales[g * stride + j]. With zeros (uint4), row
-// i's sums also start less zeros[g * stride + j] times the int32 at byte sums_at + 4g of the row's
-// codes: the sum of its codes q over group g.
+// GemmI8Kernels::k_group says, or for int4 [ceil(kq / 2)][nr][4] bytes whose
+// low nibbles are step 2t's and high nibbles step 2t + 1's, each stored as
+// code + 8 (uint4: the code, read as code - 8 against a zero point z - 8);
+// group g (group_kq steps of four k, the last one shorter) starts its sums
+// at start[g * stride + j] and scales them by scales[g * stride + j]. With
+// zeros (uint4), row i's sums also lose zeros[g * stride + j] times the
+// int32 at byte sums_at + 4g of the row's codes: the sum of its codes q
+// over group g.
 struct I8Strip {
   const std::int8_t* codes;
   const std::int32_t* start;
@@ -79,6 +82,15 @@ struct I8Strip {
   const std::int32_t* zeros;
   std::size_t sums_at;
 };
+
+namespace {  // NOLINT(build/namespaces): each kernel set's object its own copy
+// A row of codes' sum of its codes over group g (I8Strip::sums_at).
+inline std::int32_t group_sum(const std::uint8_t* row, const I8Strip& b, std::size_t g) {
+  std::int32_t s;
+  std::memcpy(&s, row + b.sums_at + 4 * g, 4);
+  return s;
+}
+}  // namespace
 
 // The kernel sets; the scalar one is every set's emulation.
 extern const GemmI8Kernels gemm_i8_kernels_scalar;
@@ -97,8 +109,8 @@ const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept;
 std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
 
 // The group sums I8Strip's zeros take: sums[g] = the sum of the row's codes
-// q over k steps [g * group_k, (g + 1) * group_k), of codes stored as the
-// set's quantize stores them.
+// q at k in [g * group_k, (g + 1) * group_k), of codes stored as the set's
+// quantize stores them.
 void i8_group_sums(const GemmI8Kernels& g, std::size_t k, std::size_t group_k,
                    const std::uint8_t* codes, std::int32_t* sums);
 

@@ -114,11 +114,10 @@ MHA_NO_TREE_PRE void tile_groups(const I8Strip& b, const std::uint8_t* a, std::s
     for (std::size_t i = 0; i < ROWS; ++i) {
       __m256i sum = _mm256_add_epi32(s0, column_sums(acc[i][0], acc[i][1]));
       if (b.zeros != nullptr) {
-        std::int32_t row;
-        std::memcpy(&row, a + i * lda + b.sums_at + 4 * g, 4);
         const __m256i z =
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.zeros + g * b.stride));
-        sum = _mm256_sub_epi32(sum, _mm256_mullo_epi32(z, _mm256_set1_epi32(row)));
+        sum = _mm256_sub_epi32(
+            sum, _mm256_mullo_epi32(z, _mm256_set1_epi32(group_sum(a + i * lda, b, g))));
       }
       t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), sc, t[i]);
     }

@@ -34,13 +34,6 @@ std::uint32_t load_quad(const std::uint8_t* p) {
   return q;
 }
 
-// Row a's sum of its codes over group g (I8Strip::sums_at).
-std::int32_t row_sum(const std::uint8_t* a, const I8Strip& b, std::size_t g) {
-  std::int32_t s;
-  std::memcpy(&s, a + b.sums_at + 4 * g, 4);
-  return s;
-}
-
 template <std::size_t ROWS>
 MHA_NO_TREE_PRE void tile(std::size_t kq, const std::uint8_t* a, std::size_t lda,
                           const std::int8_t* b, const std::int32_t* start, const float* sa,
@@ -163,7 +156,7 @@ MHA_NO_TREE_PRE void tile_groups(const I8Strip& b, std::size_t h, const std::uin
       for (std::size_t i = 0; i < ROWS; ++i) {
         if (b.zeros != nullptr) {
           acc[i][v] = _mm512_sub_epi32(
-              acc[i][v], _mm512_mullo_epi32(z, _mm512_set1_epi32(row_sum(a + i * lda, b, g))));
+              acc[i][v], _mm512_mullo_epi32(z, _mm512_set1_epi32(group_sum(a + i * lda, b, g))));
         }
         t[i][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), s, t[i][v]);
       }

@@ -33,13 +33,6 @@ inline void store_lanes(float32x4_t y, const float* bias, float* c, std::size_t 
   for (std::size_t l = 0; l < lanes; ++l) c[l] = bias != nullptr ? v[l] + bias[l] : v[l];
 }
 
-// The row's sum of its codes over group g (I8Strip::sums_at).
-inline std::int32_t group_sum(const std::uint8_t* row, const I8Strip& b, std::size_t g) {
-  std::int32_t s;
-  std::memcpy(&s, row + b.sums_at + 4 * g, 4);
-  return s;
-}
-
 inline int8x16_t quad(const std::uint8_t* row, std::size_t at) {
   std::int32_t q;
   std::memcpy(&q, row + at, 4);

@@ -152,6 +152,20 @@ std::unique_ptr<mha_attention> coded_handle(const detail::AttentionShape& shape,
   return handle;
 }
 
+// The options of an object on codes given: object_options' checks, then
+// NULL (fp32 compute, weight-only) or weight_format `want` (spelled
+// `format`) with weight_group `group`, the codes' (`what`).
+detail::ObjectOptions coded_options(const mha_attention_options* options, detail::WeightFormat want,
+                                    const char* format, std::size_t group, const char* what) {
+  const detail::ObjectOptions o = detail::object_options(options, "");
+  check_arg(options == nullptr || (o.weights == want && o.group == group),
+            "options: expected weight_format ", format, " and weight_group ", group, " for ", what,
+            ", got weight_format ",
+            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
+            options != nullptr ? options->weight_group : 0);
+  return o;
+}
+
 // mha_attention_create_int8: the checks, then the codes packed.
 std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const mha_int8_weights& w,
                                                 const mha_attention_options* options) {
@@ -167,12 +181,9 @@ std::unique_ptr<mha_attention> make_int8_handle(const mha_config& config, const 
     check_arg(x.codes != nullptr, x.name, "_codes: expected an array, got NULL");
     check_arg(x.scales != nullptr, x.name, "_scales: expected an array, got NULL");
   }
-  const detail::ObjectOptions o = detail::object_options(options, "");
-  check_arg(options == nullptr || (o.weights == detail::WeightFormat::int8 && o.group == 0),
-            "options: expected weight_format MHA_WEIGHTS_INT8 and weight_group 0 for int8 codes "
-            "with a scale per row, got weight_format ",
-            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
-            options != nullptr ? options->weight_group : 0);
+  const detail::ObjectOptions o =
+      coded_options(options, detail::WeightFormat::int8, "MHA_WEIGHTS_INT8", 0,
+                    "int8 codes with a scale per row");
   return coded_handle(shape, o, detail::QuantCodes::int8, 0, src, w);
 }
 
@@ -189,13 +200,9 @@ std::unique_ptr<mha_attention> make_blocks_handle(const mha_config& config,
             "weights->format: expected MHA_BLOCKS_Q4_0 or MHA_BLOCKS_Q8_0, got ",
             static_cast<long>(w.format));
   const bool q8 = w.format == MHA_BLOCKS_Q8_0;
-  const detail::ObjectOptions o = detail::object_options(options, "");
-  const detail::WeightFormat want = q8 ? detail::WeightFormat::int8 : detail::WeightFormat::int4;
-  check_arg(options == nullptr || (o.weights == want && o.group == 32),
-            "options: expected weight_format ", q8 ? "MHA_WEIGHTS_INT8" : "MHA_WEIGHTS_INT4",
-            " and weight_group 32 for ", q8 ? "Q8_0" : "Q4_0", " blocks, got weight_format ",
-            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
-            options != nullptr ? options->weight_group : 0);
+  const detail::ObjectOptions o = coded_options(
+      options, q8 ? detail::WeightFormat::int8 : detail::WeightFormat::int4,
+      q8 ? "MHA_WEIGHTS_INT8" : "MHA_WEIGHTS_INT4", 32, q8 ? "Q8_0 blocks" : "Q4_0 blocks");
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
   using detail::decode_blocks;
   const auto q = decode_blocks(w.format, w.q_blocks, E, E, "weights->q_blocks");
@@ -227,12 +234,9 @@ std::unique_ptr<mha_attention> make_checkpoint_handle(const mha_config& config,
             static_cast<long>(w.layout));
   check_arg(w.group == 0 || w.group == 32 || w.group == 64 || w.group == 128,
             "weights->group: expected 0, 32, 64 or 128, got ", w.group);
-  const detail::ObjectOptions o = detail::object_options(options, "");
-  check_arg(options == nullptr || (o.weights == detail::WeightFormat::uint4 && o.group == w.group),
-            "options: expected weight_format MHA_WEIGHTS_UINT4 and weight_group ", w.group,
-            " (weights->group), got weight_format ",
-            options != nullptr ? static_cast<long>(options->weight_format) : 0L, ", weight_group ",
-            options != nullptr ? options->weight_group : 0);
+  const detail::ObjectOptions o =
+      coded_options(options, detail::WeightFormat::uint4, "MHA_WEIGHTS_UINT4", w.group,
+                    "the checkpoint's group (weights->group)");
   const std::size_t E = shape.embed_dim, kv = shape.kv_dim();
   using detail::decode_checkpoint;
   const auto q = decode_checkpoint(w.layout, w.q, E, E, w.group, "weights->q");
