@@ -25,34 +25,18 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gemm/amx_tiles.hpp"
 #include "gemm/bf16_pack.hpp"
 #include "gemm/gemm_bf16.hpp"
 
 namespace mha::detail::bf16_amx {
 
 constexpr std::size_t kMR = 32, kNR = 32;
-constexpr std::size_t kTileRows = 16, kTilePairs = 16, kTileBytes = 64;
-
-// Palette 1's 64-byte configuration (Intel SDM, LDTILECFG).
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
+constexpr std::size_t kTileRows = amx::kTileRows, kTilePairs = 16, kTileBytes = amx::kTileBytes;
+using amx::TileConfig;
 // Tiles 0-3: C (C(r, c) is tile 2r + c); 4-5: A (row blocks); 6-7: B
-// (column blocks); each 16 rows of 64 bytes.
-constexpr TileConfig kConfig = [] {
-  TileConfig t;
-  for (int i = 0; i < 8; ++i) {
-    t.colsb[i] = kTileBytes;
-    t.rows[i] = kTileRows;
-  }
-  return t;
-}();
+// (column blocks).
+using amx::kConfig;
 
 // Pairs per packed A row: kp rounded up to whole tiles. Tag, here and
 // below, keeps each TU's copy its own: the TUs are compiled for different

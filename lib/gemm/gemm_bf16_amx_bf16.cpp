@@ -3,17 +3,13 @@
 // A loop of tdpbf16ps into four accumulator tiles runs at 937 GFLOP/s per
 // core on an Emerald Rapids Xeon, against 79-83 for vdpbf16ps and 153-176
 // for fp32 FMA there (FACTS.md).
-//
-// GCC 12's tile intrinsics are asm statements whose tile numbers must be
-// literals (the MHA_TILE_* switches below), and tileloadd's asm tells the
-// compiler of no memory it reads: compiler barriers around each load keep
-// the stores that fill a padded tile ahead of it, and the next fill after.
 #include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include "gemm/amx_native.hpp"
 #include "gemm/bf16_amx.hpp"
 #include "gemm/bf16_amx_rows_avx512.hpp"
 #include "gemm/bf16_pack_avx512.hpp"
@@ -26,62 +22,7 @@ namespace {
 
 struct amx_bf16_tag {};
 
-#define MHA_TILE_SWITCH(t, op)   \
-  if constexpr (t == 0) {        \
-    op(0);                       \
-  } else if constexpr (t == 1) { \
-    op(1);                       \
-  } else if constexpr (t == 2) { \
-    op(2);                       \
-  } else if constexpr (t == 3) { \
-    op(3);                       \
-  } else if constexpr (t == 4) { \
-    op(4);                       \
-  } else if constexpr (t == 5) { \
-    op(5);                       \
-  } else if constexpr (t == 6) { \
-    op(6);                       \
-  } else {                       \
-    static_assert(t == 7);       \
-    op(7);                       \
-  }
-
-void compiler_barrier() {
-  __asm__ volatile("" ::: "memory");
-}
-
-struct Backend {
-  // sttilecfg shows whatever configuration the thread has (all zero
-  // before any, or after another library's tilerelease): only a different
-  // one is replaced.
-  // (Own asm: the intrinsics' operands cover 8 of the 64 bytes.)
-  static void configure(const bf16_amx::TileConfig& c) {
-    alignas(64) unsigned char now[64];
-    __asm__ volatile("sttilecfg %0" : "=m"(now));
-    if (std::memcmp(now, &c, sizeof now) != 0) {
-      __asm__ volatile("ldtilecfg %0" ::"m"(*reinterpret_cast<const unsigned char(*)[64]>(&c)));
-    }
-  }
-  template <int kTile>
-  static void zero() {
-#define MHA_TILE_ZERO(t) _tile_zero(t)
-    MHA_TILE_SWITCH(kTile, MHA_TILE_ZERO)
-#undef MHA_TILE_ZERO
-  }
-  template <int kTile>
-  static void load(const void* src, std::size_t stride) {
-    compiler_barrier();
-#define MHA_TILE_LOAD(t) _tile_loadd(t, src, stride)
-    MHA_TILE_SWITCH(kTile, MHA_TILE_LOAD)
-#undef MHA_TILE_LOAD
-    compiler_barrier();
-  }
-  template <int kTile>
-  static void store(void* dst, std::size_t stride) {
-#define MHA_TILE_STORE(t) _tile_stored(t, dst, stride)
-    MHA_TILE_SWITCH(kTile, MHA_TILE_STORE)
-#undef MHA_TILE_STORE
-  }
+struct Backend : amx::NativeTiles {
   template <int kC, int kA, int kB>
   static void dp() {
     if constexpr (kC == 0 && kA == 4 && kB == 6) {
@@ -110,8 +51,6 @@ struct Backend {
     }
   }
 };
-
-#undef MHA_TILE_SWITCH
 
 // A quarter of an fp32 flop's time: the tiles' GEMM ran sq1024 at 5.1-5.4x
 // sgemm's rate (2-core AMX Xeon, 1 thread), and split by fp32 flops the

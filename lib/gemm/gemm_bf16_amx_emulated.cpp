@@ -1,15 +1,8 @@
-// amx_emulated: the AMX kernel set (bf16_amx.hpp) over software tiles. Each
-// thread holds eight 1 KiB tiles and a configuration as the hardware does,
-// tile loads and stores follow the configured rows and bytes (a load zeroes
-// the rest of its tile), and tdpbf16ps is emulated_tdpbf16ps per element.
-// A tile instruction on a thread whose tiles are unconfigured aborts, as the
-// hardware faults (#UD); amx_emulated_forget_tiles unconfigures every
-// thread's, so that tests see each path run thread_setup on each thread.
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
+// amx_emulated: the AMX kernel set (bf16_amx.hpp) over software tiles
+// (amx_emulated.hpp), tdpbf16ps emulated_tdpbf16ps per element.
 #include <cstring>
 
+#include "gemm/amx_emulated.hpp"
 #include "gemm/bf16_amx.hpp"
 #include "gemm/gemm_bf16.hpp"
 
@@ -19,60 +12,12 @@ namespace {
 
 struct amx_emulated_tag {};
 
-struct Tiles {
-  bf16_amx::TileConfig config;
-  unsigned generation = 0;  // configured while it equals `generation` below
-  alignas(64) unsigned char data[8][1024];
-};
-
-thread_local Tiles tiles;
-std::atomic<unsigned> generation{1};
-
-bool is_configured() {
-  return tiles.generation == generation.load(std::memory_order_relaxed);
-}
-
-Tiles& configured() {
-  if (!is_configured()) {
-    std::fputs("mha: amx_emulated: a tile instruction before the thread's tile configuration\n",
-               stderr);
-    std::abort();
-  }
-  return tiles;
-}
-
-struct Backend {
-  static void configure(const bf16_amx::TileConfig& c) {
-    if (is_configured() && std::memcmp(&tiles.config, &c, sizeof c) == 0) return;
-    tiles.config = c;
-    tiles.generation = generation.load(std::memory_order_relaxed);
-  }
-  template <int kTile>
-  static void zero() {
-    std::memset(configured().data[kTile], 0, sizeof tiles.data[kTile]);
-  }
-  template <int kTile>
-  static void load(const void* src, std::size_t stride) {
-    Tiles& t = configured();
-    std::memset(t.data[kTile], 0, sizeof t.data[kTile]);
-    for (std::size_t r = 0; r < t.config.rows[kTile]; ++r) {
-      std::memcpy(t.data[kTile] + r * 64, static_cast<const unsigned char*>(src) + r * stride,
-                  t.config.colsb[kTile]);
-    }
-  }
-  template <int kTile>
-  static void store(void* dst, std::size_t stride) {
-    Tiles& t = configured();
-    for (std::size_t r = 0; r < t.config.rows[kTile]; ++r) {
-      std::memcpy(static_cast<unsigned char*>(dst) + r * stride, t.data[kTile] + r * 64,
-                  t.config.colsb[kTile]);
-    }
-  }
+struct Backend : amx::EmulatedTiles {
   // C[m][n] = tdpbf16ps over A's colsb / 4 pairs of row m and B's column n
   // (B row p holds pair p of every column).
   template <int kC, int kA, int kB>
   static void dp() {
-    Tiles& t = configured();
+    amx::SoftTiles& t = amx::soft_tiles();
     const std::size_t rows = t.config.rows[kA], cols = t.config.colsb[kB] / 4;
     const std::size_t pairs = t.config.colsb[kA] / 4;
     std::uint16_t b[16 * 32];
@@ -102,10 +47,6 @@ struct Backend {
 
 }  // namespace
 }  // namespace gemm_bf16_amx_emulated
-
-void amx_emulated_forget_tiles() noexcept {
-  gemm_bf16_amx_emulated::generation.fetch_add(1, std::memory_order_relaxed);
-}
 
 const GemmBf16Kernels gemm_bf16_kernels_amx_emulated =
     bf16_amx::kernels<gemm_bf16_amx_emulated::Backend, gemm_bf16_amx_emulated::amx_emulated_tag>(
