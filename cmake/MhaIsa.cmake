@@ -39,6 +39,9 @@ set(MHA_EXTENSION_BASE_avx2_widen avx2)
 # Arm's SDOT (FEAT_DotProd, optional from Armv8.2-A).
 set(MHA_ISA_FLAGS_avx512_vnni ${MHA_ISA_FLAGS_avx512} -mavx512vnni)
 set(MHA_EXTENSION_BASE_avx512_vnni avx512)
+# AMX-INT8's tiles, on AVX512_VNNI's operands (every AMX CPU has it).
+set(MHA_ISA_FLAGS_amx_int8 ${MHA_ISA_FLAGS_avx512_vnni} -mamx-tile -mamx-int8)
+set(MHA_EXTENSION_BASE_amx_int8 avx512)
 set(MHA_ISA_FLAGS_avx2_i8 ${MHA_ISA_FLAGS_avx2})
 set(MHA_EXTENSION_BASE_avx2_i8 avx2)
 set(MHA_ISA_FLAGS_neon_dot -march=armv8.2-a+dotprod)

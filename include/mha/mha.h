@@ -178,11 +178,17 @@ typedef enum {
  * software tiles, any CPU, at scalar speed, for tests. A name this build or
  * CPU cannot run makes every bf16 computation fail with MHA_UNSUPPORTED and
  * a message listing the names it can. For MHA_INT8, the int8 products'
- * set (chosen from the CPU alone): "avx512_vnni" (vpdpbusd), "avx2"
+ * set (chosen from the CPU alone): "amx_int8" (AMX's tdpbusd, blocks of one
+ * or two rows on vpdpbusd), "avx512_vnni" (vpdpbusd), "avx2"
  * (vpmaddwd on int16 codes, which cannot saturate), "neon_i8mm" (SMMLA),
- * "neon_dot" (SDOT) or "scalar". For MHA_FP32, the ISA name. "invalid"
- * for an unknown dtype, an unusable MHA_ISA (see mha_isa_name) or, for
- * MHA_BF16, an unusable MHA_BF16_KERNEL. */
+ * "neon_dot" (SDOT) or "scalar". MHA_I8_KERNEL=<name>, read when an object
+ * with int8 activations is created, forces any of these that the CPU runs,
+ * or "amx_emulated": the amx_int8 kernels on software tiles, any CPU, at
+ * scalar speed, for tests; every set gives the same bits. A name that
+ * cannot run fails those creates with MHA_UNSUPPORTED. For MHA_FP32, the
+ * ISA name. "invalid" for an unknown dtype, an unusable MHA_ISA (see
+ * mha_isa_name), for MHA_BF16 an unusable MHA_BF16_KERNEL, and for
+ * MHA_INT8 an unusable MHA_I8_KERNEL. */
 MHA_API const char* mha_kernel_name(mha_dtype dtype);
 
 /* C[m x n] = alpha * op(A) * op(B) + beta * C; A and B are bf16 (uint16_t

@@ -35,6 +35,7 @@ constexpr std::uint32_t kLeaf7EcxAvx512Vnni = 1u << 11;
 constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
 constexpr std::uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr std::uint32_t kLeaf7EdxAmxTile = 1u << 24;
+constexpr std::uint32_t kLeaf7EdxAmxInt8 = 1u << 25;
 // XCR0 state components the OS must save for the registers we use.
 constexpr std::uint64_t kXcr0Sse = 1u << 1;
 constexpr std::uint64_t kXcr0Avx = 1u << 2;
@@ -90,11 +91,13 @@ CpuFeatures detect() {
   const unsigned max_subleaf = eax;
   const bool amx_bits =
       (edx & (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile)) == (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile);
+  const bool amx_int8_bit = (edx & kLeaf7EdxAmxInt8) != 0;
   if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = (eax & kLeaf7Sub1EaxAvx512Bf16) != 0;
   }
   const std::uint64_t tile_state = kXcr0TileCfg | kXcr0TileData;
   f.amx_bf16 = f.avx512_bf16 && amx_bits && (xcr0 & tile_state) == tile_state && os_grants_amx();
+  f.amx_int8 = f.amx_bf16 && f.avx512_vnni && amx_int8_bit;
   return f;
 }
 #else

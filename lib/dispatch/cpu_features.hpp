@@ -17,6 +17,9 @@ struct CpuFeatures {
   // avx512_bf16 plus AMX-TILE and AMX-BF16, with the OS saving the tile
   // state (XCR0) and granting this process its use (arch_prctl).
   bool amx_bf16 = false;
+  // amx_bf16 plus AMX-INT8 (tdpbusd) and AVX512_VNNI (every AMX CPU has
+  // both; the int8 set hands vpdpbusd its blocks of few rows).
+  bool amx_int8 = false;
   bool intel = false;      // CPUID vendor "GenuineIntel"
   bool neon = false;       // Advanced SIMD (always true on aarch64)
   bool neon_bf16 = false;  // neon plus FEAT_BF16 (BFDOT, BFCVTN)

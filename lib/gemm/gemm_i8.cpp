@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 
 #include "common/blocks.hpp"
 #include "common/checked.hpp"
+#include "common/error.hpp"
 #include "common/parallel.hpp"
 #include "common/scratch.hpp"
 #include "dispatch/cpu_features.hpp"
@@ -73,7 +76,8 @@ void ukernel_groups_scalar(const I8Strip& b, const std::uint8_t* a, std::size_t 
 
 }  // namespace
 
-void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale) {
+void quantize_i8_scalar_offset(std::size_t k, const float* a, int a_offset, void* codes,
+                               float* scale) {
   float amax = 0.0f;
   bool finite = true;
   for (std::size_t p = 0; p < k; ++p) {
@@ -81,17 +85,60 @@ void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale
     amax = std::max(amax, std::fabs(a[p]));
   }
   *scale = i8_row_scale(amax, finite);
-  quantize_i8_from(1, 0, 0, k, a, *scale, codes);
+  quantize_i8_from(1, a_offset, 0, k, a, *scale, codes);
+}
+
+void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale) {
+  quantize_i8_scalar_offset(k, a, 0, codes, scale);
 }
 
 const GemmI8Kernels gemm_i8_kernels_scalar = {
     "scalar", 4, 4, 4, 1, 0, ukernel_scalar, quantize_i8_scalar, ukernel_groups_scalar};
 
-const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
+std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
+  [[maybe_unused]] const CpuFeatures& f = cpu_features();
+  std::vector<const GemmI8Kernels*> r{&gemm_i8_kernels_scalar};
+#if MHA_BUILD_AVX2_I8
+  if (f.avx2_fma) r.push_back(&gemm_i8_kernels_avx2);
+#endif
+#if MHA_BUILD_AVX512_VNNI
+  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx512_vnni);
+#endif
+#if MHA_BUILD_AMX_INT8
+  if (f.amx_int8) r.push_back(&gemm_i8_kernels_amx_int8);
+#endif
+#if MHA_BUILD_NEON_DOT
+  if (f.neon_dot) r.push_back(&gemm_i8_kernels_neon_dot);
+#endif
+#if MHA_BUILD_NEON_I8MM
+  if (f.neon_i8mm) r.push_back(&gemm_i8_kernels_neon_i8mm);
+#endif
+  r.push_back(&gemm_i8_kernels_amx_emulated);
+  return r;
+}
+
+const GemmI8Kernels* gemm_i8_kernels_named(std::string_view name) {
+  for (const GemmI8Kernels* g : gemm_i8_kernel_sets()) {
+    if (name == g->name) return g;
+  }
+  return nullptr;
+}
+
+const GemmI8Kernels& gemm_i8_kernels(Isa isa) {
+  if (const char* env = std::getenv("MHA_I8_KERNEL"); env != nullptr && *env != '\0') {
+    if (const GemmI8Kernels* g = gemm_i8_kernels_named(env)) return *g;
+    std::string sets;
+    for (const GemmI8Kernels* g : gemm_i8_kernel_sets()) sets += std::string(" ") + g->name;
+    fail(MHA_UNSUPPORTED, "MHA_I8_KERNEL=", env,
+         " is not an int8 kernel set that this build and CPU run; supported here:", sets);
+  }
   [[maybe_unused]] const CpuFeatures& f = cpu_features();
   switch (isa) {
 #if MHA_BUILD_AVX512_VNNI
     case Isa::avx512:
+#if MHA_BUILD_AMX_INT8
+      if (f.amx_int8) return gemm_i8_kernels_amx_int8;
+#endif
       if (f.avx512_vnni) return gemm_i8_kernels_avx512_vnni;
       return gemm_i8_kernels_avx2;
 #endif
@@ -111,24 +158,6 @@ const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept {
       break;
   }
   return gemm_i8_kernels_scalar;
-}
-
-std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
-  [[maybe_unused]] const CpuFeatures& f = cpu_features();
-  std::vector<const GemmI8Kernels*> r{&gemm_i8_kernels_scalar};
-#if MHA_BUILD_AVX2_I8
-  if (f.avx2_fma) r.push_back(&gemm_i8_kernels_avx2);
-#endif
-#if MHA_BUILD_AVX512_VNNI
-  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx512_vnni);
-#endif
-#if MHA_BUILD_NEON_DOT
-  if (f.neon_dot) r.push_back(&gemm_i8_kernels_neon_dot);
-#endif
-#if MHA_BUILD_NEON_I8MM
-  if (f.neon_i8mm) r.push_back(&gemm_i8_kernels_neon_i8mm);
-#endif
-  return r;
 }
 
 float i8_row_scale(float amax, bool finite) {
@@ -287,9 +316,16 @@ std::size_t code_pitch(const PackedI8B& b) {
   const std::size_t groups = b.zeros != nullptr ? ceil_div(ceil_div(b.k, 4), b.group_kq) : 0;
   return round_up(sums_at(*b.g, b.k) + 4 * groups, kAlign);
 }
+// Floats of the codes: whole blocks of mr rows, and a tile row's 64 bytes
+// to spare, which the AMX set's tile loads read past the last code
+// (i8_amx.hpp); the scales follow.
+std::size_t codes_floats(const PackedI8B& b, std::size_t m) {
+  const char* what = "int8 activations";
+  const std::size_t rows = checked_round_up(m, b.g->mr, what);
+  return ceil_div(checked_add(checked_mul(rows, code_pitch(b), what), kAlign, what), 4);
+}
 std::size_t scratch_floats(const PackedI8B& b, std::size_t m) {
-  return checked_add(ceil_div(checked_mul(m, code_pitch(b), "int8 activations"), 4), m,
-                     "int8 activations");
+  return checked_add(codes_floats(b, m), m, "int8 activations");
 }
 
 // Rows per block whose codes stay in L2 while each B strip passes over them
@@ -315,7 +351,7 @@ void gemm_i8(std::size_t m, const float* a_in, std::size_t lda_in, const PackedI
   const std::size_t pitch = code_pitch(b), sums = sums_at(g, k);
   float* scratch = thread_scratch(ScratchSlot::kGemmI8A, scratch_floats(b, m));
   auto* codes = reinterpret_cast<std::uint8_t*>(scratch);
-  float* sa = scratch + ceil_div(m * pitch, 4);
+  float* sa = scratch + codes_floats(b, m);
   // A quarter of an fp32 multiply-add's time per int8 one (vpdpbusd: 64 per
   // instruction against 16 FMAs).
   const std::size_t threads = call_threads(m, n, k, 0.25);

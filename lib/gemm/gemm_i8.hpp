@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mha/isa.hpp>
+#include <string_view>
 #include <vector>
 
 #include "gemm/kernels.hpp"
@@ -97,16 +98,28 @@ extern const GemmI8Kernels gemm_i8_kernels_scalar;
 // The scalar set's quantize, which the Arm sets share: compiled for the
 // baseline, so that no set's extension flags reach the copy another calls.
 void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale);
+// The same, codes stored as q + a_offset (the amx_emulated set's 128).
+void quantize_i8_scalar_offset(std::size_t k, const float* a, int a_offset, void* codes,
+                               float* scale);
 extern const GemmI8Kernels gemm_i8_kernels_avx2;
 extern const GemmI8Kernels gemm_i8_kernels_avx512_vnni;
+// AMX-INT8's tdpbusd on the avx512_vnni set's operands (i8_amx.hpp), and
+// its software tiles on any CPU (listed by gemm_i8_kernel_sets, never
+// dispatched to).
+extern const GemmI8Kernels gemm_i8_kernels_amx_int8;
+extern const GemmI8Kernels gemm_i8_kernels_amx_emulated;
 extern const GemmI8Kernels gemm_i8_kernels_neon_dot;
 extern const GemmI8Kernels gemm_i8_kernels_neon_i8mm;
 
-// The fastest set this CPU runs under `isa` (the scalar set where the ISA
+// The set MHA_I8_KERNEL names where it is set (read on each call; a name
+// that gemm_i8_kernels_named does not know throws MHA_UNSUPPORTED), else
+// the fastest set this CPU runs under `isa` (the scalar set where the ISA
 // has none).
-const GemmI8Kernels& gemm_i8_kernels(Isa isa) noexcept;
+const GemmI8Kernels& gemm_i8_kernels(Isa isa);
 // Every set of this build that this CPU runs, the scalar one included.
 std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
+// The set of gemm_i8_kernel_sets with this name, or null.
+const GemmI8Kernels* gemm_i8_kernels_named(std::string_view name);
 
 // The group sums I8Strip's zeros take: sums[g] = the sum of the row's codes
 // q at k in [g * group_k, (g + 1) * group_k), of codes stored as the set's

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -337,5 +338,31 @@ TEST_CASE("int8 activations: options are checked, and earlier structs still work
   int8_weights.weight_format = MHA_WEIGHTS_INT8;
   const Handle old(c.config, w, &o), plain(c.config, w, &int8_weights);
   CHECK(same_bits(forward(old.a, c, d), forward(plain.a, c, d)));
+  CHECK(std::string(mha_kernel_name(MHA_INT8)) != "invalid");
+}
+
+TEST_CASE("int8 activations: MHA_I8_KERNEL names the set that serves, or fails the create",
+          "[w8a8][attention]") {
+  // ctest's i8/<set>/test_attention runs set it (tests/CMakeLists.txt).
+  if (const char* env = std::getenv("MHA_I8_KERNEL"); env != nullptr && *env != '\0') {
+    CHECK(std::string(mha_kernel_name(MHA_INT8)) == env);
+    return;
+  }
+  // A name no build has: the create fails cleanly and names the variable.
+  const AttentionCase c = quant_case(32, 4, 0, 0, 1, 6, 6, 41);
+  const CaseData d(c);
+  const mha_weights w = d.w.view();
+  const mha_attention_options o = w8a8();
+  auto* const sentinel = reinterpret_cast<mha_attention*>(std::uintptr_t{0x5e7});
+  mha_attention* attn = sentinel;
+  REQUIRE(setenv("MHA_I8_KERNEL", "no_such_set", 1) == 0);
+  const mha_status status = mha_attention_create_ex(&c.config, &w, &o, &attn);
+  const std::string message = mha_last_error(), name = mha_kernel_name(MHA_INT8);
+  REQUIRE(unsetenv("MHA_I8_KERNEL") == 0);
+  CHECK(status == MHA_UNSUPPORTED);
+  CHECK(message.find("MHA_I8_KERNEL=no_such_set") != std::string::npos);
+  CHECK(attn == sentinel);
+  CHECK(name == "invalid");
+  const Handle ok(c.config, w, &o);
   CHECK(std::string(mha_kernel_name(MHA_INT8)) != "invalid");
 }

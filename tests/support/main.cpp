@@ -1,5 +1,6 @@
-// Catch2 runner shared by every test binary. When MHA_ISA names an ISA, or
-// MHA_BF16_KERNEL a bf16 kernel set, this CPU (or build) cannot run, the
+// Catch2 runner shared by every test binary. When MHA_ISA names an ISA,
+// MHA_BF16_KERNEL a bf16 kernel set or MHA_I8_KERNEL an int8 one that this
+// CPU (or build) cannot run, the
 // whole binary reports itself skipped with exit code 77, which CTest's
 // SKIP_RETURN_CODE turns into "Skipped".
 #define CATCH_CONFIG_RUNNER
@@ -9,6 +10,7 @@
 #include <mha/isa.hpp>
 
 #include "gemm/gemm_bf16.hpp"
+#include "gemm/gemm_i8.hpp"
 
 int main(int argc, char* argv[]) {
   if (const char* want = std::getenv("MHA_ISA"); want != nullptr && *want != '\0') {
@@ -21,6 +23,12 @@ int main(int argc, char* argv[]) {
   if (const char* want = std::getenv("MHA_BF16_KERNEL"); want != nullptr && *want != '\0') {
     if (mha::detail::gemm_bf16_kernels_named(want) == nullptr) {
       std::printf("SKIPPED: MHA_BF16_KERNEL=%s is not supported on this CPU/build\n", want);
+      return 77;
+    }
+  }
+  if (const char* want = std::getenv("MHA_I8_KERNEL"); want != nullptr && *want != '\0') {
+    if (mha::detail::gemm_i8_kernels_named(want) == nullptr) {
+      std::printf("SKIPPED: MHA_I8_KERNEL=%s is not supported on this CPU/build\n", want);
       return 77;
     }
   }
