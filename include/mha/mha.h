@@ -367,7 +367,7 @@ typedef enum {
 
 /* What an object's projections do with their inputs (mha_attention_options). */
 typedef enum {
-  MHA_ACTIVATIONS_FLOAT = 0, /* as the compute type: weights widened to it (weight-only) */
+  MHA_ACTIVATIONS_FLOAT = 0, /* weight-only: codes widened to fp32 (below) */
   MHA_ACTIVATIONS_INT8 = 1,  /* each input row quantized to int8 per token (W8A8, below) */
   /* Not modes: every int value is valid in C++ (see mha_dtype); an unknown
    * one is MHA_INVALID_ARGUMENT. */
@@ -397,8 +397,8 @@ typedef struct {
 /* mha_attention_create with options (NULL: all defaults, which is
  * mha_attention_create). Every call on the object (forward, step, ragged,
  * paged, mods) works as on an fp32 one, with fp32 inputs and outputs.
- * Quantized weights, weight_format MHA_WEIGHTS_INT8, _INT4 or _UINT4 (compute
- * MHA_FP32 only in this version, MHA_UNSUPPORTED with MHA_BF16):
+ * Quantized weights, weight_format MHA_WEIGHTS_INT8, _INT4 or _UINT4, with
+ * compute MHA_FP32 or MHA_BF16:
  *  - each of the four matrices is quantized per output row and group of
  *    weight_group input features (the last group of a row may be shorter),
  *    each group by itself: int8 and int4 symmetric, scale = max|w| / 127
@@ -417,7 +417,11 @@ typedef struct {
  *  - each product widens a weight to fp32 as (code - zero point) * scale
  *    (the difference exact, one rounding) and then multiplies as the fp32
  *    object does: the results are bit-identical to an fp32 object created
- *    with those widened weights, on every path and at any thread count.
+ *    with those widened weights, on every path and at any thread count;
+ *  - with MHA_BF16, those fp32 products are the projections, and Q, K (after
+ *    RoPE, if any) and V are rounded to bf16 where they enter the bf16
+ *    attention core (below); the merged heads enter the output projection
+ *    unrounded. Bit-identical at any thread count.
  * int8 activations (W8A8, W4A8), activations MHA_ACTIVATIONS_INT8, with
  * compute MHA_FP32 or MHA_BF16:
  *  - the weights are quantized as above, int8, int4 or uint4, per row or in
@@ -483,9 +487,9 @@ typedef struct {
  * mha_attention_create_ex with weight_format MHA_WEIGHTS_INT8 makes from
  * weights whose quantization gives these codes and scales, bit for bit.
  * Every code is valid, -128 included; a scale that is NaN or infinite is
- * MHA_INVALID_ARGUMENT, naming it. options: NULL, or compute MHA_FP32 with
- * weight_format MHA_WEIGHTS_INT8 and weight_group 0 (others:
- * MHA_INVALID_ARGUMENT, or MHA_UNSUPPORTED as mha_attention_create_ex says). */
+ * MHA_INVALID_ARGUMENT, naming it. options: NULL, or compute MHA_FP32 or
+ * MHA_BF16 with weight_format MHA_WEIGHTS_INT8 and weight_group 0 (others:
+ * MHA_INVALID_ARGUMENT). */
 MHA_API mha_status mha_attention_create_int8(const mha_config* config,
                                              const mha_int8_weights* weights,
                                              const mha_attention_options* options,

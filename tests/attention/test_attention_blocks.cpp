@@ -128,7 +128,6 @@ TEST_CASE("llama.cpp blocks give the bits of create_ex on their weights", "[quan
       const mha_weights w = layer.w.view();
       for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
         for (const mha_activations act : {MHA_ACTIVATIONS_FLOAT, MHA_ACTIVATIONS_INT8}) {
-          if (compute == MHA_BF16 && act == MHA_ACTIVATIONS_FLOAT) continue;  // unsupported
           CAPTURE(static_cast<int>(f), c.config.embed_dim, static_cast<int>(compute),
                   static_cast<int>(act));
           const mha_attention_options o = options(f, compute, act);

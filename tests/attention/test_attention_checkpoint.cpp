@@ -336,8 +336,6 @@ TEST_CASE("mha_attention_create_checkpoint checks its arguments and writes nothi
   fails(c.config, w, &o, "weight_format");
   o = options(64, MHA_FP32, MHA_ACTIVATIONS_FLOAT);
   fails(c.config, w, &o, "weight_group");
-  o = options(32, MHA_BF16, MHA_ACTIVATIONS_FLOAT);
-  fails(c.config, w, &o, "MHA_BF16", MHA_UNSUPPORTED);
   // Widths off the packing's 8: 12 input features of a cross-attention's
   // keys, and 12 output features of one kv head of 12.
   const mha_config narrow_in{64, 4, 12, 0, 2};

@@ -231,20 +231,24 @@ void check_entry_points(std::size_t threads) {
           }) <= allowed);
 
     // int8 weights: many rows widen B into the thread's scratch, a decode
-    // step's one row in registers.
+    // step's one row in registers; on the fp32 core, and on the bf16 one.
     mha_attention_options int8{};
     int8.struct_size = sizeof(mha_attention_options);
     int8.weight_format = MHA_WEIGHTS_INT8;
-    const mha::MultiheadAttention attn8(cfg, weights, int8);
-    CHECK(steady_allocations([&] {
-            attn8.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
-          }) <= allowed);
-    mha::KvCache cache8(attn8, 1, 64);
-    cache8.step_self(10, prompt.data(), prompt_out.data());
-    CHECK(steady_allocations([&] {
-            cache8.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
-            cache8.truncate(10);
-          }) <= allowed);
+    for (const mha_dtype compute : {MHA_FP32, MHA_BF16}) {
+      mha_attention_options o = int8;
+      o.compute = compute;
+      const mha::MultiheadAttention attn8(cfg, weights, o);
+      CHECK(steady_allocations([&] {
+              attn8.forward_mods(B, S, S, x.data(), x.data(), x.data(), nullptr, &mods, out.data());
+            }) <= allowed);
+      mha::KvCache cache8(attn8, 1, 64);
+      cache8.step_self(10, prompt.data(), prompt_out.data());
+      CHECK(steady_allocations([&] {
+              cache8.step_mods(1, tok.data(), tok.data(), tok.data(), &mods, tok_out.data());
+              cache8.truncate(10);
+            }) <= allowed);
+    }
 
     // int8 activations: each product quantizes its rows into the thread's
     // scratch, on the fp32 core with int8 weights and the bf16 core with

@@ -894,6 +894,7 @@ TEST_CASE("allocation failures, quantized weights: out of memory, nothing change
     mha_set_num_threads(four_threads ? 0 : 1);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_INT8);
     run_attention(four_threads, MHA_FP32, MHA_WEIGHTS_UINT4, 32);
+    run_attention(four_threads, MHA_BF16, MHA_WEIGHTS_INT4, 64);  // weight-only, the bf16 core
     // int8 activations: the int8 products' scratch (the quantized rows, and
     // uint4's group sums) on both cores, per-row int8 and grouped int4 and
     // uint4 weights.

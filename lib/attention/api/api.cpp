@@ -325,15 +325,7 @@ ObjectOptions object_options(const mha_attention_options* options, const char* p
               : f == MHA_WEIGHTS_INT4 ? WeightFormat::int4
                                       : WeightFormat::uint4;
   o.group = group;
-  if (act == MHA_ACTIVATIONS_INT8) {
-    o.int8_activations = true;
-    return o;
-  }
-  if (o.bf16) {
-    fail(MHA_UNSUPPORTED, prefix,
-         "quantized weights with compute MHA_BF16: this version computes them in fp32, or with "
-         "int8 activations");
-  }
+  o.int8_activations = act == MHA_ACTIVATIONS_INT8;
   return o;
 }
 

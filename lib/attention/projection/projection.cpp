@@ -57,14 +57,14 @@ std::unique_ptr<Projections> make_projections_coded(Isa isa, const AttentionShap
   if (o.int8_activations) {
     return make_projections_i8(g, gemm_i8_kernels(isa), s, o.bf16, type, group, src, biases);
   }
-  return make_projections_quant(g, s, type, group, src, biases);
+  return make_projections_quant(g, s, o.bf16, type, group, src, biases);
 }
 
 std::unique_ptr<Precision> make_precision(Isa isa, const ObjectOptions& o) {
   const GemmKernels& g = gemm_kernels(isa);
   const QuantCodes type = quant_codes(o.weights);
   if (o.int8_activations) return make_precision_i8(g, gemm_i8_kernels(isa), o.bf16, type, o.group);
-  if (o.weights != WeightFormat::as_compute) return make_precision_quant(g, type, o.group);
+  if (o.weights != WeightFormat::as_compute) return make_precision_quant(g, o.bf16, type, o.group);
   return o.bf16 ? make_precision_bf16(g, gemm_bf16_kernels(isa)) : make_precision_fp32(g);
 }
 

@@ -115,9 +115,10 @@ struct QuantSource {
 // Wq, Wk, Wv and Wo so, in `type` codes with a scale per output row and
 // group of `group` input features (0: the whole row), packed for
 // gemm_quant_b on g's kernels; the biases from `biases` (its weight
-// pointers unread). Given scales must be finite.
+// pointers unread). Given scales must be finite. With bf16, Q, K and V
+// rounded to bf16 for a bf16 object's core.
 std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
-                                                    QuantCodes type, std::size_t group,
+                                                    bool bf16, QuantCodes type, std::size_t group,
                                                     const QuantSource (&src)[4],
                                                     const mha_weights& biases);
 // mha.h's rules: row j of w [n x k], group q of it, to codes [n x k] (one
@@ -185,9 +186,9 @@ std::unique_ptr<Precision> make_precision_fp32(const GemmKernels& g);
 std::unique_ptr<Precision> make_precision_bf16(const GemmKernels& g, const GemmBf16Kernels* g16);
 // Weights quantized per output column and group of `group` input rows (mha.h's
 // rules), as make_projections_quant (fp32 products on the widened codes) or
-// make_projections_i8 (int8 activations; with bf16, a bf16 core's rounding)
-// quantize theirs. A NaN or infinite weight is MHA_INVALID_ARGUMENT.
-std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, QuantCodes type,
+// make_projections_i8 (int8 activations) quantize theirs; with bf16, a bf16
+// core's rounding. A NaN or infinite weight is MHA_INVALID_ARGUMENT.
+std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, bool bf16, QuantCodes type,
                                                 std::size_t group);
 std::unique_ptr<Precision> make_precision_i8(const GemmKernels& g, const GemmI8Kernels& g8,
                                              bool bf16, QuantCodes type, std::size_t group);

@@ -32,7 +32,8 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
   ProjectionsI8(const GemmKernels& g, const GemmI8Kernels& g8, const AttentionShape& s, bool bf16,
                 QuantCodes type, std::size_t group, const QuantSource (&src)[4],
                 const mha_weights& biases)
-      : PackedProjections(g, s), bf16_(bf16) {
+      : PackedProjections(g, s) {
+    bf16_ = bf16;
     const bool uint4 = type == QuantCodes::uint4;
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // Sections on whole strips of both kernel sets' (the fp32 ones lay out
@@ -108,26 +109,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
     copy_biases(biases);
   }
 
-  Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
-                    const float* query, const float* key, const float* value,
-                    float* dst) const override {
-    const Projected p =
-        PackedProjections::project(fused, rope, q_rows, kv_rows, query, key, value, dst);
-    if (bf16_) {
-      // Q and K are rounded after RoPE rotates them (finish_rotated).
-      if (!rope) finish_rotated(p, q_rows, kv_rows);
-      round_rows_bf16(kv_rows, s_.kv_dim(), p.v, p.ldkv);
-    }
-    return p;
-  }
-  void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
-    if (!bf16_) return;
-    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
-    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
-  }
-
  private:
-  bool bf16_;
   AlignedFloats storage_;
   std::vector<std::uint32_t> perms_[4];  // QuantSource::perm, copied
 };

@@ -1,9 +1,8 @@
 // The projections whose products are the fp32 kernels' on weights packed as
 // W: PackedBView (projection_fp32.cpp) or PackedQuantB, widened as they are
-// read (projection_quant.cpp). Wqᵀ, Wkᵀ and Wvᵀ side by side in the B
-// layout, each section starting on a strip boundary (one product when the
-// inputs are shared and fused_ says so), Woᵀ on its own; the biases ride in
-// the micro-kernel's epilogue.
+// read (projection_quant.cpp), or PackedI8B (projection_i8.cpp). Wqᵀ, Wkᵀ and Wvᵀ side by side in
+// the B layout, each section starting on a strip boundary (one product when the inputs are shared
+// and fused_ says so), Woᵀ on its own; the biases ride in the micro-kernel's epilogue.
 #pragma once
 
 #include "attention/projection/projection.hpp"
@@ -29,8 +28,38 @@ inline void reserve_product(const GemmKernels& g, std::size_t rows, const Packed
 template <class W>
 class PackedProjections : public Projections {
  public:
-  Projected project(bool fused, bool, std::size_t q_rows, std::size_t kv_rows, const float* query,
-                    const float* key, const float* value, float* dst) const override {
+  Projected project(bool fused, bool rope, std::size_t q_rows, std::size_t kv_rows,
+                    const float* query, const float* key, const float* value,
+                    float* dst) const override {
+    const Projected p = products(fused, q_rows, kv_rows, query, key, value, dst);
+    if (bf16_) {
+      // Q and K are rounded after RoPE rotates them (finish_rotated).
+      if (!rope) finish_rotated(p, q_rows, kv_rows);
+      round_rows_bf16(kv_rows, s_.kv_dim(), p.v, p.ldkv);
+    }
+    return p;
+  }
+  void finish_rotated(const Projected& p, std::size_t q_rows, std::size_t kv_rows) const override {
+    if (!bf16_) return;
+    round_rows_bf16(q_rows, s_.embed_dim, p.q, p.ldq);
+    round_rows_bf16(kv_rows, s_.kv_dim(), p.k, p.ldkv);
+  }
+  void project_out(std::size_t rows, const float* merged, float* out) const override {
+    product(g_, rows, merged, s_.embed_dim, wo_, out, s_.embed_dim, out_bias_.get());
+  }
+  void reserve_out(std::size_t rows) const override { reserve_product(g_, rows, wo_); }
+
+ protected:
+  using Projections::Projections;
+  W wq_, wk_, wv_, wo_;
+  W wqkv_;  // all three, valid when fused_
+  // A bf16 object's: Q, K and V rounded to bf16 where they enter its core,
+  // as its own projections round them.
+  bool bf16_ = false;
+
+ private:
+  Projected products(bool fused, std::size_t q_rows, std::size_t kv_rows, const float* query,
+                     const float* key, const float* value, float* dst) const {
     const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();
     const float* bias = in_bias_.get();
     if (fused) {
@@ -46,16 +75,6 @@ class PackedProjections : public Projections {
     product(g_, kv_rows, value, s_.vdim, wv_, pv, kvd, bias + q_cols_ + k_cols_);
     return {pq, pk, pv, E, kvd};
   }
-  void finish_rotated(const Projected&, std::size_t, std::size_t) const override {}
-  void project_out(std::size_t rows, const float* merged, float* out) const override {
-    product(g_, rows, merged, s_.embed_dim, wo_, out, s_.embed_dim, out_bias_.get());
-  }
-  void reserve_out(std::size_t rows) const override { reserve_product(g_, rows, wo_); }
-
- protected:
-  using Projections::Projections;
-  W wq_, wk_, wv_, wo_;
-  W wqkv_;  // all three, valid when fused_
 };
 
 }  // namespace mha::detail

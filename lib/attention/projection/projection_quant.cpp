@@ -63,9 +63,10 @@ namespace {
 
 class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
  public:
-  ProjectionsQuant(const GemmKernels& g, const AttentionShape& s, QuantCodes type,
+  ProjectionsQuant(const GemmKernels& g, const AttentionShape& s, bool bf16, QuantCodes type,
                    std::size_t group, const QuantSource (&src)[4], const mha_weights& biases)
       : PackedProjections(g, s) {
+    bf16_ = bf16;
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
     PackedQuantB* const dst[] = {&wq_, &wk_, &wv_, &wo_};
@@ -173,31 +174,34 @@ class PackedWeightQuant final : public PackedWeight {
 
 class PrecisionQuant final : public Precision {
  public:
-  PrecisionQuant(const GemmKernels& g, QuantCodes type, std::size_t group)
-      : g_(g), type_(type), group_(group) {}
+  PrecisionQuant(const GemmKernels& g, bool bf16, QuantCodes type, std::size_t group)
+      : g_(g), bf16_(bf16), type_(type), group_(group) {}
   std::unique_ptr<PackedWeight> pack(std::size_t k, std::size_t n, const float* b) const override {
     return std::make_unique<PackedWeightQuant>(g_, type_, group_, k, n, b);
   }
-  void round(std::size_t, std::size_t, float*, std::size_t) const override {}
+  void round(std::size_t rows, std::size_t cols, float* x, std::size_t ld) const override {
+    if (bf16_) round_rows_bf16(rows, cols, x, ld);
+  }
 
  private:
   const GemmKernels& g_;
+  bool bf16_;
   QuantCodes type_;
   std::size_t group_;
 };
 
 }  // namespace
 
-std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, QuantCodes type,
+std::unique_ptr<Precision> make_precision_quant(const GemmKernels& g, bool bf16, QuantCodes type,
                                                 std::size_t group) {
-  return std::make_unique<PrecisionQuant>(g, type, group);
+  return std::make_unique<PrecisionQuant>(g, bf16, type, group);
 }
 
 std::unique_ptr<Projections> make_projections_quant(const GemmKernels& g, const AttentionShape& s,
-                                                    QuantCodes type, std::size_t group,
+                                                    bool bf16, QuantCodes type, std::size_t group,
                                                     const QuantSource (&src)[4],
                                                     const mha_weights& biases) {
-  return std::make_unique<ProjectionsQuant>(g, s, type, group, src, biases);
+  return std::make_unique<ProjectionsQuant>(g, s, bf16, type, group, src, biases);
 }
 
 }  // namespace mha::detail
