@@ -149,6 +149,7 @@ TEST_CASE("GPTQ and AWQ checkpoints give the bits of create_ex on their weights"
           const mha_checkpoint_weights cw = layer.view(g_idx);
           for (const auto& [compute, act] : {std::pair{MHA_FP32, MHA_ACTIVATIONS_FLOAT},
                                              std::pair{MHA_FP32, MHA_ACTIVATIONS_INT8},
+                                             std::pair{MHA_BF16, MHA_ACTIVATIONS_FLOAT},
                                              std::pair{MHA_BF16, MHA_ACTIVATIONS_INT8}}) {
             CAPTURE(static_cast<int>(f), group, c.config.embed_dim, g_idx,
                     static_cast<int>(compute), static_cast<int>(act));
@@ -240,7 +241,7 @@ TEST_CASE("GPTQ act order: the object on the layers in group order, inputs gathe
     const mha_weights gw = grouped.view();
     for (const auto& [compute, act] :
          {std::pair{MHA_FP32, MHA_ACTIVATIONS_FLOAT}, std::pair{MHA_FP32, MHA_ACTIVATIONS_INT8},
-          std::pair{MHA_BF16, MHA_ACTIVATIONS_INT8}}) {
+          std::pair{MHA_BF16, MHA_ACTIVATIONS_FLOAT}, std::pair{MHA_BF16, MHA_ACTIVATIONS_INT8}}) {
       CAPTURE(group, static_cast<int>(compute), static_cast<int>(act));
       const mha_attention_options opt = options(group, compute, act);
       mha_attention *from_checkpoint = nullptr, *made = nullptr;
@@ -250,8 +251,8 @@ TEST_CASE("GPTQ act order: the object on the layers in group order, inputs gathe
       CHECK(same_bits(got, forward(made, c, gathered)));
       // Against the fp32 object on the weights in input order, which sums
       // in another order: within fp32 rounding (a wrong gather is off by
-      // the weights' own scale).
-      if (act == MHA_ACTIVATIONS_FLOAT) {
+      // the weights' own scale); fp32 compute, weight-only.
+      if (compute == MHA_FP32 && act == MHA_ACTIVATIONS_FLOAT) {
         RandomWeights plain(d.w);
         plain.q = q.w;
         plain.k = k.w;
