@@ -32,8 +32,7 @@ class ProjectionsI8 final : public PackedProjections<PackedI8B> {
   ProjectionsI8(const GemmKernels& g, const GemmI8Kernels& g8, const AttentionShape& s, bool bf16,
                 QuantCodes type, std::size_t group, const QuantSource (&src)[4],
                 const mha_weights& biases)
-      : PackedProjections(g, s) {
-    bf16_ = bf16;
+      : PackedProjections(g, s, bf16) {
     const bool uint4 = type == QuantCodes::uint4;
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     // Sections on whole strips of both kernel sets' (the fp32 ones lay out

@@ -50,14 +50,16 @@ class PackedProjections : public Projections {
   void reserve_out(std::size_t rows) const override { reserve_product(g_, rows, wo_); }
 
  protected:
-  using Projections::Projections;
+  // bf16: a bf16 object's, Q, K and V rounded to bf16 where they enter its
+  // core, as its own projections round them.
+  PackedProjections(const GemmKernels& g, const AttentionShape& s, bool bf16 = false)
+      : Projections(g, s), bf16_(bf16) {}
   W wq_, wk_, wv_, wo_;
   W wqkv_;  // all three, valid when fused_
-  // A bf16 object's: Q, K and V rounded to bf16 where they enter its core,
-  // as its own projections round them.
-  bool bf16_ = false;
 
  private:
+  const bool bf16_;
+
   Projected products(bool fused, std::size_t q_rows, std::size_t kv_rows, const float* query,
                      const float* key, const float* value, float* dst) const {
     const std::size_t E = s_.embed_dim, kvd = s_.kv_dim();

@@ -65,8 +65,7 @@ class ProjectionsQuant final : public PackedProjections<PackedQuantB> {
  public:
   ProjectionsQuant(const GemmKernels& g, const AttentionShape& s, bool bf16, QuantCodes type,
                    std::size_t group, const QuantSource (&src)[4], const mha_weights& biases)
-      : PackedProjections(g, s) {
-    bf16_ = bf16;
+      : PackedProjections(g, s, bf16) {
     const std::size_t E = s.embed_dim, kv = s.kv_dim();
     const std::size_t out[] = {E, kv, kv, E}, in[] = {E, s.kdim, s.vdim, E};
     PackedQuantB* const dst[] = {&wq_, &wk_, &wv_, &wo_};
