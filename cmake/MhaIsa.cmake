@@ -44,6 +44,9 @@ set(MHA_ISA_FLAGS_amx_int8 ${MHA_ISA_FLAGS_avx512_vnni} -mamx-tile -mamx-int8)
 set(MHA_EXTENSION_BASE_amx_int8 avx512)
 set(MHA_ISA_FLAGS_avx2_i8 ${MHA_ISA_FLAGS_avx2})
 set(MHA_EXTENSION_BASE_avx2_i8 avx2)
+# AVX-VNNI: vpdpbusd in VEX on ymm, for AVX2 CPUs without AVX-512.
+set(MHA_ISA_FLAGS_avx_vnni ${MHA_ISA_FLAGS_avx2} -mavxvnni)
+set(MHA_EXTENSION_BASE_avx_vnni avx2)
 set(MHA_ISA_FLAGS_neon_dot -march=armv8.2-a+dotprod)
 set(MHA_EXTENSION_BASE_neon_dot neon)
 # SMMLA (FEAT_I8MM: Armv8.6-A, optional from Armv8.2-A).

@@ -179,12 +179,15 @@ typedef enum {
  * CPU cannot run makes every bf16 computation fail with MHA_UNSUPPORTED and
  * a message listing the names it can. For MHA_INT8, the int8 products'
  * set (chosen from the CPU alone): "amx_int8" (AMX's tdpbusd, blocks of one
- * or two rows on vpdpbusd), "avx512_vnni" (vpdpbusd), "avx2"
- * (vpmaddwd on int16 codes, which cannot saturate), "neon_i8mm" (SMMLA),
- * "neon_dot" (SDOT) or "scalar". MHA_I8_KERNEL=<name>, read when an object
- * with int8 activations is created, forces any of these that the CPU runs,
- * or "amx_emulated": the amx_int8 kernels on software tiles, any CPU, at
- * scalar speed, for tests; every set gives the same bits. A name that
+ * or two rows on vpdpbusd), "avx512_vnni" (vpdpbusd), "avx_vnni"
+ * (AVX-VNNI's vpdpbusd on ymm, on AVX2 CPUs without AVX512_VNNI or under
+ * MHA_ISA=avx2), "avx2" (vpmaddwd on int16 codes, which cannot saturate),
+ * "neon_i8mm" (SMMLA), "neon_dot" (SDOT) or "scalar". MHA_I8_KERNEL=<name>,
+ * read when an object with int8 activations is created, forces any of
+ * these that the CPU runs, "amx_emulated" (the amx_int8 kernels on software
+ * tiles, any CPU, at scalar speed) or "avx_vnni_evex" (the avx_vnni kernels
+ * in AVX512_VNNI's encoding, on AVX512_VNNI CPUs), for tests; every set
+ * gives the same bits. A name that
  * cannot run fails those creates with MHA_UNSUPPORTED. For MHA_FP32, the
  * ISA name. "invalid" for an unknown dtype, an unusable MHA_ISA (see
  * mha_isa_name), for MHA_BF16 an unusable MHA_BF16_KERNEL, and for

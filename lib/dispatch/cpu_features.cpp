@@ -32,6 +32,7 @@ constexpr std::uint32_t kLeaf7EbxAvx512BW = 1u << 30;
 constexpr std::uint32_t kLeaf7EbxAvx512VL = 1u << 31;
 constexpr std::uint32_t kLeaf7EcxAvx512Vbmi = 1u << 1;
 constexpr std::uint32_t kLeaf7EcxAvx512Vnni = 1u << 11;
+constexpr std::uint32_t kLeaf7Sub1EaxAvxVnni = 1u << 4;
 constexpr std::uint32_t kLeaf7Sub1EaxAvx512Bf16 = 1u << 5;
 constexpr std::uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr std::uint32_t kLeaf7EdxAmxTile = 1u << 24;
@@ -87,13 +88,15 @@ CpuFeatures detect() {
   f.avx512_vbmi = f.avx512 && (ecx & kLeaf7EcxAvx512Vbmi) != 0;
   f.avx512_vnni = f.avx512 && (ecx & kLeaf7EcxAvx512Vnni) != 0;
   // Leaf 7 subleaf 1 exists only where subleaf 0 reports it (EAX = the
-  // highest subleaf); the BF16 instructions need no OS state beyond ZMM's.
+  // highest subleaf); the BF16 and VNNI instructions need no OS state beyond
+  // their registers'.
   const unsigned max_subleaf = eax;
   const bool amx_bits =
       (edx & (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile)) == (kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile);
   const bool amx_int8_bit = (edx & kLeaf7EdxAmxInt8) != 0;
-  if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
-    f.avx512_bf16 = (eax & kLeaf7Sub1EaxAvx512Bf16) != 0;
+  if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+    f.avx512_bf16 = f.avx512 && (eax & kLeaf7Sub1EaxAvx512Bf16) != 0;
+    f.avx_vnni = f.avx2_fma && (eax & kLeaf7Sub1EaxAvxVnni) != 0;
   }
   const std::uint64_t tile_state = kXcr0TileCfg | kXcr0TileData;
   f.amx_bf16 = f.avx512_bf16 && amx_bits && (xcr0 & tile_state) == tile_state && os_grants_amx();

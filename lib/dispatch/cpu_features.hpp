@@ -14,6 +14,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // avx512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16)
   bool avx512_vbmi = false;  // avx512 plus AVX512_VBMI (vpermb, vpermi2b)
   bool avx512_vnni = false;  // avx512 plus AVX512_VNNI (vpdpbusd)
+  bool avx_vnni = false;     // avx2_fma plus AVX-VNNI (vpdpbusd in VEX, on ymm)
   // avx512_bf16 plus AMX-TILE and AMX-BF16, with the OS saving the tile
   // state (XCR0) and granting this process its use (arch_prctl).
   bool amx_bf16 = false;

@@ -101,8 +101,12 @@ std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
 #if MHA_BUILD_AVX2_I8
   if (f.avx2_fma) r.push_back(&gemm_i8_kernels_avx2);
 #endif
+#if MHA_BUILD_AVX_VNNI
+  if (f.avx_vnni) r.push_back(&gemm_i8_kernels_avx_vnni);
+#endif
 #if MHA_BUILD_AVX512_VNNI
   if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx512_vnni);
+  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx_vnni_evex);
 #endif
 #if MHA_BUILD_AMX_INT8
   if (f.amx_int8) r.push_back(&gemm_i8_kernels_amx_int8);
@@ -140,10 +144,13 @@ const GemmI8Kernels& gemm_i8_kernels(Isa isa) {
       if (f.amx_int8) return gemm_i8_kernels_amx_int8;
 #endif
       if (f.avx512_vnni) return gemm_i8_kernels_avx512_vnni;
-      return gemm_i8_kernels_avx2;
+      [[fallthrough]];
 #endif
 #if MHA_BUILD_AVX2_I8
     case Isa::avx2:
+#if MHA_BUILD_AVX_VNNI
+      if (f.avx_vnni) return gemm_i8_kernels_avx_vnni;
+#endif
       return gemm_i8_kernels_avx2;
 #endif
 #if MHA_BUILD_NEON_DOT

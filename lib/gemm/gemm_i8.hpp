@@ -103,6 +103,11 @@ void quantize_i8_scalar_offset(std::size_t k, const float* a, int a_offset, void
                                float* scale);
 extern const GemmI8Kernels gemm_i8_kernels_avx2;
 extern const GemmI8Kernels gemm_i8_kernels_avx512_vnni;
+// AVX-VNNI's vpdpbusd on ymm, and the same kernels in AVX512_VNNI's EVEX
+// encoding (i8_vnni_ymm.hpp; listed by gemm_i8_kernel_sets, never
+// dispatched to).
+extern const GemmI8Kernels gemm_i8_kernels_avx_vnni;
+extern const GemmI8Kernels gemm_i8_kernels_avx_vnni_evex;
 // AMX-INT8's tdpbusd on the avx512_vnni set's operands (i8_amx.hpp), and
 // its software tiles on any CPU (listed by gemm_i8_kernel_sets, never
 // dispatched to).

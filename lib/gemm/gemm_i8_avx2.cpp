@@ -10,12 +10,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "gemm/gemm_i8.hpp"
 #include "gemm/gemm_i8_tiles.hpp"
+#include "gemm/i8_quantize_avx2.hpp"
 
 namespace mha::detail {
 namespace {
@@ -153,49 +153,9 @@ struct Tiles {
 };
 using Entries = i8_tiles::Dispatch<Tiles, kMR>;
 
-// The header's rules 8 floats at a time, into int16 codes (as the AVX-512
-// set's quantize, whose comment says why the bits are the scalar rule's).
-void quantize(std::size_t k, const float* a, void* codes, float* scale) {
-  const std::size_t full = k / 8 * 8;
-  const __m256 sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
-  __m256 vmax = zero, bad = zero;
-  for (std::size_t p = 0; p < full; p += 8) {
-    const __m256 x = _mm256_loadu_ps(a + p);
-    // x - x is NaN exactly for NaN and infinities.
-    bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_sub_ps(x, x), zero, _CMP_NEQ_UQ));
-    vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, x));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float amax = 0.0f;
-  bool finite = _mm256_movemask_ps(bad) == 0;
-  for (const float x : lanes) amax = std::max(amax, x);
-  for (std::size_t p = full; p < k; ++p) {
-    finite = finite && std::isfinite(a[p]);
-    amax = std::max(amax, std::fabs(a[p]));
-  }
-  const float s = i8_row_scale(amax, finite);
-  *scale = s;
-  auto* out = static_cast<std::int16_t*>(codes);
-  if (!(s > 0.0f)) {
-    std::fill_n(out, (k + 7) / 8 * 8, std::int16_t{0});
-    return;
-  }
-  const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-  for (std::size_t p = 0; p < full; p += 8) {
-    const __m256 q =
-        _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(_mm256_loadu_ps(a + p), vs), lo), hi);
-    const __m256i i = _mm256_cvtps_epi32(q);
-    const __m128i packed =
-        _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + p), packed);
-  }
-  quantize_i8_from(2, 0, full, k, a, s, codes);
-}
-
 }  // namespace
 
-const GemmI8Kernels gemm_i8_kernels_avx2 = {"avx2",           kMR,      kNR,           4, 2, 0,
-                                            Entries::ukernel, quantize, ukernel_groups};
+const GemmI8Kernels gemm_i8_kernels_avx2 = {
+    "avx2", kMR, kNR, 4, 2, 0, Entries::ukernel, quantize_avx2<2>, ukernel_groups};
 
 }  // namespace mha::detail

@@ -10,7 +10,8 @@
 #    per-ISA object (file name *_avx2.*, *_avx512.*, *_neon.*, or one of the
 #    extensions of cmake/MhaIsa.cmake: *_avx2_widen.*, *_avx512_widen.*,
 #    *_avx512_bf16.*, *_avx512_vbmi_bf16.*, *_amx_bf16.*, *_amx_int8.*,
-#    *_avx512_vnni.*, *_neon_bf16.*, *_neon_bfmmla.*, *_neon_dot.*,
+#    *_avx512_vnni.*, *_avx_vnni.*, *_avx_vnni_evex.* (AVX512_VNNI's flags),
+#    *_neon_bf16.*, *_neon_bfmmla.*, *_neon_dot.*,
 #    *_neon_i8mm.*) must not also be defined in an object built for another
 #    ISA or extension, or for the baseline. The linker keeps one copy of such a function for the
 #    whole library, so an inline helper compiled with -mavx512f could end up
@@ -67,7 +68,8 @@ isa_of() {
     *_avx512_vbmi_bf16.*) echo avx512_vbmi_bf16 ;;
     *_amx_bf16.*) echo amx_bf16 ;;
     *_amx_int8.*) echo amx_int8 ;;
-    *_avx512_vnni.*) echo avx512_vnni ;;
+    *_avx512_vnni.* | *_avx_vnni_evex.*) echo avx512_vnni ;;
+    *_avx_vnni.*) echo avx_vnni ;;
     *_avx2.*) echo avx2 ;;
     *_avx2_widen.*) echo avx2_widen ;;
     *_neon.*) echo neon ;;
