@@ -95,7 +95,9 @@ void quantize_i8_scalar(std::size_t k, const float* a, void* codes, float* scale
 const GemmI8Kernels gemm_i8_kernels_scalar = {
     "scalar", 4, 4, 4, 1, 0, ukernel_scalar, quantize_i8_scalar, ukernel_groups_scalar};
 
-std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
+namespace {
+
+std::vector<const GemmI8Kernels*> runnable_sets() {
   [[maybe_unused]] const CpuFeatures& f = cpu_features();
   std::vector<const GemmI8Kernels*> r{&gemm_i8_kernels_scalar};
 #if MHA_BUILD_AVX2_I8
@@ -119,6 +121,13 @@ std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets() {
 #endif
   r.push_back(&gemm_i8_kernels_amx_emulated);
   return r;
+}
+
+}  // namespace
+
+const std::vector<const GemmI8Kernels*>& gemm_i8_kernel_sets() {
+  static const std::vector<const GemmI8Kernels*> sets = runnable_sets();
+  return sets;
 }
 
 const GemmI8Kernels* gemm_i8_kernels_named(std::string_view name) {

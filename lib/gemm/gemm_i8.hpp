@@ -121,8 +121,9 @@ extern const GemmI8Kernels gemm_i8_kernels_neon_i8mm;
 // the fastest set this CPU runs under `isa` (the scalar set where the ISA
 // has none).
 const GemmI8Kernels& gemm_i8_kernels(Isa isa);
-// Every set of this build that this CPU runs, the scalar one included.
-std::vector<const GemmI8Kernels*> gemm_i8_kernel_sets();
+// Every set of this build that this CPU runs, the scalar one included
+// (listed once per process).
+const std::vector<const GemmI8Kernels*>& gemm_i8_kernel_sets();
 // The set of gemm_i8_kernel_sets with this name, or null.
 const GemmI8Kernels* gemm_i8_kernels_named(std::string_view name);
 
