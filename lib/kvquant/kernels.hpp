@@ -26,6 +26,10 @@ struct KvQuantKernels {
   Values values[2];
   // kvq::quantize_group's bits (quantize_lanes.hpp on the vector ISAs).
   kvq::Quantize quantize;
+  // kvq::strips_from_rows's bytes (a shared entry's K strips, rebuilt for
+  // every score chunk).
+  void (*strips_from_rows)(std::size_t d, const kvq::KeyRuns& keys, std::size_t n,
+                           std::uint8_t* strips);
 };
 
 // The table of an ISA (the scalar one where this build lacks it).

@@ -26,7 +26,8 @@ void values_scalar(std::size_t rows, std::size_t d, const float* p, std::size_t 
 constinit const KvQuantKernels kv_quant_kernels_scalar = {
     {&scores_scalar<kvq::Code::int8>, &scores_scalar<kvq::Code::e4m3>},
     {&values_scalar<kvq::Code::int8>, &values_scalar<kvq::Code::e4m3>},
-    &kvq::quantize_group};
+    &kvq::quantize_group,
+    &kvq::strips_from_rows};
 
 const KvQuantKernels& kv_quant_kernels(Isa isa) noexcept {
   static const IsaTables<KvQuantKernels> tables{

@@ -242,7 +242,8 @@ struct KvQuantImpl {
   static constexpr KvQuantKernels table() {
     return {{&scores<Code::int8>, &scores<Code::e4m3>},
             {&values<Code::int8>, &values<Code::e4m3>},
-            &kvq::quantize_group_lanes};
+            &kvq::quantize_group_lanes,
+            &kvq::strips_from_rows};
   }
 };
 

@@ -348,12 +348,14 @@ TEST_CASE("kv quant: products over keys in blocks are the contiguous bits", "[kv
 // MLA's latent rows are their own keys, so a shared cache stores the V rows
 // alone and builds K strips from them: byte for byte the strips put_key
 // writes for key == value, from one head-block or a pool's blocks, lanes
-// past the keys zero.
+// past the keys zero; by the emulation and by the ISA's kernel (d past 64
+// channels a block and 32 groups a pass, and short of them).
 TEST_CASE("kv quant: K strips built from V rows are put_key's strips", "[kv_quant]") {
   std::mt19937_64 rng(11);
   int trial = 0;
+  const auto strips_from_rows = {&kvq::strips_from_rows, kernels().strips_from_rows};
   for (Code c : {Code::int8, Code::e4m3}) {
-    for (std::size_t d : {1, 15, 16, 31, 33, 64, 100, 576}) {
+    for (std::size_t d : {1, 15, 16, 31, 33, 64, 80, 100, 130, 576, 1100}) {
       for (std::size_t n : {1, 7, 16, 17, 40, 64}) {
         ++trial;
         CAPTURE(static_cast<int>(c), d, n);
@@ -365,16 +367,18 @@ TEST_CASE("kv quant: K strips built from V rows are put_key's strips", "[kv_quan
         const Block b(c, d, n, rows, rows);
         const std::size_t sb = kvq::key_strip_bytes(d),
                           strips = (n + kvq::kStrip - 1) / kvq::kStrip;
-        std::vector<std::uint8_t> built(strips * sb, 0xAB);
-        kvq::strips_from_rows(d, b.keys(), n, built.data());
-        REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
         // Rows that run on through out-of-order blocks, from any strip of
         // the first.
         const std::size_t block_keys = trial % 2 == 0 ? 16 : 32;
         const Pool pool(b, d, n, trial % 4 == 0 ? kvq::kStrip : 0, block_keys, 2, 1);
-        std::fill(built.begin(), built.end(), 0xAB);
-        kvq::strips_from_rows(d, pool.runs, n, built.data());
-        REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
+        for (const auto build : strips_from_rows) {
+          std::vector<std::uint8_t> built(strips * sb, 0xAB);
+          build(d, b.keys(), n, built.data());
+          REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
+          std::fill(built.begin(), built.end(), 0xAB);
+          build(d, pool.runs, n, built.data());
+          REQUIRE(std::equal(built.begin(), built.end(), b.k.begin()));
+        }
       }
     }
   }

@@ -130,7 +130,7 @@ class KvQuant final : public KvType {
     kvq::KeyRuns from = runs(t);
     for (std::size_t j = 0; j < t.n; j += chunk) {
       const std::size_t n = std::min(chunk, t.n - j);
-      kvq::strips_from_rows(d, from, n, strips);
+      k_.strips_from_rows(d, from, n, strips);
       products_scores(rows, d, qbuf, kvq::KeyRuns{strips, nullptr}, n, alpha, s + j, lds);
       from.j0 += n;
     }
