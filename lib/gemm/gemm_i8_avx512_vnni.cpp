@@ -1,10 +1,12 @@
 // AVX512_VNNI int8 kernels: the vpdpbusd sets' template (i8_vnni.hpp) on
-// zmm (_mm512_dpbusd_epi32). Tile 6 x 64: 24 zmm accumulators + 4 B vectors + 1 broadcast; per four
-// k, 24 vpdpbusd (64 multiply-adds each, twice vdpbf16ps's 32) against 4 loads and 6 broadcasts
-// from 6 row streams (the bf16 set's 14 x 32 was tried first, before tree-PRE was found and
-// switched off, and not measured since: 6 x 64 reaches 400-417 GOPS, m512 n768 k768, Zen 4). GCC
-// 12's false positive on the intrinsics' _mm512_undefined_* (as in simd/lanes.hpp), set before
-// their header.
+// zmm (_mm512_dpbusd_epi32). Tile 6 x 64: 24 zmm accumulators + 4 B vectors
+// + 1 broadcast; per four k, 24 vpdpbusd (64 multiply-adds each, twice
+// vdpbf16ps's 32) against 4 loads and 6 broadcasts from 6 row streams (the
+// bf16 set's 14 x 32 was tried first, before tree-PRE was found and
+// switched off, and not measured since: 6 x 64 reaches 400-417 GOPS, m512
+// n768 k768, Zen 4).
+// GCC 12's false positive on the intrinsics' _mm512_undefined_* (as in
+// simd/lanes.hpp), set before their header.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"

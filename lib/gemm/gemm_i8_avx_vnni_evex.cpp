@@ -1,7 +1,7 @@
 // The avx_vnni set's kernels (i8_vnni_ymm.hpp) on AVX512_VNNI's EVEX
 // vpdpbusd at 256 bits: the same code but the one instruction's encoding,
 // run on AVX512_VNNI CPUs so that the tests hold the AVX-VNNI kernels to the
-// scalar set's bits where no CPU at hand has AVX-VNNI. Not dispatched to
+// scalar set's bits on CPUs without AVX-VNNI (Zen 4). Not dispatched to
 // (avx512_vnni is faster wherever this runs): gemm_i8_kernel_sets lists it.
 #include <immintrin.h>
 

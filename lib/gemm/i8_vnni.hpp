@@ -2,7 +2,7 @@
 // a vector V: AVX512_VNNI's zmm (gemm_i8_avx512_vnni.cpp), AVX-VNNI's VEX
 // ymm (gemm_i8_avx_vnni.cpp), and the same ymm kernels in EVEX
 // (gemm_i8_avx_vnni_evex.cpp), which run on AVX512_VNNI CPUs and so test
-// the AVX-VNNI code where no CPU at hand has AVX-VNNI.
+// the AVX-VNNI code on CPUs without AVX-VNNI (Zen 4).
 //
 // vpdpbusd multiplies unsigned bytes by signed ones, so the activation codes
 // are stored as q + 128 and each column's sum starts at -128 times its code
