@@ -107,8 +107,10 @@ std::vector<const GemmI8Kernels*> runnable_sets() {
   if (f.avx_vnni) r.push_back(&gemm_i8_kernels_avx_vnni);
 #endif
 #if MHA_BUILD_AVX512_VNNI
-  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx512_vnni);
-  if (f.avx512_vnni) r.push_back(&gemm_i8_kernels_avx_vnni_evex);
+  if (f.avx512_vnni) {
+    r.push_back(&gemm_i8_kernels_avx512_vnni);
+    r.push_back(&gemm_i8_kernels_avx_vnni_evex);
+  }
 #endif
 #if MHA_BUILD_AMX_INT8
   if (f.amx_int8) r.push_back(&gemm_i8_kernels_amx_int8);
